@@ -1,0 +1,1 @@
+//! # klaraptor (the driver)

@@ -1,0 +1,1 @@
+//! Rational-function least squares for klaraptor (being written; see issue 3).
