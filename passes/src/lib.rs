@@ -1,1 +1,2 @@
 //! # klaraptor-passes
+pub mod clang;

@@ -1,0 +1,1 @@
+//! libclang inspection of annotated CUDA sources (being written).
