@@ -1,1 +1,6 @@
-fn main() {}
+//! `klaraptor-cc`: use it wherever you would use `nvcc` (`make NVCC=klaraptor-cc`).
+
+fn main() {
+    let code = klaraptor::compile::main_with(std::env::args_os().skip(1).collect());
+    std::process::exit(code);
+}

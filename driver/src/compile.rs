@@ -1,0 +1,280 @@
+//! `klaraptor-cc`: what happens to one nvcc command line.
+//!
+//! 1. The command line is parsed against the nvcc option table ([`crate::nvcc_args`]).
+//! 2. If no CUDA source it compiles carries a klaraptor annotation, nvcc is *executed in
+//!    place of this process* with exactly the user's arguments: same outputs, same
+//!    diagnostics, same exit status.
+//! 3. Otherwise each annotated source goes through the front-end (pragmas, `klaraptor.toml`,
+//!    libclang). Annotation errors stop the build before nvcc runs, so nothing is written.
+//!    A source that does not parse is handed to nvcc untouched, so the user sees nvcc's own
+//!    diagnostics and exit status.
+//! 4. nvcc compiles a copy of each annotated source whose klaraptor pragma lines are blank
+//!    (so nvcc and the host compiler never warn about them) and which starts with a `#line`
+//!    directive naming the original, so diagnostics, `__FILE__` and dependency files name
+//!    the user's file.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use klaraptor_passes::clang::ClangConfig;
+use klaraptor_passes::frontend::{self, Analysis, FrontendError, Outcome};
+
+use crate::nvcc_args::{self, Arg, CommandLine, KlOption, Phase, Role};
+use crate::toolchain::Toolchain;
+
+/// An invocation of `klaraptor-cc`, split into the nvcc that runs and its arguments.
+pub struct Invocation {
+    pub toolchain: Toolchain,
+    /// The user's arguments, klaraptor's own options removed.
+    pub cl: CommandLine,
+    /// What nvcc will actually see: `NVCC_PREPEND_FLAGS`, the arguments with options files
+    /// expanded, `NVCC_APPEND_FLAGS`.
+    pub view: CommandLine,
+}
+
+/// Splits the launcher form off: `klaraptor-cc nvcc …` or `klaraptor-cc /path/to/nvcc …`.
+pub fn split_launcher(args: &[String]) -> (Option<&str>, &[String]) {
+    match args.first() {
+        Some(first) if Path::new(first).file_name().is_some_and(|n| n == "nvcc") => {
+            (Some(first.as_str()), &args[1..])
+        }
+        _ => (None, args),
+    }
+}
+
+impl Invocation {
+    pub fn new(args: &[String]) -> Result<Invocation> {
+        let (launcher, rest) = split_launcher(args);
+        let toolchain = Toolchain::discover(launcher)?;
+        let cl = CommandLine::parse(rest.iter().cloned()).map_err(|e| anyhow::anyhow!(e))?;
+        let cwd = std::env::current_dir().context("reading the current directory")?;
+        // The view only decides what klaraptor does; an unreadable options file is nvcc's
+        // to report, so fall back to the unexpanded line.
+        let mut words = nvcc_args::env_flags("NVCC_PREPEND_FLAGS");
+        words.extend(cl.expanded(&cwd).unwrap_or_else(|_| cl.clone()).to_args());
+        words.extend(nvcc_args::env_flags("NVCC_APPEND_FLAGS"));
+        let view = CommandLine::parse(words).unwrap_or_else(|_| cl.clone());
+        Ok(Invocation { toolchain, cl, view })
+    }
+
+    fn verbose(&self) -> bool {
+        self.cl.has_kl(&KlOption::Verbose)
+    }
+
+    fn say(&self, msg: impl AsRef<str>) {
+        if self.verbose() {
+            eprintln!("klaraptor-cc: {}", msg.as_ref());
+        }
+    }
+
+    /// Replaces this process with nvcc run on `args`. Returns only if nvcc cannot start.
+    fn exec_nvcc(&self, args: &[String]) -> anyhow::Error {
+        self.say(format!("running {} {}", self.toolchain.nvcc.display(), shell_words(args)));
+        let err = Command::new(&self.toolchain.nvcc).args(args).exec();
+        anyhow::anyhow!(err).context(format!("cannot run {}", self.toolchain.nvcc.display()))
+    }
+
+    /// Runs the whole driver; returns the exit status to report.
+    pub fn run(self) -> Result<i32> {
+        if self.cl.has(Role::Version) {
+            println!("klaraptor-cc {}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "wrapping nvcc at {} ({})",
+                self.toolchain.nvcc.display(),
+                self.toolchain.origin
+            );
+            std::io::Write::flush(&mut std::io::stdout())?;
+            return Err(self.exec_nvcc(&self.cl.to_args()));
+        }
+        let annotated = self.annotated_sources()?;
+        if annotated.is_empty() {
+            self.say("no annotated kernels: compiling exactly as nvcc");
+            return Err(self.exec_nvcc(&self.cl.to_args()));
+        }
+        let cfg = self.clang_config();
+        let mut analyses = Vec::new();
+        for src in &annotated {
+            self.say(format!("front-end: {}", src.display()));
+            match frontend::analyze(src, &cfg) {
+                Ok(Outcome::Annotated(a)) => analyses.push((src.clone(), a)),
+                Ok(Outcome::Unannotated) => {}
+                Ok(Outcome::SourceErrors(_)) => {
+                    self.say(format!("{} does not compile: nvcc reports the errors", src.display()));
+                    return Err(self.exec_nvcc(&self.cl.to_args()));
+                }
+                Err(FrontendError::User(d)) => {
+                    eprintln!("{d}");
+                    eprintln!("klaraptor-cc: stopped before compiling; no output was written");
+                    return Ok(1);
+                }
+                Err(e) => return Err(anyhow::anyhow!(e)),
+            }
+        }
+        if analyses.is_empty() {
+            return Err(self.exec_nvcc(&self.cl.to_args()));
+        }
+        self.compile_annotated(&analyses)
+    }
+
+    /// The CUDA sources of this command that carry annotations (pragmas or a
+    /// `klaraptor.toml` beside them), when the command compiles at all.
+    fn annotated_sources(&self) -> Result<Vec<PathBuf>> {
+        if self.cl.has_kl(&KlOption::Off) || self.view.has(Role::Help) || self.view.has(Role::Version) {
+            return Ok(Vec::new());
+        }
+        if matches!(self.view.phase(), Phase::Preprocess | Phase::Dependencies | Phase::DeviceLink) {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for src in self.view.cuda_sources() {
+            // A source nvcc cannot read is nvcc's to report.
+            let Ok(text) = std::fs::read_to_string(src) else { continue };
+            match frontend::annotations_of(src, &text) {
+                Ok((s, t, _)) if s.annotations.is_empty() && t.is_empty() => {}
+                // Errors in the annotations are reported by the full front-end.
+                _ => out.push(src.to_path_buf()),
+            }
+        }
+        Ok(out)
+    }
+
+    fn clang_config(&self) -> ClangConfig {
+        let mut cfg = ClangConfig::new(self.toolchain.cuda_root());
+        for p in crate::toolchain::project_prefixes() {
+            let stubs = p.join("clang-cuda-stubs");
+            if stubs.is_dir() {
+                cfg.stub_include = Some(stubs);
+                break;
+            }
+        }
+        for a in &self.view.args {
+            let Arg::Flag { spec, value: Some(v), .. } = a else { continue };
+            let flag = match spec.role {
+                Role::IncludeDir => format!("-I{v}"),
+                Role::Define => format!("-D{v}"),
+                Role::Undefine => format!("-U{v}"),
+                Role::Std => format!("-std={v}"),
+                Role::SystemInclude => {
+                    cfg.args.extend(["-isystem".to_string(), v.clone()]);
+                    continue;
+                }
+                Role::PreInclude => {
+                    cfg.args.extend(["-include".to_string(), v.clone()]);
+                    continue;
+                }
+                _ => continue,
+            };
+            cfg.args.push(flag);
+        }
+        cfg
+    }
+
+    /// Compiles with nvcc, the annotated sources replaced by their prepared copies.
+    fn compile_annotated(&self, analyses: &[(PathBuf, Analysis)]) -> Result<i32> {
+        let work = tempfile::Builder::new().prefix("klaraptor-").tempdir().context("creating a temporary directory")?;
+        let mut replaced: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (i, (src, a)) in analyses.iter().enumerate() {
+            for s in &a.specs {
+                self.say(format!(
+                    "kernel {} ({} data parameter(s), dim {}) annotated at {}",
+                    s.name,
+                    s.data.len(),
+                    s.dim,
+                    s.annotated_at
+                ));
+            }
+            let dir = work.path().join(i.to_string());
+            std::fs::create_dir_all(&dir)?;
+            let copy = dir.join(src.file_name().context("source has no file name")?);
+            let line = format!("#line 1 \"{}\"\n", src.display().to_string().replace('\\', "\\\\").replace('"', "\\\""));
+            std::fs::write(&copy, line + &a.stripped).with_context(|| format!("writing {}", copy.display()))?;
+            let specs: String = a.specs.iter().map(|s| s.to_toml() + "\n").collect();
+            std::fs::write(dir.join("kernels.toml"), specs)?;
+            replaced.push((src.clone(), copy));
+        }
+        let mut args: Vec<String> = Vec::new();
+        for arg in &self.cl.args {
+            match arg {
+                Arg::Input(p) => match replaced.iter().find(|(o, _)| o == p) {
+                    Some((_, c)) => args.push(c.display().to_string()),
+                    None => args.push(p.display().to_string()),
+                },
+                other => args.extend(other.tokens()),
+            }
+        }
+        // Quoted includes must still find the headers beside the original sources first.
+        for (orig, _) in &replaced {
+            let dir = orig.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            args.push(format!("-Xcompiler=-iquote,{}", dir.display()));
+        }
+        self.say(format!("running {} {}", self.toolchain.nvcc.display(), shell_words(&args)));
+        let status = Command::new(&self.toolchain.nvcc)
+            .args(&args)
+            .status()
+            .with_context(|| format!("cannot run {}", self.toolchain.nvcc.display()))?;
+        if status.success() {
+            self.fix_dependency_files(&replaced)?;
+        }
+        if self.cl.has_kl(&KlOption::Keep) {
+            let kept = work.keep();
+            eprintln!("klaraptor-cc: kept intermediate files in {}", kept.display());
+        }
+        Ok(status.code().unwrap_or(1))
+    }
+
+    /// `-MD`/`-MMD` dependency files name the prepared copy; make them name the original.
+    fn fix_dependency_files(&self, replaced: &[(PathBuf, PathBuf)]) -> Result<()> {
+        if !self.view.has(Role::Deps(nvcc_args::DepsKind::WithCompile)) {
+            return Ok(());
+        }
+        let file = match self.view.values(Role::DepsFile).last() {
+            Some(f) => PathBuf::from(f),
+            None => {
+                let base = match self.view.output() {
+                    Some(o) => PathBuf::from(o),
+                    None => PathBuf::from(replaced[0].0.file_name().unwrap_or_default()),
+                };
+                base.with_extension("d")
+            }
+        };
+        let Ok(text) = std::fs::read_to_string(&file) else { return Ok(()) };
+        let mut fixed = text.clone();
+        for (orig, copy) in replaced {
+            fixed = fixed.replace(&copy.display().to_string(), &orig.display().to_string());
+        }
+        if fixed != text {
+            let tmp = file.with_extension("d.klaraptor-tmp");
+            std::fs::write(&tmp, fixed)?;
+            std::fs::rename(&tmp, &file)?;
+        }
+        Ok(())
+    }
+}
+
+fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"\\$`".contains(c)) {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Entry point of the `klaraptor-cc` binary.
+pub fn main_with(args: Vec<OsString>) -> i32 {
+    let args: Vec<String> = args.into_iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    match Invocation::new(&args).and_then(Invocation::run) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("klaraptor-cc: error: {e:#}");
+            1
+        }
+    }
+}

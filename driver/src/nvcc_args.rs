@@ -1,0 +1,657 @@
+//! The nvcc command line, as data.
+//!
+//! Every option nvcc 13 documents is described once, in [`FLAGS`]: its long spelling
+//! (`--output-file`), its short spelling (`-o`), whether it takes a value, whether the short
+//! form may glue the value on (`-Idir`, `-O3`), and what it means to us ([`Role`]). The parser
+//! walks the arguments against that table and keeps, for every argument, the exact tokens the
+//! user wrote, so that an invocation can be re-emitted token for token.
+//!
+//! nvcc's spelling rules, checked against nvcc 13.0 (`nvcc --dryrun`):
+//!
+//! ```text
+//! --output-file x.o   --output-file=x.o   -o x.o   -o=x.o      accepted
+//! -ox.o   -output-file x.o   -compile   -isystemdir   -xcu     "Unknown option"
+//! -Idir -DFOO -UFOO -O3 -lm -Ldir -t2 -m64                     accepted (glued short value)
+//! -Xcompiler=-fPIC,-Wall   -Xcompiler -fPIC                    accepted (list values)
+//! ```
+//!
+//! Options of klaraptor's own are spelled `--kl-…`; they are split off here and never reach
+//! nvcc. Unknown options are kept verbatim (nvcc will report them itself).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// What an option means to the driver. Most options only need to travel to nvcc unchanged;
+/// the roles below are the ones klaraptor looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Selects what nvcc produces (compile only, link, preprocess, …).
+    Mode(Phase),
+    Output,
+    Arch,
+    Code,
+    Gencode,
+    IncludeDir,
+    SystemInclude,
+    PreInclude,
+    Define,
+    Undefine,
+    Optimize,
+    HostDebug,
+    DeviceDebug,
+    LineInfo,
+    Std,
+    /// `-x <lang>`: how the inputs that follow are treated.
+    Language,
+    HostCompiler,
+    /// `-Xcompiler`, `-Xlinker`, `-Xptxas`, … : options handed to a sub-tool.
+    Forward(Tool),
+    Rdc,
+    /// Dependency generation: `-M`, `-MM` (instead of compiling), `-MD`, `-MMD` (beside it).
+    Deps(DepsKind),
+    DepsFile,
+    DepsTarget,
+    DepsPhony,
+    OptionsFile,
+    Library,
+    LibraryDir,
+    Version,
+    DryRun,
+    Verbose,
+    Help,
+    /// Everything else: passed to nvcc as written.
+    Other,
+}
+
+/// The sub-tools that nvcc forwards options to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    HostCompiler,
+    Linker,
+    Ptxas,
+    Nvlink,
+    Archiver,
+    Cudafe,
+    RunArgs,
+}
+
+/// The last phase nvcc runs, chosen by the mode options; [`Phase::Link`] when none is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `-c`: compile each source to an object.
+    Compile,
+    /// `-dc` (`-rdc=true -c`): relocatable device code object.
+    CompileRdc,
+    /// `-dw` (`-rdc=false -c`).
+    CompileWhole,
+    /// `-E`: preprocess to standard output.
+    Preprocess,
+    /// `-M`/`-MM`: write dependencies only.
+    Dependencies,
+    /// `-cuda`, `-ptx`, `-cubin`, `-fatbin`, `-optix-ir`, … : stop at an intermediate.
+    Intermediate,
+    /// `-dlink`: device link only.
+    DeviceLink,
+    /// `-lib`: make a static library.
+    Library,
+    /// `-link` or no mode: compile what needs it, then link an executable.
+    Link,
+    /// `-run`: link, then run.
+    Run,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepsKind {
+    /// `-M`, `-MM`: dependencies instead of compiling.
+    Only,
+    /// `-MD`, `-MMD`: dependencies as a side effect of compiling.
+    WithCompile,
+}
+
+/// How an option takes its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value {
+    /// A switch: `-c`, `-G`.
+    None,
+    /// One value: `-o x`, `-o=x`, `--output-file x`, `--output-file=x`.
+    One,
+    /// A comma-separated list: `-Xcompiler -fPIC,-Wall`. The parser keeps the list whole.
+    List,
+}
+
+/// One row of the option table.
+#[derive(Debug)]
+pub struct FlagSpec {
+    pub long: &'static str,
+    pub short: Option<&'static str>,
+    pub value: Value,
+    /// The short form accepts its value glued on: `-Idir`, `-O3`.
+    pub glued: bool,
+    pub role: Role,
+}
+
+const fn flag(long: &'static str, short: &'static str, role: Role) -> FlagSpec {
+    FlagSpec { long, short: opt(short), value: Value::None, glued: false, role }
+}
+const fn one(long: &'static str, short: &'static str, role: Role) -> FlagSpec {
+    FlagSpec { long, short: opt(short), value: Value::One, glued: false, role }
+}
+const fn glued(long: &'static str, short: &'static str, role: Role) -> FlagSpec {
+    FlagSpec { long, short: opt(short), value: Value::One, glued: true, role }
+}
+const fn list(long: &'static str, short: &'static str, role: Role) -> FlagSpec {
+    FlagSpec { long, short: opt(short), value: Value::List, glued: false, role }
+}
+const fn opt(s: &'static str) -> Option<&'static str> {
+    if s.is_empty() {
+        None
+    } else {
+        Some(s)
+    }
+}
+
+use Role::*;
+
+/// nvcc 13.0's options (`nvcc --help`), long and short spellings without their dashes.
+pub static FLAGS: &[FlagSpec] = &[
+    // What to produce.
+    flag("cuda", "cuda", Mode(Phase::Intermediate)),
+    flag("cubin", "cubin", Mode(Phase::Intermediate)),
+    flag("ptx", "ptx", Mode(Phase::Intermediate)),
+    flag("fatbin", "fatbin", Mode(Phase::Intermediate)),
+    flag("optix-ir", "optix-ir", Mode(Phase::Intermediate)),
+    flag("lto-ir", "", Mode(Phase::Intermediate)),
+    flag("preprocess", "E", Mode(Phase::Preprocess)),
+    flag("generate-dependencies", "M", Deps(DepsKind::Only)),
+    flag("generate-nonsystem-dependencies", "MM", Deps(DepsKind::Only)),
+    flag("generate-dependencies-with-compile", "MD", Deps(DepsKind::WithCompile)),
+    flag("generate-nonsystem-dependencies-with-compile", "MMD", Deps(DepsKind::WithCompile)),
+    one("dependency-output", "MF", DepsFile),
+    one("dependency-target-name", "MT", DepsTarget),
+    flag("generate-dependency-targets", "MP", DepsPhony),
+    flag("compile", "c", Mode(Phase::Compile)),
+    flag("device-c", "dc", Mode(Phase::CompileRdc)),
+    flag("device-w", "dw", Mode(Phase::CompileWhole)),
+    flag("device-link", "dlink", Mode(Phase::DeviceLink)),
+    flag("link", "link", Mode(Phase::Link)),
+    flag("lib", "lib", Mode(Phase::Library)),
+    flag("run", "run", Mode(Phase::Run)),
+    // Files and paths.
+    one("output-file", "o", Output),
+    one("pre-include", "include", PreInclude),
+    glued("library", "l", Library),
+    glued("define-macro", "D", Define),
+    glued("undefine-macro", "U", Undefine),
+    glued("include-path", "I", IncludeDir),
+    one("system-include", "isystem", SystemInclude),
+    glued("library-path", "L", LibraryDir),
+    one("output-directory", "odir", Other),
+    one("compiler-bindir", "ccbin", HostCompiler),
+    flag("allow-unsupported-compiler", "allow-unsupported-compiler", Other),
+    one("archiver-binary", "arbin", Other),
+    one("cudart", "cudart", Other),
+    one("cudadevrt", "cudadevrt", Other),
+    one("libdevice-directory", "ldir", Other),
+    one("target-directory", "target-dir", Other),
+    list("options-file", "optf", OptionsFile),
+    // Code generation and language.
+    flag("profile", "pg", Other),
+    flag("debug", "g", HostDebug),
+    flag("device-debug", "G", DeviceDebug),
+    flag("extensible-whole-program", "ewp", Other),
+    flag("no-compress", "no-compress", Other),
+    one("compress-mode", "compress-mode", Other),
+    flag("generate-line-info", "lineinfo", LineInfo),
+    list("optimization-info", "opt-info", Other),
+    glued("optimize", "O", Optimize),
+    one("dopt", "dopt", Other),
+    flag("dlink-time-opt", "dlto", Other),
+    flag("gen-opt-lto", "gen-opt-lto", Other),
+    one("split-compile", "split-compile", Other),
+    one("split-compile-extended", "split-compile-extended", Other),
+    one("ftemplate-backtrace-limit", "ftemplate-backtrace-limit", Other),
+    one("ftemplate-depth", "ftemplate-depth", Other),
+    flag("no-exceptions", "noeh", Other),
+    flag("shared", "shared", Other),
+    one("x", "x", Language),
+    one("std", "std", Std),
+    flag("no-host-device-initializer-list", "nohdinitlist", Other),
+    flag("no-host-device-move-forward", "nohdmoveforward", Other),
+    flag("expt-relaxed-constexpr", "expt-relaxed-constexpr", Other),
+    flag("extended-lambda", "extended-lambda", Other),
+    flag("expt-extended-lambda", "expt-extended-lambda", Other),
+    glued("machine", "m", Other),
+    one("relocatable-device-code", "rdc", Rdc),
+    list("entries", "e", Other),
+    one("maxrregcount", "maxrregcount", Other),
+    flag("use_fast_math", "use_fast_math", Other),
+    one("ftz", "ftz", Other),
+    one("prec-div", "prec-div", Other),
+    one("prec-sqrt", "prec-sqrt", Other),
+    one("fmad", "fmad", Other),
+    flag("extra-device-vectorization", "extra-device-vectorization", Other),
+    flag("compile-as-tools-patch", "astoolspatch", Other),
+    flag("keep-device-functions", "keep-device-functions", Other),
+    one("jump-table-density", "jtd", Other),
+    one("default-stream", "default-stream", Other),
+    one("static-global-template-stub", "static-global-template-stub", Other),
+    one("device-entity-has-hidden-visibility", "device-entity-has-hidden-visibility", Other),
+    one("device-stack-protector", "device-stack-protector", Other),
+    flag("fdevice-syntax-only", "fdevice-syntax-only", Other),
+    one("fdevice-time-trace", "fdevice-time-trace", Other),
+    flag("restrict", "restrict", Other),
+    flag("source-in-ptx", "src-in-ptx", Other),
+    // Targets.
+    one("gpu-architecture", "arch", Arch),
+    list("gpu-code", "code", Code),
+    one("generate-code", "gencode", Gencode),
+    flag("list-gpu-code", "code-ls", Other),
+    flag("list-gpu-arch", "arch-ls", Other),
+    // Options for the tools nvcc drives.
+    list("compiler-options", "Xcompiler", Forward(Tool::HostCompiler)),
+    list("linker-options", "Xlinker", Forward(Tool::Linker)),
+    list("archive-options", "Xarchive", Forward(Tool::Archiver)),
+    list("ptxas-options", "Xptxas", Forward(Tool::Ptxas)),
+    list("nvlink-options", "Xnvlink", Forward(Tool::Nvlink)),
+    list("cudafe-options", "Xcudafe", Forward(Tool::Cudafe)),
+    list("run-args", "run-args", Forward(Tool::RunArgs)),
+    flag("forward-unknown-to-host-compiler", "forward-unknown-to-host-compiler", Other),
+    flag("forward-unknown-to-host-linker", "forward-unknown-to-host-linker", Other),
+    flag("forward-unknown-opts", "forward-unknown-opts", Other),
+    flag("no-device-link", "nodlink", Other),
+    flag("dont-use-profile", "noprof", Other),
+    // Driver behaviour and diagnostics.
+    glued("threads", "t", Other),
+    flag("dryrun", "dryrun", DryRun),
+    flag("verbose", "v", Verbose),
+    flag("keep", "keep", Other),
+    one("keep-dir", "keep-dir", Other),
+    flag("save-temps", "save-temps", Other),
+    flag("clean-targets", "clean", Other),
+    flag("use-local-env", "use-local-env", Other),
+    one("input-drive-prefix", "idp", Other),
+    one("dependency-drive-prefix", "ddp", Other),
+    one("drive-prefix", "dp", Other),
+    flag("no-align-double", "", Other),
+    flag("disable-warnings", "w", Other),
+    flag("Wno-deprecated-gpu-targets", "Wno-deprecated-gpu-targets", Other),
+    flag("Wno-deprecated-declarations", "Wno-deprecated-declarations", Other),
+    flag("Wreorder", "Wreorder", Other),
+    flag("Wdefault-stream-launch", "Wdefault-stream-launch", Other),
+    flag("Wmissing-launch-bounds", "Wmissing-launch-bounds", Other),
+    flag("Wext-lambda-captures-this", "Wext-lambda-captures-this", Other),
+    list("Werror", "Werror", Other),
+    flag("display-error-number", "err-no", Other),
+    flag("no-display-error-number", "no-err-no", Other),
+    list("diag-error", "diag-error", Other),
+    list("diag-suppress", "diag-suppress", Other),
+    list("diag-warn", "diag-warn", Other),
+    flag("resource-usage", "res-usage", Other),
+    one("time", "time", Other),
+    one("qpp-config", "qpp-config", Other),
+    flag("help", "h", Help),
+    flag("version", "V", Version),
+];
+
+/// One argument as the user wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Arg {
+    /// A known option. `tokens` are the command-line words it took (one or two).
+    Flag {
+        spec: &'static FlagSpec,
+        value: Option<String>,
+        tokens: Vec<String>,
+    },
+    /// An input file (source, object, library).
+    Input(PathBuf),
+    /// An option nvcc does not document; nvcc decides what to do with it.
+    Unknown(String),
+}
+
+impl PartialEq for FlagSpec {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+impl Eq for FlagSpec {}
+
+impl Arg {
+    /// The words this argument occupies on the command line, exactly as written.
+    pub fn tokens(&self) -> Vec<String> {
+        match self {
+            Arg::Flag { tokens, .. } => tokens.clone(),
+            Arg::Input(path) => vec![path.to_string_lossy().into_owned()],
+            Arg::Unknown(t) => vec![t.clone()],
+        }
+    }
+    pub fn role(&self) -> Option<Role> {
+        match self {
+            Arg::Flag { spec, .. } => Some(spec.role),
+            _ => None,
+        }
+    }
+}
+
+/// An option of klaraptor's own (`--kl-…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KlOption {
+    /// `--kl-verbose`: say what the driver does and which commands it runs.
+    Verbose,
+    /// `--kl-keep`: keep intermediate files (annotated copies, specs) and say where.
+    Keep,
+    /// `--kl-off`: behave exactly as nvcc (ignore annotations).
+    Off,
+}
+
+/// What went wrong reading the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    MissingValue(String),
+    UnknownKlOption(String),
+    OptionsFile { path: PathBuf, message: String },
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::MissingValue(o) => write!(f, "option '{o}' needs a value"),
+            ArgError::UnknownKlOption(o) => write!(
+                f,
+                "unknown klaraptor option '{o}' (known: --kl-verbose, --kl-keep, --kl-off)"
+            ),
+            ArgError::OptionsFile { path, message } => {
+                write!(f, "cannot read options file '{}': {message}", path.display())
+            }
+        }
+    }
+}
+impl std::error::Error for ArgError {}
+
+/// A parsed nvcc command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandLine {
+    pub args: Vec<Arg>,
+    pub kl: Vec<KlOption>,
+}
+
+fn lookup(word: &str) -> Option<(&'static FlagSpec, bool)> {
+    // `--long` names the long spelling, `-short` the short one; nvcc accepts no other mix.
+    if let Some(long) = word.strip_prefix("--") {
+        FLAGS.iter().find(|s| s.long == long).map(|s| (s, false))
+    } else if let Some(short) = word.strip_prefix('-') {
+        FLAGS.iter().find(|s| s.short == Some(short)).map(|s| (s, true))
+    } else {
+        None
+    }
+}
+
+/// Splits `-O3`/`-Idir` into a glued short option and its value.
+fn lookup_glued(word: &str) -> Option<(&'static FlagSpec, String)> {
+    let body = word.strip_prefix('-').filter(|b| !b.starts_with('-'))?;
+    FLAGS
+        .iter()
+        .filter(|s| s.glued)
+        .filter_map(|s| {
+            let short = s.short?;
+            let rest = body.strip_prefix(short)?;
+            (!rest.is_empty()).then(|| (s, rest.to_string()))
+        })
+        // `-include` must not read as `-I` + "nclude": the longest short name wins.
+        .max_by_key(|(s, _)| s.short.map_or(0, str::len))
+}
+
+impl CommandLine {
+    /// Parses arguments (without the program name). Response files named by
+    /// `--options-file` are *not* expanded: see [`CommandLine::expanded`].
+    pub fn parse<I, S>(args: I) -> Result<CommandLine, ArgError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let words: Vec<String> = args.into_iter().map(Into::into).collect();
+        let mut out = CommandLine::default();
+        let mut i = 0;
+        while i < words.len() {
+            let w = &words[i];
+            i += 1;
+            if let Some(kl) = w.strip_prefix("--kl-") {
+                out.kl.push(match kl {
+                    "verbose" => KlOption::Verbose,
+                    "keep" => KlOption::Keep,
+                    "off" => KlOption::Off,
+                    _ => return Err(ArgError::UnknownKlOption(w.clone())),
+                });
+                continue;
+            }
+            if !w.starts_with('-') || w == "-" {
+                out.args.push(Arg::Input(PathBuf::from(w)));
+                continue;
+            }
+            let (name, eq_value) = match w.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (w.as_str(), None),
+            };
+            let arg = if let Some((spec, _)) = lookup(name) {
+                match (spec.value, eq_value) {
+                    (Value::None, Some(_)) => Arg::Unknown(w.clone()),
+                    (Value::None, None) => {
+                        Arg::Flag { spec, value: None, tokens: vec![w.clone()] }
+                    }
+                    (_, Some(v)) => Arg::Flag { spec, value: Some(v), tokens: vec![w.clone()] },
+                    (_, None) => {
+                        let v = words.get(i).ok_or_else(|| ArgError::MissingValue(w.clone()))?;
+                        i += 1;
+                        Arg::Flag {
+                            spec,
+                            value: Some(v.clone()),
+                            tokens: vec![w.clone(), v.clone()],
+                        }
+                    }
+                }
+            } else if let Some((spec, v)) = lookup_glued(w) {
+                Arg::Flag { spec, value: Some(v), tokens: vec![w.clone()] }
+            } else {
+                Arg::Unknown(w.clone())
+            };
+            out.args.push(arg);
+        }
+        Ok(out)
+    }
+
+    /// The words to hand to nvcc: every argument as the user wrote it, klaraptor's own
+    /// options removed.
+    pub fn to_args(&self) -> Vec<String> {
+        self.args.iter().flat_map(Arg::tokens).collect()
+    }
+
+    /// The same command line with `--options-file` arguments replaced by the options their
+    /// files hold (recursively), relative paths resolved against `cwd`.
+    pub fn expanded(&self, cwd: &Path) -> Result<CommandLine, ArgError> {
+        self.expanded_depth(cwd, 0)
+    }
+
+    fn expanded_depth(&self, cwd: &Path, depth: usize) -> Result<CommandLine, ArgError> {
+        let mut words = Vec::new();
+        for arg in &self.args {
+            match arg {
+                Arg::Flag { spec, value: Some(v), .. } if spec.role == OptionsFile => {
+                    for file in v.split(',') {
+                        let path = cwd.join(file);
+                        if depth > 8 {
+                            return Err(ArgError::OptionsFile {
+                                path,
+                                message: "options files nest more than 8 deep".into(),
+                            });
+                        }
+                        let text = std::fs::read_to_string(&path).map_err(|e| {
+                            ArgError::OptionsFile { path: path.clone(), message: e.to_string() }
+                        })?;
+                        let inner = CommandLine::parse(split_response_file(&text))?;
+                        words.extend(inner.expanded_depth(cwd, depth + 1)?.to_args());
+                    }
+                }
+                other => words.extend(other.tokens()),
+            }
+        }
+        let mut out = CommandLine::parse(words)?;
+        out.kl.extend(self.kl.iter().cloned());
+        Ok(out)
+    }
+
+    /// Values of every option with the given role, in order.
+    pub fn values(&self, role: Role) -> impl Iterator<Item = &str> {
+        self.args.iter().filter_map(move |a| match a {
+            Arg::Flag { spec, value: Some(v), .. } if spec.role == role => Some(v.as_str()),
+            _ => None,
+        })
+    }
+
+    pub fn has(&self, role: Role) -> bool {
+        self.args.iter().any(|a| a.role() == Some(role))
+    }
+
+    pub fn has_kl(&self, o: &KlOption) -> bool {
+        self.kl.contains(o)
+    }
+
+    /// The phase nvcc will stop after. When several mode options are given nvcc takes the
+    /// last one; dependency-only generation (`-M`) wins over compiling.
+    pub fn phase(&self) -> Phase {
+        if self.args.iter().any(|a| a.role() == Some(Deps(DepsKind::Only))) {
+            return Phase::Dependencies;
+        }
+        self.args
+            .iter()
+            .rev()
+            .find_map(|a| match a.role() {
+                Some(Mode(p)) => Some(p),
+                _ => None,
+            })
+            .unwrap_or(Phase::Link)
+    }
+
+    pub fn output(&self) -> Option<&str> {
+        self.values(Output).last()
+    }
+
+    /// Input files in order.
+    pub fn inputs(&self) -> impl Iterator<Item = &Path> {
+        self.args.iter().filter_map(|a| match a {
+            Arg::Input(path) => Some(path.as_path()),
+            _ => None,
+        })
+    }
+
+    /// Inputs that nvcc compiles as CUDA: `.cu` files, or every source when `-x cu` is
+    /// given (nvcc applies `-x` to all inputs, wherever it stands).
+    pub fn cuda_sources(&self) -> Vec<&Path> {
+        let all_cu = self.values(Language).last() == Some("cu");
+        self.inputs()
+            .filter(|p| {
+                if all_cu {
+                    !is_object_like(p)
+                } else {
+                    p.extension().is_some_and(|e| e == "cu")
+                }
+            })
+            .collect()
+    }
+
+    /// Whether relocatable device code is requested (`-rdc=true` or `-dc`).
+    pub fn rdc(&self) -> bool {
+        self.phase() == Phase::CompileRdc
+            || self.values(Rdc).last().is_some_and(|v| v == "true")
+    }
+}
+
+fn is_object_like(p: &Path) -> bool {
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("o" | "obj" | "a" | "so" | "lib" | "dll" | "ptx" | "cubin" | "fatbin")
+    )
+}
+
+/// Splits an nvcc options file into words: whitespace separates, single and double quotes
+/// group, a backslash escapes the next character.
+pub fn split_response_file(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), '\\') | (None, '\\') => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+                in_word = true;
+            }
+            (Some(_), c) => cur.push(c),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    words
+}
+
+/// nvcc reads `NVCC_PREPEND_FLAGS` and `NVCC_APPEND_FLAGS` itself; the driver needs them
+/// only to know what nvcc will see (which phase, which outputs).
+pub fn env_flags(var: &str) -> Vec<String> {
+    std::env::var(var).map(|v| split_response_file(&v)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> CommandLine {
+        CommandLine::parse(split_response_file(s)).unwrap()
+    }
+
+    #[test]
+    fn glued_short_options_prefer_the_longest_name() {
+        let c = parse("-include cstdio -Idir -isystem /x");
+        assert_eq!(c.values(PreInclude).collect::<Vec<_>>(), ["cstdio"]);
+        assert_eq!(c.values(IncludeDir).collect::<Vec<_>>(), ["dir"]);
+        assert_eq!(c.values(SystemInclude).collect::<Vec<_>>(), ["/x"]);
+    }
+
+    #[test]
+    fn a_value_on_a_switch_is_not_that_switch() {
+        let c = parse("-c=1");
+        assert_eq!(c.args, vec![Arg::Unknown("-c=1".into())]);
+    }
+
+    #[test]
+    fn missing_value_is_an_error() {
+        assert_eq!(
+            CommandLine::parse(["-o"]).unwrap_err(),
+            ArgError::MissingValue("-o".into())
+        );
+    }
+
+    #[test]
+    fn response_file_quoting() {
+        assert_eq!(
+            split_response_file("-D 'A=1 2' \"-Ib c\" x\\ y\n-c"),
+            ["-D", "A=1 2", "-Ib c", "x y", "-c"]
+        );
+    }
+}
