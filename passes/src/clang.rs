@@ -1,1 +1,1012 @@
-//! libclang inspection of annotated CUDA sources (being written).
+//! Front-end inspection of CUDA sources with libclang.
+//!
+//! `klaraptor-cc` lets users annotate kernels with pragmas; before acting on an
+//! annotation it must check it against what the source really declares. This
+//! module parses one CUDA translation unit with libclang (loaded at run time
+//! through `clang-sys`, LLVM 19 on Debian 12) and reports, for a list of
+//! function names, where each function is declared, whether it is a
+//! `__global__` kernel or a template, its parameters (names, canonical types,
+//! whether each one is an integer), and its Itanium mangled name(s): for a
+//! template, one per specialization the translation unit instantiates.
+//! Errors libclang reports while parsing are handed back as text.
+//!
+//! It is **not** a compiler: it never generates code, never runs `nvcc` or
+//! `clang`, does not read pragmas (the driver does that), and does not rewrite
+//! sources. It parses the *host* side of the CUDA compilation only
+//! (`--cuda-host-only`), which sees every kernel declaration and every `<<<>>>`
+//! launch; code guarded by `#ifdef __CUDA_ARCH__` is invisible to it.
+//!
+//! # Loading libclang
+//!
+//! libclang is looked for, in order: [`ClangConfig::libclang_path`] (a file or
+//! a directory); the `LIBCLANG_PATH` environment variable (a file or a
+//! directory); the Debian LLVM 19 locations in [`DEBIAN_LIBCLANG`]; and last
+//! `clang-sys`'s own search of the usual system directories. The library is
+//! loaded once per process, on first use, and shared by all threads
+//! (`clang-sys` keeps the loaded library in a thread-local slot; [`inspect`]
+//! installs the shared library in the calling thread's slot for the duration
+//! of the call and restores what was there before). To make `clang-sys` open
+//! one particular file, the first load sets `LIBCLANG_PATH` for the process
+//! while it runs and restores it afterwards; it happens under a lock, once.
+
+// libclang's constants (`CXCursor_FunctionDecl`, ...) are matched on by name.
+#![allow(non_upper_case_globals)]
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, OsStr};
+use std::os::raw::{c_char, c_int, c_uint};
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::{Arc, Mutex};
+
+use clang_sys::*;
+
+/// Where Debian's `libclang-19-dev` / `libclang1-19` put libclang, in the order
+/// they are tried when neither [`ClangConfig::libclang_path`] nor
+/// `LIBCLANG_PATH` says where it is. Loading it through the `llvm-19`
+/// directory (not `/usr/lib/x86_64-linux-gnu`) lets libclang find its own
+/// resource directory (the builtin and CUDA wrapper headers).
+pub const DEBIAN_LIBCLANG: &[&str] = &[
+    "/usr/lib/llvm-19/lib/libclang-19.so.1",
+    "/usr/lib/llvm-19/lib/libclang.so.1",
+    "/usr/lib/llvm-19/lib/libclang.so",
+];
+
+/// How to run the front end: where CUDA is, and the user's own flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClangConfig {
+    /// The CUDA toolkit root (the directory holding `include/cuda_runtime.h`
+    /// and `bin/nvcc`), passed as `--cuda-path`.
+    pub cuda_path: PathBuf,
+    /// A directory of (empty) stub headers that clang's CUDA wrappers include
+    /// but recent toolkits no longer ship (`texture_fetch_functions.h`,
+    /// `curand_mtgp32_kernel.h`); added with `-isystem`.
+    pub stub_include: Option<PathBuf>,
+    /// The user's clang-compatible flags, forwarded as they are, after the
+    /// module's own: `-I`, `-D`, `-U`, `-isystem`, `-include`, `-std=`, ...
+    /// (the driver translates nvcc spellings before calling [`inspect`]).
+    pub args: Vec<String>,
+    /// An explicit libclang to load: the shared library itself, or a directory
+    /// holding it. Only the first library loaded in a process is used; asking
+    /// for a different one later is an error ([`ClangError::LibclangConflict`]).
+    pub libclang_path: Option<PathBuf>,
+}
+
+impl ClangConfig {
+    /// A configuration for the toolkit at `cuda_path`, with no stubs, no user
+    /// flags, and the default libclang search.
+    pub fn new(cuda_path: impl Into<PathBuf>) -> Self {
+        ClangConfig {
+            cuda_path: cuda_path.into(),
+            ..ClangConfig::default()
+        }
+    }
+
+    /// The command-line arguments [`inspect`] gives libclang (besides the
+    /// source file itself, and besides a `-resource-dir` it may add when
+    /// libclang cannot find its own headers).
+    pub fn clang_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "-x".into(),
+            "cuda".into(),
+            "--cuda-host-only".into(),
+            format!("--cuda-path={}", self.cuda_path.display()),
+            "-nocudalib".into(),
+            "-Wno-unknown-cuda-version".into(),
+        ];
+        if let Some(stubs) = &self.stub_include {
+            args.push("-isystem".into());
+            args.push(stubs.display().to_string());
+        }
+        args.extend(self.args.iter().cloned());
+        args
+    }
+}
+
+/// One parameter of a function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelParam {
+    /// The parameter's name as written in the definition (or, for a function
+    /// that is only declared, in the first declaration); empty when unnamed.
+    pub name: String,
+    /// The canonical type as clang spells it: typedefs and `using` aliases are
+    /// resolved (`size_t` is `unsigned long`, `int64_t` is `long`) and
+    /// qualifiers are kept (`const unsigned long`, `const float *`). For a
+    /// type that depends on a template parameter the written spelling is
+    /// given instead (`T`, `const T *`), since clang's canonical spelling of
+    /// it (`type-parameter-0-0`) means nothing to a reader.
+    pub ty: String,
+    /// Whether the parameter is an integer that can carry a size or count:
+    /// its canonical type (through typedefs, ignoring `const`/`volatile`) is
+    /// `short`, `int`, `long`, `long long` or `__int128`, signed or unsigned.
+    /// `bool`, the character types (`char`, `signed char`, `unsigned char`,
+    /// `wchar_t`, `char8_t`, `char16_t`, `char32_t`) and enumerations are not
+    /// counted; neither are pointers, references, arrays, floating-point
+    /// types, classes, or types that depend on a template parameter.
+    pub is_integer: bool,
+}
+
+/// One instantiation of a function template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Specialization {
+    /// The specialization's Itanium mangled name, e.g. `_Z4axpyIfEvT_PKS0_PS0_i`.
+    pub mangled: String,
+    /// Its parameters, with the template arguments substituted.
+    pub params: Vec<KernelParam>,
+}
+
+/// What the source says about one function named in [`inspect`]'s `names`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionInfo {
+    /// The unqualified name (`scale`).
+    pub name: String,
+    /// The name with its enclosing namespaces (`lin::detail::scale`); the same
+    /// as `name` at global scope. An anonymous namespace is written
+    /// `(anonymous namespace)`.
+    pub qualified_name: String,
+    /// The file of the definition if the translation unit has one, else of the
+    /// first declaration: the real (absolute, symlink-free) path when libclang
+    /// knows it.
+    pub file: PathBuf,
+    /// 1-based line of the function's name there (after macro expansion).
+    pub line: u32,
+    /// 1-based column of the function's name there.
+    pub col: u32,
+    /// Whether the function is a kernel (`__global__`).
+    pub is_global: bool,
+    /// Whether it is a function template.
+    pub is_template: bool,
+    /// Whether the translation unit defines it (has a body for it).
+    pub is_definition: bool,
+    /// The parameters, from the definition when there is one. For a template,
+    /// as written in the template.
+    pub params: Vec<KernelParam>,
+    /// The Itanium mangled name(s). For a non-template, its one name (for an
+    /// `extern "C"` function, the plain name). For a template, the name of
+    /// every specialization the translation unit uses (through `<<<>>>`
+    /// launches, calls, taking its address, explicit instantiations and
+    /// explicit specializations), in the order they are first met; empty if
+    /// it is never instantiated.
+    pub mangled: Vec<String>,
+    /// For a template, the specializations behind `mangled`, with their
+    /// concrete parameter types; empty for a non-template.
+    pub specializations: Vec<Specialization>,
+}
+
+/// The result of [`inspect`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// Every function (free function or function template, not class member)
+    /// whose name is among `names`, declared in the main file or anything it
+    /// includes outside system headers, in the order first met. Overloads
+    /// give one entry each; a function declared several times gives one.
+    pub functions: Vec<FunctionInfo>,
+    /// The errors (and fatal errors) libclang reported, formatted
+    /// `file:line:col: error: message` (or just `error: message` when the
+    /// error has no location). Warnings are left out.
+    pub diagnostics: Vec<String>,
+}
+
+impl SourceInfo {
+    /// The functions called `name` (unqualified, or qualified with `::`).
+    pub fn find(&self, name: &str) -> Vec<&FunctionInfo> {
+        self.functions
+            .iter()
+            .filter(|f| name_matches(name, &f.name, &f.qualified_name))
+            .collect()
+    }
+
+    /// The first function called `name`, if any.
+    pub fn function(&self, name: &str) -> Option<&FunctionInfo> {
+        self.functions
+            .iter()
+            .find(|f| name_matches(name, &f.name, &f.qualified_name))
+    }
+
+    /// Whether libclang reported any error.
+    pub fn has_errors(&self) -> bool {
+        !self.diagnostics.is_empty()
+    }
+}
+
+/// Why [`inspect`] could not give an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClangError {
+    /// No usable libclang shared library.
+    #[error(
+        "could not load libclang: {reason}\n  looked at: {looked}\n  \
+         run scripts/setup (it installs libclang-19-dev), or set LIBCLANG_PATH \
+         to libclang's shared library or the directory holding it"
+    )]
+    LibclangNotFound {
+        /// Where it looked.
+        looked: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A different libclang than the one asked for is already in use.
+    #[error(
+        "libclang is already loaded from {loaded} in this process; cannot switch to {requested}"
+    )]
+    LibclangConflict {
+        /// The library in use.
+        loaded: PathBuf,
+        /// The library asked for.
+        requested: PathBuf,
+    },
+    /// The source file does not exist or is not a file.
+    #[error("no such source file: {}", .0.display())]
+    SourceNotFound(PathBuf),
+    /// A path or argument contains a NUL byte and cannot be given to libclang.
+    #[error("argument contains a NUL byte: {0:?}")]
+    InvalidArgument(String),
+    /// libclang produced no translation unit at all (as opposed to one with
+    /// errors, which is reported through [`SourceInfo::diagnostics`]); this is
+    /// typically an argument the clang driver rejects.
+    #[error("libclang could not parse {} ({code}); clang arguments: {args}", file.display())]
+    Parse {
+        /// The source file.
+        file: PathBuf,
+        /// libclang's error code, by name.
+        code: &'static str,
+        /// The arguments given to libclang, space-separated.
+        args: String,
+    },
+}
+
+// ---------------------------------------------------------------------------
+// Loading libclang
+// ---------------------------------------------------------------------------
+
+/// A loaded libclang, shared between threads.
+struct Libclang {
+    library: Arc<SharedLibrary>,
+    /// The explicit path it was asked for, if any.
+    requested: Option<PathBuf>,
+    /// A resource directory to pass with `-resource-dir`, when libclang's own
+    /// guess (derived from the path it was loaded from) does not exist.
+    resource_dir: Option<PathBuf>,
+}
+
+static LIBCLANG: Mutex<Option<Arc<Libclang>>> = Mutex::new(None);
+
+/// The process's libclang, loading it on first use.
+fn libclang(requested: Option<&Path>) -> Result<Arc<Libclang>, ClangError> {
+    let mut slot = LIBCLANG.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(lib) = slot.as_ref() {
+        return match requested {
+            Some(req) if lib.requested.as_deref() != Some(req) => {
+                Err(ClangError::LibclangConflict {
+                    loaded: lib.library.path().to_path_buf(),
+                    requested: req.to_path_buf(),
+                })
+            }
+            _ => Ok(Arc::clone(lib)),
+        };
+    }
+    let lib = Arc::new(load_libclang(requested)?);
+    *slot = Some(Arc::clone(&lib));
+    Ok(lib)
+}
+
+fn load_libclang(requested: Option<&Path>) -> Result<Libclang, ClangError> {
+    const VAR: &str = "LIBCLANG_PATH";
+    let from_env = std::env::var_os(VAR).filter(|v| !v.is_empty());
+    // What to point clang-sys at, and a description of where we looked.
+    let (target, looked): (Option<PathBuf>, String) = if let Some(req) = requested {
+        (
+            Some(req.to_path_buf()),
+            format!("{} (configured)", req.display()),
+        )
+    } else if let Some(env) = &from_env {
+        (None, format!("{} (from {VAR})", Path::new(env).display()))
+    } else if let Some(found) = DEBIAN_LIBCLANG.iter().map(Path::new).find(|p| p.exists()) {
+        (Some(found.to_path_buf()), found.display().to_string())
+    } else {
+        (
+            None,
+            format!(
+                "{}, then clang-sys's search of /usr/lib*, /usr/local/lib* and `llvm-config --prefix`",
+                DEBIAN_LIBCLANG.join(", ")
+            ),
+        )
+    };
+
+    let loaded = match &target {
+        Some(path) => {
+            let saved = from_env.clone();
+            std::env::set_var(VAR, path);
+            let r = clang_sys::load_manually();
+            match saved {
+                Some(v) => std::env::set_var(VAR, v),
+                None => std::env::remove_var(VAR),
+            }
+            r
+        }
+        None => clang_sys::load_manually(),
+    };
+    let library = Arc::new(loaded.map_err(|reason| ClangError::LibclangNotFound {
+        looked: looked.clone(),
+        reason,
+    })?);
+
+    // Everything used here exists since libclang 7.
+    if library
+        .version()
+        .map_or(true, |v| v < clang_sys::Version::V7_0)
+    {
+        return Err(ClangError::LibclangNotFound {
+            looked,
+            reason: format!(
+                "{} is too old (libclang 7 or later is needed; LLVM 19 is expected)",
+                library.path().display()
+            ),
+        });
+    }
+    let resource_dir = {
+        let _thread = ThreadLibrary::install(Arc::clone(&library));
+        // SAFETY: the library is installed on this thread; the call has no
+        // preconditions.
+        let version = unsafe { cx_string(clang_getClangVersion()) };
+        resource_dir_for(library.path(), &version)
+    };
+    Ok(Libclang {
+        library,
+        requested: requested.map(Path::to_path_buf),
+        resource_dir,
+    })
+}
+
+/// libclang finds its builtin headers in `<dir of the .so>/../lib/clang/<major>`
+/// (for the path it was loaded through). If that is missing, look for the
+/// directory next to the library's real location or in Debian's LLVM prefix.
+fn resource_dir_for(lib: &Path, version: &str) -> Option<PathBuf> {
+    let major: String = version
+        .split("version ")
+        .nth(1)?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    if major.is_empty() {
+        return None;
+    }
+    let own_guess = lib.parent()?.parent()?.join("lib/clang").join(&major);
+    if own_guess.join("include").is_dir() {
+        return None;
+    }
+    let mut candidates = Vec::new();
+    if let Ok(real) = std::fs::canonicalize(lib) {
+        if let Some(dir) = real.parent() {
+            candidates.push(dir.join("clang").join(&major));
+        }
+    }
+    candidates.push(PathBuf::from(format!(
+        "/usr/lib/llvm-{major}/lib/clang/{major}"
+    )));
+    candidates.into_iter().find(|c| c.join("include").is_dir())
+}
+
+/// Installs a library in this thread's clang-sys slot; puts back the previous
+/// one when dropped.
+struct ThreadLibrary {
+    previous: Option<Arc<SharedLibrary>>,
+}
+
+impl ThreadLibrary {
+    fn install(library: Arc<SharedLibrary>) -> Self {
+        ThreadLibrary {
+            previous: clang_sys::set_library(Some(library)),
+        }
+    }
+}
+
+impl Drop for ThreadLibrary {
+    fn drop(&mut self) {
+        clang_sys::set_library(self.previous.take());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Small libclang helpers
+// ---------------------------------------------------------------------------
+
+/// Takes ownership of a `CXString` and returns its text.
+///
+/// # Safety
+/// libclang must be loaded on this thread and `s` must be a live `CXString`.
+unsafe fn cx_string(s: CXString) -> String {
+    let p = clang_getCString(s);
+    let text = if p.is_null() {
+        String::new()
+    } else {
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    };
+    clang_disposeString(s);
+    text
+}
+
+struct IndexGuard(CXIndex);
+impl Drop for IndexGuard {
+    fn drop(&mut self) {
+        // SAFETY: created by clang_createIndex, disposed once, after the TU.
+        unsafe { clang_disposeIndex(self.0) }
+    }
+}
+
+struct TuGuard(CXTranslationUnit);
+impl Drop for TuGuard {
+    fn drop(&mut self) {
+        // SAFETY: created by clang_parseTranslationUnit2, disposed once.
+        unsafe { clang_disposeTranslationUnit(self.0) }
+    }
+}
+
+/// Calls `f` on each child of `cursor`; `f` says whether to recurse.
+///
+/// # Safety
+/// libclang must be loaded on this thread and `cursor` must belong to a live
+/// translation unit. `f` must not panic (the panic would cross C frames).
+unsafe fn visit<F>(cursor: CXCursor, mut f: F)
+where
+    F: FnMut(CXCursor, CXCursor) -> CXChildVisitResult,
+{
+    extern "C" fn trampoline<F>(
+        c: CXCursor,
+        parent: CXCursor,
+        data: CXClientData,
+    ) -> CXChildVisitResult
+    where
+        F: FnMut(CXCursor, CXCursor) -> CXChildVisitResult,
+    {
+        // SAFETY: `data` is the `&mut F` passed below, alive for the visit.
+        let f = unsafe { &mut *(data as *mut F) };
+        f(c, parent)
+    }
+    clang_visitChildren(cursor, trampoline::<F>, &mut f as *mut F as CXClientData);
+}
+
+/// The direct children of `cursor`.
+///
+/// # Safety
+/// As for [`visit`].
+unsafe fn children(cursor: CXCursor) -> Vec<CXCursor> {
+    let mut out = Vec::new();
+    visit(cursor, |c, _| {
+        out.push(c);
+        CXChildVisit_Continue
+    });
+    out
+}
+
+/// File, line and column of a location after macro expansion.
+///
+/// # Safety
+/// libclang must be loaded on this thread; `loc` from a live TU.
+unsafe fn expansion_location(loc: CXSourceLocation) -> (Option<CXFile>, u32, u32) {
+    let mut file: CXFile = ptr::null_mut();
+    let (mut line, mut col, mut offset): (c_uint, c_uint, c_uint) = (0, 0, 0);
+    clang_getExpansionLocation(loc, &mut file, &mut line, &mut col, &mut offset);
+    ((!file.is_null()).then_some(file), line, col)
+}
+
+/// The real path of a file when libclang has it, else its name as spelled.
+///
+/// # Safety
+/// libclang must be loaded on this thread; `file` from a live TU.
+unsafe fn file_path(file: CXFile) -> PathBuf {
+    let real = cx_string(clang_File_tryGetRealPathName(file));
+    if !real.is_empty() {
+        return PathBuf::from(real);
+    }
+    let name = PathBuf::from(cx_string(clang_getFileName(file)));
+    std::fs::canonicalize(&name).unwrap_or(name)
+}
+
+fn name_matches(wanted: &str, name: &str, qualified: &str) -> bool {
+    let wanted = wanted.strip_prefix("::").unwrap_or(wanted);
+    if wanted.contains("::") {
+        wanted == qualified
+    } else {
+        wanted == name
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Inspection
+// ---------------------------------------------------------------------------
+
+/// Parses `source` as CUDA (host side) and describes the functions it declares
+/// under any of `names` (plain names such as `mm`, or qualified ones such as
+/// `lin::detail::scale`).
+///
+/// A source with errors still gives an answer: whatever clang could make of
+/// it, with the errors in [`SourceInfo::diagnostics`]. An `Err` means no
+/// answer at all: libclang missing, no such file, or arguments the clang
+/// driver refuses.
+///
+/// Safe to call from several threads at once. The first call in a process
+/// loads libclang.
+pub fn inspect(source: &Path, names: &[&str], cfg: &ClangConfig) -> Result<SourceInfo, ClangError> {
+    if !source.is_file() {
+        return Err(ClangError::SourceNotFound(source.to_path_buf()));
+    }
+    let lib = libclang(cfg.libclang_path.as_deref())?;
+    let mut args = Vec::new();
+    if let Some(dir) = &lib.resource_dir {
+        args.push("-resource-dir".to_string());
+        args.push(dir.display().to_string());
+    }
+    args.extend(cfg.clang_args());
+
+    let c_source = c_string(source.as_os_str())?;
+    let c_args = args
+        .iter()
+        .map(|a| c_string(OsStr::new(a)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let arg_ptrs: Vec<*const c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+    let n_args = c_int::try_from(arg_ptrs.len())
+        .map_err(|_| ClangError::InvalidArgument("too many arguments".into()))?;
+
+    let _thread = ThreadLibrary::install(Arc::clone(&lib.library));
+    // SAFETY: libclang is installed on this thread for the whole block; every
+    // pointer handed to it outlives the call that uses it; the index outlives
+    // the translation unit (guards drop in reverse order).
+    unsafe {
+        // excludeDeclarationsFromPCH = 1: the TU cursor's children are then
+        // the top-level declarations the parser produced (see
+        // `Collector::run`); displayDiagnostics = 0: they are collected.
+        let index = IndexGuard(clang_createIndex(1, 0));
+        let mut tu: CXTranslationUnit = ptr::null_mut();
+        let code = clang_parseTranslationUnit2(
+            index.0,
+            c_source.as_ptr(),
+            arg_ptrs.as_ptr(),
+            n_args,
+            ptr::null_mut(),
+            0,
+            CXTranslationUnit_KeepGoing,
+            &mut tu,
+        );
+        if code != CXError_Success || tu.is_null() {
+            return Err(ClangError::Parse {
+                file: source.to_path_buf(),
+                code: error_name(code),
+                args: args.join(" "),
+            });
+        }
+        let tu = TuGuard(tu);
+        let diagnostics = collect_diagnostics(tu.0);
+        let functions = Collector::new(names).run(tu.0);
+        Ok(SourceInfo {
+            functions,
+            diagnostics,
+        })
+    }
+}
+
+fn c_string(s: &OsStr) -> Result<CString, ClangError> {
+    CString::new(s.as_encoded_bytes())
+        .map_err(|_| ClangError::InvalidArgument(s.to_string_lossy().into_owned()))
+}
+
+fn error_name(code: CXErrorCode) -> &'static str {
+    match code {
+        CXError_Success => "no translation unit",
+        CXError_Failure => "CXError_Failure",
+        CXError_Crashed => "CXError_Crashed: libclang crashed",
+        CXError_InvalidArguments => "CXError_InvalidArguments",
+        CXError_ASTReadError => {
+            "CXError_ASTReadError: typically the clang driver rejected an argument"
+        }
+        _ => "unknown libclang error",
+    }
+}
+
+/// # Safety
+/// libclang loaded on this thread; `tu` live.
+unsafe fn collect_diagnostics(tu: CXTranslationUnit) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..clang_getNumDiagnostics(tu) {
+        let diag = clang_getDiagnostic(tu, i);
+        let severity = clang_getDiagnosticSeverity(diag);
+        if severity >= CXDiagnostic_Error {
+            let label = if severity == CXDiagnostic_Fatal {
+                "fatal error"
+            } else {
+                "error"
+            };
+            let message = cx_string(clang_getDiagnosticSpelling(diag));
+            let (file, line, col) = expansion_location(clang_getDiagnosticLocation(diag));
+            out.push(match file {
+                Some(f) => {
+                    let name = cx_string(clang_getFileName(f));
+                    format!("{name}:{line}:{col}: {label}: {message}")
+                }
+                None => format!("{label}: {message}"),
+            });
+        }
+        clang_disposeDiagnostic(diag);
+    }
+    out
+}
+
+/// A function found so far, keyed by its USR.
+struct Entity {
+    info: FunctionInfo,
+    usr: String,
+}
+
+/// Walks the translation unit once, collecting the named functions and the
+/// template specializations referenced anywhere.
+struct Collector<'n> {
+    names: &'n [&'n str],
+    entities: Vec<Entity>,
+    by_usr: HashMap<String, usize>,
+    /// Template USR -> specializations met, in order, without repeats.
+    specializations: HashMap<String, Vec<Specialization>>,
+}
+
+impl<'n> Collector<'n> {
+    fn new(names: &'n [&'n str]) -> Self {
+        Collector {
+            names,
+            entities: Vec::new(),
+            by_usr: HashMap::new(),
+            specializations: HashMap::new(),
+        }
+    }
+
+    /// # Safety
+    /// libclang loaded on this thread; `tu` live.
+    unsafe fn run(mut self, tu: CXTranslationUnit) -> Vec<FunctionInfo> {
+        // The index was created with `excludeDeclarationsFromPCH`, so the
+        // translation unit's children are its top-level declarations as the
+        // parser handed them on: they include explicit instantiations and the
+        // instantiated bodies of implicitly instantiated function templates
+        // (so `launch<float>` calling `axpy<T><<<...>>>` yields `axpy<float>`),
+        // which a walk of the declaration contexts would not show.
+        visit(clang_getTranslationUnitCursor(tu), |c, _| self.on_cursor(c));
+        let mut specs = self.specializations;
+        self.entities
+            .into_iter()
+            .map(|mut e| {
+                if e.info.is_template {
+                    let found = specs.remove(&e.usr).unwrap_or_default();
+                    e.info.mangled = found.iter().map(|s| s.mangled.clone()).collect();
+                    e.info.specializations = found;
+                }
+                e.info
+            })
+            .collect()
+    }
+
+    /// # Safety
+    /// As for [`Collector::run`].
+    unsafe fn on_cursor(&mut self, c: CXCursor) -> CXChildVisitResult {
+        let kind = clang_getCursorKind(c);
+        match kind {
+            CXCursor_FunctionDecl | CXCursor_FunctionTemplate => {
+                let template = clang_getSpecializedCursorTemplate(c);
+                if in_system_header(c) {
+                    return CXChildVisit_Continue;
+                }
+                if kind == CXCursor_FunctionDecl && clang_Cursor_isNull(template) == 0 {
+                    // An explicit specialization or instantiation, or an
+                    // implicit instantiation.
+                    self.note_specialization(c, template);
+                } else {
+                    self.note_function(c, kind == CXCursor_FunctionTemplate);
+                }
+                CXChildVisit_Recurse
+            }
+            CXCursor_DeclRefExpr | CXCursor_MemberRefExpr => {
+                let target = clang_getCursorReferenced(c);
+                if clang_getCursorKind(target) == CXCursor_FunctionDecl {
+                    let template = clang_getSpecializedCursorTemplate(target);
+                    if clang_Cursor_isNull(template) == 0 {
+                        self.note_specialization(target, template);
+                    }
+                }
+                CXChildVisit_Recurse
+            }
+            CXCursor_Namespace | CXCursor_LinkageSpec | CXCursor_UnexposedDecl => {
+                CXChildVisit_Recurse
+            }
+            _ if in_system_header(c) => CXChildVisit_Continue,
+            _ => CXChildVisit_Recurse,
+        }
+    }
+
+    /// # Safety
+    /// As for [`Collector::run`].
+    unsafe fn note_function(&mut self, c: CXCursor, is_template: bool) {
+        let name = cx_string(clang_getCursorSpelling(c));
+        let qualified = qualified_name(c, &name);
+        if !self
+            .names
+            .iter()
+            .any(|w| name_matches(w, &name, &qualified))
+        {
+            return;
+        }
+        let usr = cx_string(clang_getCursorUSR(clang_getCanonicalCursor(c)));
+        let is_definition = clang_isCursorDefinition(c) != 0;
+        let is_global = has_global_attr(c);
+        let idx = match self.by_usr.get(&usr) {
+            Some(&i) => {
+                let e = &mut self.entities[i].info;
+                e.is_global |= is_global;
+                if !is_definition || e.is_definition {
+                    return;
+                }
+                i
+            }
+            None => {
+                self.entities.push(Entity {
+                    info: FunctionInfo {
+                        name: name.clone(),
+                        qualified_name: qualified,
+                        file: PathBuf::new(),
+                        line: 0,
+                        col: 0,
+                        is_global,
+                        is_template,
+                        is_definition: false,
+                        params: Vec::new(),
+                        mangled: Vec::new(),
+                        specializations: Vec::new(),
+                    },
+                    usr: usr.clone(),
+                });
+                self.by_usr.insert(usr, self.entities.len() - 1);
+                self.entities.len() - 1
+            }
+        };
+        // First declaration, or the definition: take its location and params.
+        let (file, line, col) = expansion_location(clang_getCursorLocation(c));
+        let e = &mut self.entities[idx].info;
+        e.file = file.map(|f| file_path(f)).unwrap_or_default();
+        e.line = line;
+        e.col = col;
+        e.is_definition = is_definition;
+        e.params = params(c, is_template);
+        if !is_template {
+            e.mangled = vec![mangled_name(c)];
+        }
+    }
+
+    /// Records `spec`, a specialization of `template`.
+    ///
+    /// # Safety
+    /// As for [`Collector::run`].
+    unsafe fn note_specialization(&mut self, spec: CXCursor, template: CXCursor) {
+        if clang_getCursorKind(template) != CXCursor_FunctionTemplate || in_system_header(template)
+        {
+            return;
+        }
+        let template_usr = cx_string(clang_getCursorUSR(clang_getCanonicalCursor(template)));
+        let mangled = mangled_name(spec);
+        let list = self.specializations.entry(template_usr).or_default();
+        if !mangled.is_empty() && !list.iter().any(|s| s.mangled == mangled) {
+            list.push(Specialization {
+                mangled,
+                params: params(spec, false),
+            });
+        }
+    }
+}
+
+/// The Itanium name of a function as the device code has it.
+///
+/// On the host side clang names a kernel's launch stub, and libclang's
+/// mangling of a kernel is that stub's name: the kernel's identifier gets the
+/// prefix `__device_stub__` (`_Z4axpyIfEvT_PKS0_PS0_i` becomes
+/// `_Z19__device_stub__axpyIfEvT_PKS0_PS0_i`). [`kernel_symbol`] undoes that.
+///
+/// # Safety
+/// libclang loaded on this thread; `c` a function from a live TU.
+unsafe fn mangled_name(c: CXCursor) -> String {
+    kernel_symbol(&cx_string(clang_Cursor_getMangling(c)))
+}
+
+const STUB_PREFIX: &str = "__device_stub__";
+
+/// Removes the `__device_stub__` prefix clang's host side puts on a kernel's
+/// identifier: in a mangled name, the `<length>__device_stub__<identifier>`
+/// source name becomes `<length - 15><identifier>`; an unmangled
+/// (`extern "C"`) name just loses the prefix. Names without it are returned
+/// unchanged.
+pub fn kernel_symbol(mangled: &str) -> String {
+    if let Some(plain) = mangled.strip_prefix(STUB_PREFIX) {
+        return plain.to_string();
+    }
+    let Some(at) = mangled.find(STUB_PREFIX) else {
+        return mangled.to_string();
+    };
+    let head = &mangled[..at];
+    let digits = head.len() - head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let Ok(len) = head[head.len() - digits..].parse::<usize>() else {
+        return mangled.to_string();
+    };
+    if digits == 0 || len <= STUB_PREFIX.len() {
+        return mangled.to_string();
+    }
+    format!(
+        "{}{}{}",
+        &head[..head.len() - digits],
+        len - STUB_PREFIX.len(),
+        &mangled[at + STUB_PREFIX.len()..]
+    )
+}
+
+/// # Safety
+/// libclang loaded on this thread; `c` from a live TU.
+unsafe fn in_system_header(c: CXCursor) -> bool {
+    clang_Location_isInSystemHeader(clang_getCursorLocation(c)) != 0
+}
+
+/// `a::b::name` for a function in namespaces `a::b`.
+///
+/// # Safety
+/// libclang loaded on this thread; `c` from a live TU.
+unsafe fn qualified_name(c: CXCursor, name: &str) -> String {
+    let mut parts = vec![name.to_string()];
+    let mut parent = clang_getCursorSemanticParent(c);
+    loop {
+        match clang_getCursorKind(parent) {
+            CXCursor_TranslationUnit => break,
+            k if clang_isInvalid(k) != 0 => break,
+            CXCursor_LinkageSpec => {}
+            CXCursor_Namespace if clang_Cursor_isAnonymous(parent) != 0 => {
+                parts.push("(anonymous namespace)".into())
+            }
+            _ => parts.push(cx_string(clang_getCursorSpelling(parent))),
+        }
+        parent = clang_getCursorSemanticParent(parent);
+    }
+    parts.reverse();
+    parts.join("::")
+}
+
+/// Whether this declaration carries `__global__`.
+///
+/// # Safety
+/// libclang loaded on this thread; `c` from a live TU.
+unsafe fn has_global_attr(c: CXCursor) -> bool {
+    children(c)
+        .into_iter()
+        .any(|k| clang_getCursorKind(k) == CXCursor_CUDAGlobalAttr)
+}
+
+/// The parameters of a function or function template.
+///
+/// # Safety
+/// libclang loaded on this thread; `c` from a live TU.
+unsafe fn params(c: CXCursor, is_template: bool) -> Vec<KernelParam> {
+    let cursors: Vec<CXCursor> = if is_template {
+        children(c)
+            .into_iter()
+            .filter(|k| clang_getCursorKind(*k) == CXCursor_ParmDecl)
+            .collect()
+    } else {
+        let n = clang_Cursor_getNumArguments(c).max(0) as c_uint;
+        (0..n).map(|i| clang_Cursor_getArgument(c, i)).collect()
+    };
+    cursors.into_iter().map(|p| param(p)).collect()
+}
+
+/// # Safety
+/// libclang loaded on this thread; `p` a `ParmDecl` from a live TU.
+unsafe fn param(p: CXCursor) -> KernelParam {
+    let ty = clang_getCursorType(p);
+    let canonical = clang_getCanonicalType(ty);
+    let canonical_spelling = cx_string(clang_getTypeSpelling(canonical));
+    let dependent = canonical_spelling.contains("type-parameter-");
+    KernelParam {
+        name: cx_string(clang_getCursorSpelling(p)),
+        ty: if dependent {
+            cx_string(clang_getTypeSpelling(ty))
+        } else {
+            canonical_spelling
+        },
+        is_integer: !dependent && is_integer_kind(canonical.kind),
+    }
+}
+
+/// The integer kinds that can carry a size or count (see
+/// [`KernelParam::is_integer`]).
+fn is_integer_kind(kind: CXTypeKind) -> bool {
+    matches!(
+        kind,
+        CXType_Short
+            | CXType_UShort
+            | CXType_Int
+            | CXType_UInt
+            | CXType_Long
+            | CXType_ULong
+            | CXType_LongLong
+            | CXType_ULongLong
+            | CXType_Int128
+            | CXType_UInt128
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_plain_and_qualified() {
+        assert!(name_matches("scale", "scale", "lin::detail::scale"));
+        assert!(name_matches(
+            "lin::detail::scale",
+            "scale",
+            "lin::detail::scale"
+        ));
+        assert!(name_matches(
+            "::lin::detail::scale",
+            "scale",
+            "lin::detail::scale"
+        ));
+        assert!(!name_matches(
+            "detail::scale",
+            "scale",
+            "lin::detail::scale"
+        ));
+        assert!(!name_matches("scal", "scale", "scale"));
+    }
+
+    #[test]
+    fn clang_args_order() {
+        let cfg = ClangConfig {
+            cuda_path: "/opt/cuda".into(),
+            stub_include: Some("/stubs".into()),
+            args: vec!["-Iinc".into(), "-DX=1".into()],
+            libclang_path: None,
+        };
+        assert_eq!(
+            cfg.clang_args(),
+            [
+                "-x",
+                "cuda",
+                "--cuda-host-only",
+                "--cuda-path=/opt/cuda",
+                "-nocudalib",
+                "-Wno-unknown-cuda-version",
+                "-isystem",
+                "/stubs",
+                "-Iinc",
+                "-DX=1"
+            ]
+        );
+    }
+
+    #[test]
+    fn stub_names_become_kernel_names() {
+        assert_eq!(
+            kernel_symbol("_Z17__device_stub__mmPKfS0_Pfi"),
+            "_Z2mmPKfS0_Pfi"
+        );
+        assert_eq!(
+            kernel_symbol("_Z19__device_stub__axpyIfEvT_PKS0_PS0_i"),
+            "_Z4axpyIfEvT_PKS0_PS0_i"
+        );
+        assert_eq!(
+            kernel_symbol("_ZN3lin6detail20__device_stub__scaleEPffm"),
+            "_ZN3lin6detail5scaleEPffm"
+        );
+        assert_eq!(kernel_symbol("__device_stub__plain_c"), "plain_c");
+        assert_eq!(kernel_symbol("_Z7mm_hostPKfS0_Pfi"), "_Z7mm_hostPKfS0_Pfi");
+        assert_eq!(kernel_symbol("main"), "main");
+        assert_eq!(kernel_symbol("x__device_stub__"), "x__device_stub__");
+    }
+
+    #[test]
+    fn resource_dir_parsing() {
+        // A library whose own guess exists needs no override.
+        assert_eq!(
+            resource_dir_for(Path::new("/nonexistent/lib/libclang.so"), "no version"),
+            None
+        );
+    }
+}
