@@ -1,0 +1,76 @@
+//! Shared helpers for the integration tests: the real nvcc and klaraptor-cc, run in
+//! scratch directories.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The nvcc that `scripts/setup` installs. Tests need it: they compile real CUDA.
+pub fn nvcc() -> PathBuf {
+    if let Some(p) = std::env::var_os("KLARAPTOR_NVCC") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".toolchain/cuda/bin/nvcc");
+    assert!(p.is_file(), "{} is missing: run scripts/setup first", p.display());
+    p
+}
+
+pub fn klaraptor_cc() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_klaraptor-cc"))
+}
+
+pub fn klaraptor() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_klaraptor"))
+}
+
+/// A scratch directory holding the given files.
+pub fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        let p = dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+/// Runs `prog args…` in `dir`, with klaraptor-cc pointed at the same nvcc the test uses.
+pub fn run(dir: &Path, prog: &Path, args: &[&str]) -> Output {
+    Command::new(prog)
+        .args(args)
+        .current_dir(dir)
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env_remove("NVCC_PREPEND_FLAGS")
+        .env_remove("NVCC_APPEND_FLAGS")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", prog.display()))
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every regular file under `dir`, relative, sorted.
+pub fn files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// File contents with nvcc's per-run temporary names (`tmpxft_<pid>_<n>`) made equal.
+pub fn normalized(path: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    let re = regex::bytes::Regex::new(r"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}").unwrap();
+    re.replace_all(&bytes, &b"tmpxft_XXXXXXXX_XXXXXXXX"[..]).into_owned()
+}
