@@ -1,0 +1,179 @@
+//! Annotated sources through klaraptor-cc and `klaraptor specs`: valid annotations build,
+//! invalid ones stop the build with `file:line:col`, what was expected and how to fix it,
+//! and leave no output behind.
+
+mod common;
+use common::*;
+
+const MM: &str = r#"#include <cstdio>
+#pragma kernel_info_size_param_idx_mm = 3;
+#pragma kernel_info_dim_mm = 2;
+__global__ void mm(const float *a, const float *b, float *c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+  if (i < n && j < n) c[j * n + i] = a[j * n + i] + b[j * n + i];
+}
+void run(const float *a, const float *b, float *c, int n) {
+  mm<<<dim3((n + 31) / 32, (n + 7) / 8), dim3(32, 8)>>>(a, b, c, n);
+}
+"#;
+
+fn specs(dir: &std::path::Path, file: &str) -> (i32, String, String) {
+    let o = run(dir, &klaraptor(), &["specs", file]);
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+}
+
+/// Compiles `src` as `k.cu` with `-c -o k.o`; returns (status, stderr, whether k.o exists).
+fn compile(files: &[(&str, &str)], extra: &[&str]) -> (i32, String, bool) {
+    let d = project(files);
+    let mut args = vec!["-c", "k.cu", "-o", "k.o"];
+    args.extend(extra);
+    let o = run(d.path(), &klaraptor_cc(), &args);
+    (o.status.code().unwrap_or(-1), stderr(&o), d.path().join("k.o").exists())
+}
+
+#[test]
+fn classic_pragmas_give_a_spec_with_the_default_grid() {
+    let d = project(&[("k.cu", MM)]);
+    let (code, out, err) = specs(d.path(), "k.cu");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("[kernel.\"mm\"]\nmangled = [\"_Z2mmPKfS0_Pfi\"]\n"), "{out}");
+    assert!(out.contains("data = [\"N=3 (int n)\"]\ndim = 2\ngrid = [\"ceil(N, bx)\", \"ceil(N, by)\"]"), "{out}");
+}
+
+#[test]
+fn our_pragmas_cause_no_warnings_but_foreign_pragmas_are_left_alone() {
+    let src = MM.replace("#include <cstdio>", "#include <cstdio>\n#pragma omp parallel");
+    let (code, err, built) = compile(&[("k.cu", &src)], &["-Xcompiler", "-Wall"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(built);
+    assert!(!err.contains("kernel_info"), "our pragmas must not warn:\n{err}");
+    assert!(err.contains("k.cu:2: warning: ignoring ‘#pragma omp parallel’"), "foreign pragma warns as with nvcc, at its own line:\n{err}");
+}
+
+#[test]
+fn a_missing_argument_index_stops_the_build_with_a_location() {
+    let src = MM.replace("idx_mm = 3", "idx_mm = 7");
+    let (code, err, built) = compile(&[("k.cu", &src)], &[]);
+    assert_eq!(code, 1);
+    assert!(!built, "no output may be left behind");
+    assert!(
+        err.starts_with("k.cu:2:41: error: argument index 7 is out of range: kernel 'mm' has 4 parameter(s)\n"),
+        "{err}"
+    );
+    assert!(err.contains("= help: indices are 0-based; the parameters are (0: const float * a, 1: const float * b, 2: float * c, 3: int n)"), "{err}");
+    assert!(err.contains("no output was written"), "{err}");
+}
+
+#[test]
+fn a_data_argument_must_be_an_integer() {
+    let src = MM.replace("idx_mm = 3", "idx_mm = 2");
+    let (code, err, built) = compile(&[("k.cu", &src)], &[]);
+    assert_eq!((code, built), (1, false));
+    assert!(err.starts_with("k.cu:2:41: error: argument 2 ('c', of type 'float *') is not an integer, so it cannot be a data size"), "{err}");
+}
+
+#[test]
+fn the_kernel_must_exist_and_be_global() {
+    let src = MM.replace("_mm = 3", "_mmm = 3").replace("dim_mm", "dim_mmm");
+    let (code, err, built) = compile(&[("k.cu", &src)], &[]);
+    assert_eq!((code, built), (1, false));
+    assert!(err.starts_with("k.cu:2:9: error: no kernel named 'mmm' in this translation unit"), "{err}");
+    assert!(err.contains("= help: check the kernel's name"), "{err}");
+
+    let dev = "#pragma klaraptor kernel(f) data(n)\n__device__ int f(int n) { return n; }\n";
+    let (code, err, _) = compile(&[("k.cu", dev)], &[]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("k.cu:1:19: error: 'f' (declared at "), "{err}");
+    assert!(err.contains("is not a __global__ kernel"), "{err}");
+}
+
+#[test]
+fn klaraptor_pragma_with_names_grid_constraints_and_profile() {
+    let src = r#"
+#pragma klaraptor kernel(gemm) data(NI=ni, NJ=4, NK=nk) dim(2) \
+        grid(ceil(NJ, bx), ceil(NI, by)) block(bx % 32 == 0) block(bx * by <= 512) \
+        profile(run="./gemm {NI} {NJ} {NK}", sizes=[64, (128, 128, 64)])
+__global__ void gemm(float alpha, const float *A, const float *B, int ni, long nj, size_t nk, float *C) {}
+"#;
+    let d = project(&[("k.cu", src)]);
+    let (code, out, err) = specs(d.path(), "k.cu");
+    assert_eq!(code, 0, "{err}");
+    for want in [
+        "data = [\"NI=3 (int ni)\", \"NJ=4 (long nj)\", \"NK=5 (unsigned long nk)\"]",
+        "grid = [\"ceil(NJ, bx)\", \"ceil(NI, by)\"]",
+        "block = [\"((bx % 32) == 0)\", \"((bx * by) <= 512)\"]",
+        "profile = { run = \"./gemm {NI} {NJ} {NK}\", sizes = [[64, 64, 64], [128, 128, 64]] }",
+    ] {
+        assert!(out.contains(want), "missing {want} in\n{out}");
+    }
+}
+
+#[test]
+fn expression_errors_point_into_the_pragma() {
+    let src = "#pragma klaraptor kernel(k) data(N=n) dim(2) grid(ceil(N, bx), ceil(M, by))\n__global__ void k(int n) {}\n";
+    let (code, err, built) = compile(&[("k.cu", src)], &[]);
+    assert_eq!((code, built), (1, false));
+    assert!(err.starts_with("k.cu:1:69: error: unknown name 'M'; the names are bx, by, bz, N\n"), "{err}");
+    assert!(err.contains("\n    | #pragma klaraptor kernel(k)"), "{err}");
+}
+
+#[test]
+fn klaraptor_toml_annotates_without_touching_the_source() {
+    let toml = "[kernel.mm]\ndata = [\"N=n\"]\ndim = 2\nblock = [\"bx >= 32\"]\n";
+    let plain = MM.replace("#pragma kernel_info_size_param_idx_mm = 3;\n#pragma kernel_info_dim_mm = 2;\n", "");
+    let d = project(&[("k.cu", &plain), ("klaraptor.toml", toml)]);
+    let (code, out, err) = specs(d.path(), "k.cu");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("data = [\"N=3 (int n)\"]") && out.contains("block = [\"(bx >= 32)\"]"), "{out}");
+
+    let bad = "[kernel.mm]\ndata = [\"N=n\"]\ndim = 2\ngrid = [\"ceil(N, bx)\", \"N +\"]\n";
+    let (code, err, built) = compile(&[("k.cu", &plain), ("klaraptor.toml", bad)], &[]);
+    assert_eq!((code, built), (1, false));
+    assert!(err.starts_with("klaraptor.toml:4:28: error: expected a number, a name or '(', found the end of the expression"), "{err}");
+}
+
+#[test]
+fn dependency_files_name_the_original_source() {
+    let d = project(&[("k.cu", MM)]);
+    let o = run(d.path(), &klaraptor_cc(), &["-c", "k.cu", "-o", "k.o", "-MD"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let deps = std::fs::read_to_string(d.path().join("k.d")).unwrap();
+    assert!(deps.starts_with("k.o : k.cu \\\n"), "{deps}");
+    assert!(!deps.contains("klaraptor-"), "{deps}");
+}
+
+#[test]
+fn a_syntax_error_in_an_annotated_source_is_reported_by_nvcc() {
+    let src = MM.replace("c[j * n + i] = a", "c[j * n + i] = = a");
+    let d = project(&[("k.cu", &src)]);
+    let plain = run(d.path(), &nvcc(), &["-c", "k.cu", "-o", "k.o"]);
+    let ours = run(d.path(), &klaraptor_cc(), &["-c", "k.cu", "-o", "k.o"]);
+    assert_ne!(plain.status.code(), Some(0));
+    assert_eq!(ours.status.code(), plain.status.code());
+    assert_eq!(stderr(&ours), stderr(&plain));
+}
+
+#[test]
+fn the_sample_builds_with_make_as_with_nvcc() {
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/matmul");
+    let names = ["Makefile", "kernels.h", "main.cu", "mm.cu", "saxpy.cu"];
+    let texts: Vec<String> = names.iter().map(|n| std::fs::read_to_string(sample.join(n)).unwrap()).collect();
+    let inputs: Vec<(&str, &str)> = names.iter().copied().zip(texts.iter().map(String::as_str)).collect();
+    let (a, b) = (project(&inputs), project(&inputs));
+    let make = |dir: &std::path::Path, nvcc: &std::path::Path| {
+        std::process::Command::new("make")
+            .arg(format!("NVCC={}", nvcc.display()))
+            .current_dir(dir)
+            .env("KLARAPTOR_NVCC", common::nvcc())
+            .output()
+            .unwrap()
+    };
+    let plain = make(a.path(), &nvcc());
+    let ours = make(b.path(), &klaraptor_cc());
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(ours.status.success(), "{}", stderr(&ours));
+    assert_eq!(files(a.path()), files(b.path()));
+    // main.o has no annotations: it is nvcc's own output, byte for byte.
+    assert_eq!(normalized(&a.path().join("main.o")), normalized(&b.path().join("main.o")));
+    assert!(b.path().join("matmul").is_file());
+}
