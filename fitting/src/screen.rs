@@ -1,0 +1,269 @@
+//! The screening pass: every candidate of the search is fitted on the training points and
+//! scored on the held-out ones, cheaply enough to enumerate thousands of them.
+//!
+//! All candidates' least-squares matrices are column subsets of one matrix `A` (the numerator
+//! Chebyshev columns up to the numerator bounds, then the weighted denominator columns). Its
+//! Gram matrix `G = AᵀA` is formed once and column-normalised. For a numerator tuple with
+//! columns `P`, the Cholesky factor `L` of `G_PP` is computed once; every denominator tuple
+//! `J` is then a Schur-complement solve of size `|J|` (at most a handful), because the
+//! Cholesky factor of `G_{P∪J}` is `L` bordered by rows that do not depend on which other
+//! denominator columns are present. The cost per numerator tuple is `|P|³/3` once, plus
+//! `O(|P|²)` per denominator tuple.
+//!
+//! Normal equations square the condition number. The Chebyshev basis on `[−1, 1]` and the
+//! column normalisation keep it modest for the degrees searched, the Cholesky factorisation
+//! refuses a column whose pivot falls below `1e-12` of its norm (condition number beyond about
+//! `10⁶`), and only the ranking of candidates depends on this pass: the returned model is always
+//! refitted by the truncated SVD of its own system.
+
+use crate::poly::{dense_index, DegreeBounds, Monomial};
+use crate::problem::{Prepared, Split};
+use crate::solve::{basis_value, chebyshev_table, Candidate};
+use crate::linalg::{backward_substitute_transposed, cholesky_in_place, forward_substitute};
+
+/// Relative pivot under which a column counts as dependent on the previous ones.
+const PIVOT_TOLERANCE: f64 = 1e-12;
+
+/// The candidate grid: numerator tuples, denominator tuples, and for each numerator tuple the
+/// denominator tuples it is paired with.
+pub(crate) struct CandidateGrid {
+    pub num_tuples: Vec<DegreeBounds>,
+    pub den_tuples: Vec<DegreeBounds>,
+    pub pairs: Vec<Vec<usize>>,
+    /// The largest numerator tuple (every numerator tuple is below it).
+    pub num_max: DegreeBounds,
+    /// Denominator monomials other than the constant used by some denominator tuple.
+    pub den_cols: Vec<Monomial>,
+}
+
+impl CandidateGrid {
+    pub fn len(&self) -> usize {
+        self.pairs.iter().map(Vec::len).sum()
+    }
+
+    pub fn candidate(&self, ni: usize, di: usize) -> Candidate {
+        Candidate {
+            num: self.num_tuples[ni].clone(),
+            den: self.den_tuples[di].clone(),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.pairs
+            .iter()
+            .enumerate()
+            .flat_map(|(ni, ds)| ds.iter().map(move |&di| (ni, di)))
+    }
+}
+
+/// Weighted mean of capped relative errors: `w·mean(E) + (1 − w)·mean(I)` over the
+/// extrapolation (`true`) and interior (`false`) held-out points; a single set counts alone.
+pub(crate) fn score(errors: impl Iterator<Item = (f64, bool)>, extrapolation_weight: f64) -> f64 {
+    let (mut se, mut ne, mut si, mut ni) = (0.0, 0usize, 0.0, 0usize);
+    for (e, extrapolation) in errors {
+        let e = if e.is_finite() { e.min(1.0) } else { 1.0 };
+        if extrapolation {
+            se += e;
+            ne += 1;
+        } else {
+            si += e;
+            ni += 1;
+        }
+    }
+    match (ne, ni) {
+        (0, 0) => 0.0,
+        (_, 0) => se / ne as f64,
+        (0, _) => si / ni as f64,
+        _ => extrapolation_weight * se / ne as f64 + (1.0 - extrapolation_weight) * si / ni as f64,
+    }
+}
+
+/// Scores of every candidate of `grid` (`None`: numerically rank-deficient), indexed like
+/// `grid.pairs`.
+pub(crate) fn screen_normal_equations(
+    prep: &Prepared,
+    split: &Split,
+    grid: &CandidateGrid,
+    extrapolation_weight: f64,
+) -> Vec<Vec<Option<f64>>> {
+    let num_cols: Vec<Monomial> = grid.num_max.monomials().collect();
+    let (np_all, nq_all) = (num_cols.len(), grid.den_cols.len());
+    let n_all = np_all + nq_all;
+    let maxdeg: Vec<u32> = (0..prep.vars.len())
+        .map(|i| {
+            let d = grid.den_cols.iter().map(|m| m.0[i]).max().unwrap_or(0);
+            grid.num_max.0[i].max(d)
+        })
+        .collect();
+
+    // Weighted training matrix, column-major.
+    let m = split.train.len();
+    let mut a = vec![0.0; n_all * m];
+    let mut y = vec![0.0; m];
+    for (r, &k) in split.train.iter().enumerate() {
+        let table = chebyshev_table(&prep.scaled[k], &maxdeg);
+        let v = prep.values[k];
+        let w = 1.0 / v.abs().max(prep.floor);
+        for (c, mono) in num_cols.iter().enumerate() {
+            a[c * m + r] = w * basis_value(&table, &mono.0);
+        }
+        for (c, mono) in grid.den_cols.iter().enumerate() {
+            a[(np_all + c) * m + r] = -w * v * basis_value(&table, &mono.0);
+        }
+        y[r] = w * v;
+    }
+    let column = |c: usize| &a[c * m..(c + 1) * m];
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
+    let mut gram = vec![0.0; n_all * n_all];
+    let mut g = vec![0.0; n_all];
+    for i in 0..n_all {
+        for j in 0..=i {
+            let s = dot(column(i), column(j));
+            gram[i * n_all + j] = s;
+            gram[j * n_all + i] = s;
+        }
+        g[i] = dot(column(i), &y);
+    }
+    let dscale: Vec<f64> = (0..n_all)
+        .map(|i| {
+            let d = gram[i * n_all + i];
+            if d > 0.0 && d.is_finite() {
+                1.0 / d.sqrt()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    for i in 0..n_all {
+        for j in 0..n_all {
+            gram[i * n_all + j] *= dscale[i] * dscale[j];
+        }
+        g[i] *= dscale[i];
+    }
+
+    // Held-out basis values (unweighted, without v), row-major.
+    let held: Vec<(usize, bool)> = split.heldout().collect();
+    let mut h = vec![0.0; held.len() * n_all];
+    for (r, &(k, _)) in held.iter().enumerate() {
+        let table = chebyshev_table(&prep.scaled[k], &maxdeg);
+        let row = &mut h[r * n_all..(r + 1) * n_all];
+        for (c, mono) in num_cols.iter().chain(&grid.den_cols).enumerate() {
+            row[c] = basis_value(&table, &mono.0);
+        }
+    }
+
+    let den_sets: Vec<Vec<usize>> = grid
+        .den_tuples
+        .iter()
+        .map(|d| (0..nq_all).filter(|&j| d.contains(&grid.den_cols[j])).collect())
+        .collect();
+
+    let mut scores: Vec<Vec<Option<f64>>> = grid.pairs.iter().map(|ds| vec![None; ds.len()]).collect();
+    for (ni, dens) in grid.pairs.iter().enumerate() {
+        if dens.is_empty() {
+            continue;
+        }
+        let p: Vec<usize> = grid.num_tuples[ni]
+            .monomials()
+            .map(|mono| dense_index(&mono.0, &grid.num_max.0))
+            .collect();
+        if p.iter().any(|&c| dscale[c] == 0.0) {
+            continue;
+        }
+        let np = p.len();
+        let mut l = vec![0.0; np * np];
+        for (i, &ci) in p.iter().enumerate() {
+            for (j, &cj) in p.iter().enumerate().take(i + 1) {
+                l[i * np + j] = gram[ci * n_all + cj];
+            }
+        }
+        if !cholesky_in_place(&mut l, np, PIVOT_TOLERANCE) {
+            continue;
+        }
+        let mut z: Vec<f64> = p.iter().map(|&c| g[c]).collect();
+        forward_substitute(&l, np, &mut z);
+
+        // Denominator columns any paired tuple uses; their bordering rows W = L⁻¹ G_{P,j}.
+        let mut needed: Vec<usize> = dens.iter().flat_map(|&di| den_sets[di].iter().copied()).collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let wrows: Vec<Vec<f64>> = needed
+            .iter()
+            .map(|&j| {
+                let cj = np_all + j;
+                let mut w: Vec<f64> = p.iter().map(|&ci| gram[ci * n_all + cj]).collect();
+                forward_substitute(&l, np, &mut w);
+                w
+            })
+            .collect();
+        let nn = needed.len();
+        let mut schur = vec![0.0; nn * nn];
+        let mut s = vec![0.0; nn];
+        for a_ in 0..nn {
+            let ca = np_all + needed[a_];
+            for b_ in 0..=a_ {
+                let cb = np_all + needed[b_];
+                let v = gram[ca * n_all + cb] - dot(&wrows[a_], &wrows[b_]);
+                schur[a_ * nn + b_] = v;
+                schur[b_ * nn + a_] = v;
+            }
+            s[a_] = g[ca] - dot(&wrows[a_], &z);
+        }
+
+        for (slot, &di) in dens.iter().enumerate() {
+            let jset: Vec<usize> = den_sets[di]
+                .iter()
+                .map(|j| needed.binary_search(j).unwrap_or(0))
+                .collect();
+            if jset.iter().any(|&ja| dscale[np_all + needed[ja]] == 0.0) {
+                continue;
+            }
+            let nj = jset.len();
+            let mut r = z.clone();
+            let mut yv = vec![0.0; nj];
+            if nj > 0 {
+                let mut sj = vec![0.0; nj * nj];
+                for (i, &ja) in jset.iter().enumerate() {
+                    for (k, &jb) in jset.iter().enumerate().take(i + 1) {
+                        sj[i * nj + k] = schur[ja * nn + jb];
+                    }
+                    yv[i] = s[ja];
+                }
+                // Pivots here are those of the full factor of G_{P∪J}: distances of unit
+                // columns from the span of the others.
+                if !cholesky_in_place(&mut sj, nj, PIVOT_TOLERANCE) {
+                    continue;
+                }
+                forward_substitute(&sj, nj, &mut yv);
+                backward_substitute_transposed(&sj, nj, &mut yv);
+                for (i, &ja) in jset.iter().enumerate() {
+                    for (rv, wv) in r.iter_mut().zip(&wrows[ja]) {
+                        *rv -= wv * yv[i];
+                    }
+                }
+            }
+            backward_substitute_transposed(&l, np, &mut r);
+            let num_c: Vec<f64> = r.iter().zip(&p).map(|(x, &c)| x * dscale[c]).collect();
+            let den_c: Vec<(usize, f64)> = jset
+                .iter()
+                .zip(&yv)
+                .map(|(&ja, y)| {
+                    let c = np_all + needed[ja];
+                    (c, y * dscale[c])
+                })
+                .collect();
+            if num_c.iter().chain(den_c.iter().map(|(_, v)| v)).any(|v| !v.is_finite()) {
+                continue;
+            }
+            let errors = held.iter().enumerate().map(|(row, &(k, extrapolation))| {
+                let hr = &h[row * n_all..(row + 1) * n_all];
+                let pv: f64 = p.iter().zip(&num_c).map(|(&c, x)| hr[c] * x).sum();
+                let qv: f64 = 1.0 + den_c.iter().map(|&(c, x)| hr[c] * x).sum::<f64>();
+                let e = if qv > 0.0 { prep.rel_error(pv / qv, k) } else { f64::INFINITY };
+                (e, extrapolation)
+            });
+            scores[ni][slot] = Some(score(errors, extrapolation_weight));
+        }
+    }
+    scores
+}

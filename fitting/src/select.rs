@@ -1,0 +1,456 @@
+//! Model selection: enumerate candidate degree tuples, screen them all on held-out points,
+//! refit the promising ones by SVD, keep the simplest within noise of the best whose
+//! denominator is positive on the domain, and refit it on every point.
+
+use std::collections::HashMap;
+
+use crate::domain::check_denominator;
+use crate::linalg::{LstsqSolver, NalgebraSvd};
+use crate::poly::{DegreeBounds, Monomial};
+use crate::problem::{FitOptions, FitProblem, Prepared, Screening, Split};
+use crate::rational::{Diagnostics, HeldOut, RationalFn, SearchStats};
+use crate::screen::{score, screen_normal_equations, CandidateGrid};
+use crate::solve::{fit_on_rows, Candidate, RawFit};
+use crate::FitError;
+
+/// Most numerator monomials (of the largest numerator tuple) the search will enumerate.
+pub const MAX_MONOMIALS: usize = 4096;
+/// Most non-constant denominator monomials.
+const MAX_DEN_MONOMIALS: usize = 255;
+/// Score differences below this are round-off (relative errors of exact fits).
+const SCORE_FLOOR: f64 = 1e-10;
+
+/// Fit `problem` with degrees chosen for extrapolation; see the crate documentation for the
+/// search and the selection rule.
+pub fn fit(problem: &FitProblem, options: &FitOptions) -> Result<RationalFn, FitError> {
+    fit_with_solver(problem, options, &NalgebraSvd)
+}
+
+/// [`fit`] with another least-squares solver for the SVD fits (the screening pass does not use
+/// it). Used to compare solvers on identical systems.
+pub fn fit_with_solver(
+    problem: &FitProblem,
+    options: &FitOptions,
+    solver: &dyn LstsqSolver,
+) -> Result<RationalFn, FitError> {
+    let prep = Prepared::new(problem, options)?;
+    let split = prep.split(options);
+    let grid = candidate_grid(&prep, &split, options)?;
+    let mut search = Search {
+        prep: &prep,
+        split: &split,
+        options,
+        solver,
+        evaluated: HashMap::new(),
+        rejected_denominator: 0,
+    };
+    let screened = search.screen(&grid)?;
+    let (winner, noise) = search.select(&grid, &screened)?;
+    let chosen = search.evaluated[&winner].clone();
+    let Evaluation::Admissible {
+        fit: split_fit,
+        errors,
+        score: winner_score,
+    } = chosen
+    else {
+        unreachable!("the winner is admissible");
+    };
+    let rows = prep.all_rows();
+    let refit = fit_on_rows(&prep, &rows, &winner, options.sk_iterations, options.rcond, solver)
+        .ok()
+        .filter(|f| f.full_rank() && admissible(&prep, f).is_ok());
+    let refit_on_all_points = refit.is_some();
+    let final_fit = refit.unwrap_or(split_fit);
+    let heldout = split.has_heldout().then(|| held_out_summary(&errors, winner_score));
+    let stats = SearchStats {
+        candidates: grid.len(),
+        screened: screened.iter().flatten().filter(|s| s.is_some()).count(),
+        refit: search.evaluated.len(),
+        rejected_denominator: search.rejected_denominator,
+        screening: match options.screening {
+            Screening::NormalEquations => "normal equations (Cholesky, shared numerator factor)".into(),
+            Screening::Svd => format!("SVD of every candidate ({})", solver.name()),
+        },
+    };
+    Ok(finish(&prep, final_fit, heldout, noise, Some(stats), refit_on_all_points))
+}
+
+/// Fit the given numerator and denominator degree bounds on every point, with no selection.
+/// Fails when the system has more unknowns than distinct points, or when the denominator
+/// vanishes or changes sign on the domain.
+pub fn fit_degrees(
+    problem: &FitProblem,
+    num: &DegreeBounds,
+    den: &DegreeBounds,
+    options: &FitOptions,
+) -> Result<RationalFn, FitError> {
+    fit_degrees_with_solver(problem, num, den, options, &NalgebraSvd)
+}
+
+/// [`fit_degrees`] with another least-squares solver.
+pub fn fit_degrees_with_solver(
+    problem: &FitProblem,
+    num: &DegreeBounds,
+    den: &DegreeBounds,
+    options: &FitOptions,
+    solver: &dyn LstsqSolver,
+) -> Result<RationalFn, FitError> {
+    let nvars = problem.vars.len();
+    for (what, b) in [("numerator degrees", num), ("denominator degrees", den)] {
+        if b.nvars() != nvars {
+            return Err(FitError::Dimension {
+                what: what.into(),
+                expected: nvars,
+                found: b.nvars(),
+            });
+        }
+        match b.monomial_count() {
+            Some(c) if c <= MAX_MONOMIALS => {}
+            c => {
+                return Err(FitError::TooManyMonomials {
+                    bounds: b.0.clone(),
+                    monomials: c.unwrap_or(usize::MAX),
+                    limit: MAX_MONOMIALS,
+                })
+            }
+        }
+    }
+    let prep = Prepared::new(problem, options)?;
+    let cand = Candidate {
+        num: num.clone(),
+        den: den.clone(),
+    };
+    if cand.unknowns() > prep.groups.len() {
+        return Err(FitError::Underdetermined {
+            num: num.0.clone(),
+            den: den.0.clone(),
+            unknowns: cand.unknowns(),
+            distinct_points: prep.groups.len(),
+        });
+    }
+    let rows = prep.all_rows();
+    let fit = fit_on_rows(&prep, &rows, &cand, options.sk_iterations, options.rcond, solver)?;
+    admissible(&prep, &fit).map_err(FitError::NoAdmissibleModel)?;
+    Ok(finish(&prep, fit, None, None, None, true))
+}
+
+/// The candidate grid of the crate documentation.
+fn candidate_grid(prep: &Prepared, split: &Split, options: &FitOptions) -> Result<CandidateGrid, FitError> {
+    let nvars = prep.vars.len();
+    let distinct = prep.distinct_values(&split.train);
+    let cap = |b: &DegreeBounds| -> DegreeBounds {
+        DegreeBounds(
+            b.0.iter()
+                .zip(&distinct)
+                .map(|(&d, &n)| d.min(n.saturating_sub(1) as u32))
+                .collect(),
+        )
+    };
+    let (mut num_max, mut den_max) = (cap(&options.num_bounds), cap(&options.den_bounds));
+    if !split.has_heldout() {
+        // Nothing to validate on: only the constant is justified.
+        num_max = DegreeBounds::zeros(nvars);
+        den_max = DegreeBounds::zeros(nvars);
+    }
+    let count = num_max.monomial_count().unwrap_or(usize::MAX);
+    if count > MAX_MONOMIALS {
+        return Err(FitError::TooManyMonomials {
+            bounds: num_max.0,
+            monomials: count,
+            limit: MAX_MONOMIALS,
+        });
+    }
+    let total_cap = options.den_max_total_degree;
+    let den_tuples: Vec<DegreeBounds> = if den_max.monomial_count().unwrap_or(usize::MAX) > MAX_MONOMIALS {
+        return Err(FitError::TooManyMonomials {
+            bounds: den_max.0,
+            monomials: usize::MAX,
+            limit: MAX_MONOMIALS,
+        });
+    } else {
+        den_max.sub_bounds().into_iter().filter(|d| d.total() <= total_cap).collect()
+    };
+    let den_cols: Vec<Monomial> = den_max
+        .monomials()
+        .filter(|m| !m.is_constant() && m.degree() <= total_cap)
+        .collect();
+    if den_cols.len() > MAX_DEN_MONOMIALS {
+        return Err(FitError::TooManyMonomials {
+            bounds: den_max.0,
+            monomials: den_cols.len(),
+            limit: MAX_DEN_MONOMIALS,
+        });
+    }
+    let num_tuples = num_max.sub_bounds();
+    let max_unknowns = ((split.train_groups as f64 / options.min_points_per_unknown).floor() as usize).max(1);
+    let pairs = num_tuples
+        .iter()
+        .map(|n| {
+            (0..den_tuples.len())
+                .filter(|&di| {
+                    let d = &den_tuples[di];
+                    let identifiable = n.0.iter().zip(&d.0).zip(&distinct).all(|((a, b), &k)| (a + b) as usize + 1 <= k.max(1));
+                    let c = Candidate { num: n.clone(), den: d.clone() };
+                    identifiable && c.unknowns() <= max_unknowns
+                })
+                .collect()
+        })
+        .collect();
+    Ok(CandidateGrid {
+        num_tuples,
+        den_tuples,
+        pairs,
+        num_max,
+        den_cols,
+    })
+}
+
+#[derive(Clone, Debug)]
+enum Evaluation {
+    Admissible {
+        fit: RawFit,
+        errors: Vec<(f64, bool)>,
+        score: f64,
+    },
+    Rejected,
+}
+
+struct Search<'a> {
+    prep: &'a Prepared<'a>,
+    split: &'a Split,
+    options: &'a FitOptions,
+    solver: &'a dyn LstsqSolver,
+    evaluated: HashMap<Candidate, Evaluation>,
+    rejected_denominator: usize,
+}
+
+impl Search<'_> {
+    fn screen(&self, grid: &CandidateGrid) -> Result<Vec<Vec<Option<f64>>>, FitError> {
+        match self.options.screening {
+            Screening::NormalEquations => Ok(screen_normal_equations(
+                self.prep,
+                self.split,
+                grid,
+                self.options.extrapolation_weight,
+            )),
+            Screening::Svd => Ok(grid
+                .pairs
+                .iter()
+                .enumerate()
+                .map(|(ni, ds)| {
+                    ds.iter()
+                        .map(|&di| {
+                            let cand = grid.candidate(ni, di);
+                            let fit = fit_on_rows(self.prep, &self.split.train, &cand, 0, self.options.rcond, self.solver).ok()?;
+                            fit.full_rank().then(|| score(self.heldout_errors(&fit).into_iter(), self.options.extrapolation_weight))
+                        })
+                        .collect()
+                })
+                .collect()),
+        }
+    }
+
+    fn heldout_errors(&self, fit: &RawFit) -> Vec<(f64, bool)> {
+        self.split
+            .heldout()
+            .map(|(k, extrapolation)| {
+                let t = &self.prep.scaled[k];
+                let q = fit.den.eval_scaled(t);
+                let e = if q > 0.0 {
+                    self.prep.rel_error(fit.eval_scaled(t), k)
+                } else {
+                    f64::INFINITY
+                };
+                (e, extrapolation)
+            })
+            .collect()
+    }
+
+    /// SVD fit with reweighting on the training points, rank and denominator checks, score.
+    fn evaluate(&mut self, cand: &Candidate) -> &Evaluation {
+        if !self.evaluated.contains_key(cand) {
+            let o = self.options;
+            let result = fit_on_rows(self.prep, &self.split.train, cand, o.sk_iterations, o.rcond, self.solver);
+            let evaluation = match result {
+                Ok(fit) if fit.full_rank() => match admissible(self.prep, &fit) {
+                    Ok(()) => {
+                        let errors = self.heldout_errors(&fit);
+                        let score = score(errors.iter().copied(), o.extrapolation_weight);
+                        Evaluation::Admissible { fit, errors, score }
+                    }
+                    Err(_) => {
+                        self.rejected_denominator += 1;
+                        Evaluation::Rejected
+                    }
+                },
+                _ => Evaluation::Rejected,
+            };
+            self.evaluated.insert(cand.clone(), evaluation);
+        }
+        &self.evaluated[cand]
+    }
+
+    fn score_of(&mut self, cand: &Candidate) -> Option<f64> {
+        match self.evaluate(cand) {
+            Evaluation::Admissible { score, .. } => Some(*score),
+            Evaluation::Rejected => None,
+        }
+    }
+
+    /// The selection rule; returns the winner and the noise level used.
+    fn select(&mut self, grid: &CandidateGrid, screened: &[Vec<Option<f64>>]) -> Result<(Candidate, Option<f64>), FitError> {
+        let mut ranked: Vec<(f64, Candidate)> = grid
+            .iter()
+            .zip(screened.iter().flatten())
+            .filter_map(|((ni, di), s)| s.map(|s| (s, grid.candidate(ni, di))))
+            .collect();
+        // The constant is always a candidate, screened or not.
+        let constant = Candidate::constant(self.prep.vars.len());
+        if !ranked.iter().any(|(_, c)| *c == constant) {
+            ranked.push((f64::INFINITY, constant.clone()));
+        }
+        ranked.sort_by(|(a, ca), (b, cb)| a.total_cmp(b).then_with(|| ca.simplicity().cmp(&cb.simplicity())));
+
+        // 1. Refit the best-screened candidates until `top_k` are admissible.
+        let mut best: Option<(f64, Candidate)> = None;
+        let mut admissible_count = 0;
+        for (_, cand) in &ranked {
+            if admissible_count >= self.options.top_k.max(1) || self.evaluated.len() >= self.options.refit_limit.max(1) {
+                break;
+            }
+            if let Some(s) = self.score_of(cand) {
+                admissible_count += 1;
+                if best.as_ref().map_or(true, |(b, _)| s < *b) {
+                    best = Some((s, cand.clone()));
+                }
+            }
+        }
+        if best.is_none() {
+            // Every refit so far was rejected: fall back to polynomials, which always pass.
+            if let Some(s) = self.score_of(&constant) {
+                best = Some((s, constant.clone()));
+            }
+        }
+        let Some((best_score, best_cand)) = best else {
+            return Err(FitError::NoAdmissibleModel("even the constant model failed".into()));
+        };
+
+        // 2. The noise level and the band of models "within noise" of the best.
+        let noise = self.options.noise.or_else(|| match &self.evaluated[&best_cand] {
+            Evaluation::Admissible { errors, .. } if !errors.is_empty() => {
+                let mut e: Vec<f64> = errors.iter().map(|(e, _)| e.min(1.0)).collect();
+                Some(1.4826 * median(&mut e))
+            }
+            _ => None,
+        });
+        let band = |best: f64| {
+            best + (self.options.rel_tolerance * best)
+                .max(self.options.noise_tolerance * noise.unwrap_or(0.0))
+                .max(SCORE_FLOOR)
+        };
+
+        // 3. Simplest first among candidates whose screening score is near the band; the first
+        //    admissible one whose refitted score is inside the band wins.
+        let loose = 1.5 * band(best_score) + SCORE_FLOOR;
+        let mut pool: Vec<Candidate> = ranked
+            .iter()
+            .filter(|(s, _)| *s <= loose)
+            .map(|(_, c)| c.clone())
+            .chain(self.evaluated.keys().cloned())
+            .collect();
+        pool.sort_by(|a, b| a.simplicity().cmp(&b.simplicity()));
+        pool.dedup();
+        let mut current_best = best_score;
+        for cand in pool {
+            if !self.evaluated.contains_key(&cand) && self.evaluated.len() >= self.options.refit_limit.max(1) {
+                continue;
+            }
+            if let Some(s) = self.score_of(&cand) {
+                current_best = current_best.min(s);
+                if s <= band(current_best) {
+                    return Ok((cand, noise));
+                }
+            }
+        }
+        Ok((best_cand, noise))
+    }
+}
+
+/// Rank is full and the denominator is positive on every fitting point and on the domain.
+fn admissible(prep: &Prepared, fit: &RawFit) -> Result<(), String> {
+    check_denominator(&fit.den, &prep.scalings, prep.vars, &prep.scaled, prep.domain)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+fn finite_or_max(x: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        f64::MAX
+    }
+}
+
+fn held_out_summary(errors: &[(f64, bool)], score: f64) -> HeldOut {
+    let mut all: Vec<f64> = errors.iter().map(|(e, _)| finite_or_max(*e)).collect();
+    let mut extrapolation: Vec<f64> = errors.iter().filter(|(_, x)| *x).map(|(e, _)| finite_or_max(*e)).collect();
+    let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+    HeldOut {
+        points: all.len(),
+        extrapolation_points: extrapolation.len(),
+        max_rel_error: max(&all),
+        median_rel_error: median(&mut all),
+        extrapolation_max_rel_error: (!extrapolation.is_empty()).then(|| max(&extrapolation)),
+        extrapolation_median_rel_error: (!extrapolation.is_empty()).then(|| median(&mut extrapolation)),
+        score,
+    }
+}
+
+fn finish(
+    prep: &Prepared,
+    fit: RawFit,
+    heldout: Option<HeldOut>,
+    noise: Option<f64>,
+    search: Option<SearchStats>,
+    refit_on_all_points: bool,
+) -> RationalFn {
+    let mut errors: Vec<f64> = (0..prep.npoints())
+        .map(|k| finite_or_max(prep.rel_error(fit.eval_scaled(&prep.scaled[k]), k)))
+        .collect();
+    let fit_max = errors.iter().cloned().fold(0.0, f64::max);
+    let fit_median = median(&mut errors);
+    let diagnostics = Diagnostics {
+        num_degrees: fit.num.degrees().0.clone(),
+        den_degrees: fit.den.degrees().0.clone(),
+        points: prep.npoints(),
+        distinct_points: prep.groups.len(),
+        dropped_non_finite: prep.dropped,
+        unknowns: fit.unknowns,
+        rank: fit.rank,
+        condition_number: finite_or_max(fit.condition_number),
+        heldout,
+        fit_median_rel_error: fit_median,
+        fit_max_rel_error: fit_max,
+        noise_estimate: noise,
+        search,
+        refit_on_all_points,
+    };
+    RationalFn {
+        vars: prep.vars.to_vec(),
+        scalings: prep.scalings.clone(),
+        num: fit.num,
+        den: fit.den,
+        diagnostics,
+    }
+}
