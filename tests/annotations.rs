@@ -19,7 +19,11 @@ void run(const float *a, const float *b, float *c, int n) {
 
 fn specs(dir: &std::path::Path, file: &str) -> (i32, String, String) {
     let o = run(dir, &klaraptor(), &["specs", file]);
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr(&o),
+    )
 }
 
 /// Compiles `src` as `k.cu` with `-c -o k.o`; returns (status, stderr, whether k.o exists).
@@ -28,7 +32,11 @@ fn compile(files: &[(&str, &str)], extra: &[&str]) -> (i32, String, bool) {
     let mut args = vec!["-c", "k.cu", "-o", "k.o"];
     args.extend(extra);
     let o = run(d.path(), &klaraptor_cc(), &args);
-    (o.status.code().unwrap_or(-1), stderr(&o), d.path().join("k.o").exists())
+    (
+        o.status.code().unwrap_or(-1),
+        stderr(&o),
+        d.path().join("k.o").exists(),
+    )
 }
 
 #[test]
@@ -36,18 +44,35 @@ fn classic_pragmas_give_a_spec_with_the_default_grid() {
     let d = project(&[("k.cu", MM)]);
     let (code, out, err) = specs(d.path(), "k.cu");
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("[kernel.\"mm\"]\nmangled = [\"_Z2mmPKfS0_Pfi\"]\n"), "{out}");
-    assert!(out.contains("data = [\"N=3 (int n)\"]\ndim = 2\ngrid = [\"ceil(N, bx)\", \"ceil(N, by)\"]"), "{out}");
+    assert!(
+        out.contains("[kernel.\"mm\"]\nmangled = [\"_Z2mmPKfS0_Pfi\"]\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "data = [\"N=3 (int n)\"]\ndim = 2\ngrid = [\"ceil(N, bx)\", \"ceil(N, by)\"]"
+        ),
+        "{out}"
+    );
 }
 
 #[test]
 fn our_pragmas_cause_no_warnings_but_foreign_pragmas_are_left_alone() {
-    let src = MM.replace("#include <cstdio>", "#include <cstdio>\n#pragma omp parallel");
+    let src = MM.replace(
+        "#include <cstdio>",
+        "#include <cstdio>\n#pragma omp parallel",
+    );
     let (code, err, built) = compile(&[("k.cu", &src)], &["-Xcompiler", "-Wall"]);
     assert_eq!(code, 0, "{err}");
     assert!(built);
-    assert!(!err.contains("kernel_info"), "our pragmas must not warn:\n{err}");
-    assert!(err.contains("k.cu:2: warning: ignoring ‘#pragma omp parallel’"), "foreign pragma warns as with nvcc, at its own line:\n{err}");
+    assert!(
+        !err.contains("kernel_info"),
+        "our pragmas must not warn:\n{err}"
+    );
+    assert!(
+        err.contains("k.cu:2: warning: ignoring ‘#pragma omp parallel’"),
+        "foreign pragma warns as with nvcc, at its own line:\n{err}"
+    );
 }
 
 #[test]
@@ -57,7 +82,9 @@ fn a_missing_argument_index_stops_the_build_with_a_location() {
     assert_eq!(code, 1);
     assert!(!built, "no output may be left behind");
     assert!(
-        err.starts_with("k.cu:2:41: error: argument index 7 is out of range: kernel 'mm' has 4 parameter(s)\n"),
+        err.starts_with(
+            "k.cu:2:41: error: argument index 7 is out of range: kernel 'mm' has 4 parameter(s)\n"
+        ),
         "{err}"
     );
     assert!(err.contains("= help: indices are 0-based; the parameters are (0: const float * a, 1: const float * b, 2: float * c, 3: int n)"), "{err}");
@@ -74,16 +101,24 @@ fn a_data_argument_must_be_an_integer() {
 
 #[test]
 fn the_kernel_must_exist_and_be_global() {
-    let src = MM.replace("_mm = 3", "_mmm = 3").replace("dim_mm", "dim_mmm");
+    let src = MM
+        .replace("_mm = 3", "_mmm = 3")
+        .replace("dim_mm", "dim_mmm");
     let (code, err, built) = compile(&[("k.cu", &src)], &[]);
     assert_eq!((code, built), (1, false));
-    assert!(err.starts_with("k.cu:2:9: error: no kernel named 'mmm' in this translation unit"), "{err}");
+    assert!(
+        err.starts_with("k.cu:2:9: error: no kernel named 'mmm' in this translation unit"),
+        "{err}"
+    );
     assert!(err.contains("= help: check the kernel's name"), "{err}");
 
     let dev = "#pragma klaraptor kernel(f) data(n)\n__device__ int f(int n) { return n; }\n";
     let (code, err, _) = compile(&[("k.cu", dev)], &[]);
     assert_eq!(code, 1);
-    assert!(err.starts_with("k.cu:1:19: error: 'f' (declared at "), "{err}");
+    assert!(
+        err.starts_with("k.cu:1:19: error: 'f' (declared at "),
+        "{err}"
+    );
     assert!(err.contains("is not a __global__ kernel"), "{err}");
 }
 
@@ -113,18 +148,27 @@ fn expression_errors_point_into_the_pragma() {
     let src = "#pragma klaraptor kernel(k) data(N=n) dim(2) grid(ceil(N, bx), ceil(M, by))\n__global__ void k(int n) {}\n";
     let (code, err, built) = compile(&[("k.cu", src)], &[]);
     assert_eq!((code, built), (1, false));
-    assert!(err.starts_with("k.cu:1:69: error: unknown name 'M'; the names are bx, by, bz, N\n"), "{err}");
+    assert!(
+        err.starts_with("k.cu:1:69: error: unknown name 'M'; the names are bx, by, bz, N\n"),
+        "{err}"
+    );
     assert!(err.contains("\n    | #pragma klaraptor kernel(k)"), "{err}");
 }
 
 #[test]
 fn klaraptor_toml_annotates_without_touching_the_source() {
     let toml = "[kernel.mm]\ndata = [\"N=n\"]\ndim = 2\nblock = [\"bx >= 32\"]\n";
-    let plain = MM.replace("#pragma kernel_info_size_param_idx_mm = 3;\n#pragma kernel_info_dim_mm = 2;\n", "");
+    let plain = MM.replace(
+        "#pragma kernel_info_size_param_idx_mm = 3;\n#pragma kernel_info_dim_mm = 2;\n",
+        "",
+    );
     let d = project(&[("k.cu", &plain), ("klaraptor.toml", toml)]);
     let (code, out, err) = specs(d.path(), "k.cu");
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("data = [\"N=3 (int n)\"]") && out.contains("block = [\"(bx >= 32)\"]"), "{out}");
+    assert!(
+        out.contains("data = [\"N=3 (int n)\"]") && out.contains("block = [\"(bx >= 32)\"]"),
+        "{out}"
+    );
 
     let bad = "[kernel.mm]\ndata = [\"N=n\"]\ndim = 2\ngrid = [\"ceil(N, bx)\", \"N +\"]\n";
     let (code, err, built) = compile(&[("k.cu", &plain), ("klaraptor.toml", bad)], &[]);
@@ -135,7 +179,11 @@ fn klaraptor_toml_annotates_without_touching_the_source() {
 #[test]
 fn dependency_files_name_the_original_source() {
     let d = project(&[("k.cu", MM)]);
-    let o = run(d.path(), &klaraptor_cc(), &["-c", "k.cu", "-o", "k.o", "-MD"]);
+    let o = run(
+        d.path(),
+        &klaraptor_cc(),
+        &["-c", "k.cu", "-o", "k.o", "-MD"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let deps = std::fs::read_to_string(d.path().join("k.d")).unwrap();
     assert!(deps.starts_with("k.o : k.cu \\\n"), "{deps}");
@@ -157,8 +205,15 @@ fn a_syntax_error_in_an_annotated_source_is_reported_by_nvcc() {
 fn the_sample_builds_with_make_as_with_nvcc() {
     let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/matmul");
     let names = ["Makefile", "kernels.h", "main.cu", "mm.cu", "saxpy.cu"];
-    let texts: Vec<String> = names.iter().map(|n| std::fs::read_to_string(sample.join(n)).unwrap()).collect();
-    let inputs: Vec<(&str, &str)> = names.iter().copied().zip(texts.iter().map(String::as_str)).collect();
+    let texts: Vec<String> = names
+        .iter()
+        .map(|n| std::fs::read_to_string(sample.join(n)).unwrap())
+        .collect();
+    let inputs: Vec<(&str, &str)> = names
+        .iter()
+        .copied()
+        .zip(texts.iter().map(String::as_str))
+        .collect();
     let (a, b) = (project(&inputs), project(&inputs));
     let make = |dir: &std::path::Path, nvcc: &std::path::Path| {
         std::process::Command::new("make")
@@ -174,6 +229,9 @@ fn the_sample_builds_with_make_as_with_nvcc() {
     assert!(ours.status.success(), "{}", stderr(&ours));
     assert_eq!(files(a.path()), files(b.path()));
     // main.o has no annotations: it is nvcc's own output, byte for byte.
-    assert_eq!(normalized(&a.path().join("main.o")), normalized(&b.path().join("main.o")));
+    assert_eq!(
+        normalized(&a.path().join("main.o")),
+        normalized(&b.path().join("main.o"))
+    );
     assert!(b.path().join("matmul").is_file());
 }

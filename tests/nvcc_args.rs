@@ -149,29 +149,63 @@ fn each_spelling_of_an_option_means_the_same() {
         let c = CommandLine::parse(split_response_file(line)).unwrap();
         assert_eq!(c.output(), Some("x.o"), "{line}");
     }
-    for line in ["-Iinc", "-I inc", "-I=inc", "--include-path inc", "--include-path=inc"] {
+    for line in [
+        "-Iinc",
+        "-I inc",
+        "-I=inc",
+        "--include-path inc",
+        "--include-path=inc",
+    ] {
         let c = CommandLine::parse(split_response_file(line)).unwrap();
-        assert_eq!(c.values(Role::IncludeDir).collect::<Vec<_>>(), ["inc"], "{line}");
+        assert_eq!(
+            c.values(Role::IncludeDir).collect::<Vec<_>>(),
+            ["inc"],
+            "{line}"
+        );
     }
     for line in ["-O3", "-O 3", "-O=3", "--optimize 3"] {
         let c = CommandLine::parse(split_response_file(line)).unwrap();
-        assert_eq!(c.values(Role::Optimize).collect::<Vec<_>>(), ["3"], "{line}");
+        assert_eq!(
+            c.values(Role::Optimize).collect::<Vec<_>>(),
+            ["3"],
+            "{line}"
+        );
     }
-    for line in ["-Xcompiler -fPIC,-Wall", "-Xcompiler=-fPIC,-Wall", "--compiler-options=-fPIC,-Wall"] {
+    for line in [
+        "-Xcompiler -fPIC,-Wall",
+        "-Xcompiler=-fPIC,-Wall",
+        "--compiler-options=-fPIC,-Wall",
+    ] {
         let c = CommandLine::parse(split_response_file(line)).unwrap();
-        let v: Vec<_> = c.args.iter().filter_map(|a| match a {
-            Arg::Flag { value, .. } => value.clone(),
-            _ => None,
-        }).collect();
+        let v: Vec<_> = c
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Flag { value, .. } => value.clone(),
+                _ => None,
+            })
+            .collect();
         assert_eq!(v, ["-fPIC,-Wall"], "{line}");
     }
-    for line in ["-rdc=true -c a.cu", "-rdc true -c a.cu", "--relocatable-device-code=true -c a.cu", "-dc a.cu"] {
-        assert!(CommandLine::parse(split_response_file(line)).unwrap().rdc(), "{line}");
+    for line in [
+        "-rdc=true -c a.cu",
+        "-rdc true -c a.cu",
+        "--relocatable-device-code=true -c a.cu",
+        "-dc a.cu",
+    ] {
+        assert!(
+            CommandLine::parse(split_response_file(line)).unwrap().rdc(),
+            "{line}"
+        );
     }
     // nvcc rejects these spellings; they must not be taken for the option they resemble.
     for line in ["-ox.o", "-output-file x.o", "-compile"] {
         let c = CommandLine::parse(split_response_file(line)).unwrap();
-        assert!(matches!(c.args[0], Arg::Unknown(_)), "{line}: {:?}", c.args[0]);
+        assert!(
+            matches!(c.args[0], Arg::Unknown(_)),
+            "{line}: {:?}",
+            c.args[0]
+        );
     }
 }
 
@@ -187,14 +221,33 @@ fn klaraptor_options_never_reach_nvcc() {
 #[test]
 fn options_files_are_expanded_recursively() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("inner.rsp"), "-DINNER \"-I dir with space\"").unwrap();
-    std::fs::write(dir.path().join("outer.rsp"), "-c\n--options-file inner.rsp\nk.cu").unwrap();
+    std::fs::write(
+        dir.path().join("inner.rsp"),
+        "-DINNER \"-I dir with space\"",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("outer.rsp"),
+        "-c\n--options-file inner.rsp\nk.cu",
+    )
+    .unwrap();
     let c = CommandLine::parse(["-optf", "outer.rsp", "-o", "k.o"]).unwrap();
-    assert_eq!(c.to_args(), ["-optf", "outer.rsp", "-o", "k.o"], "the user's words travel unexpanded");
+    assert_eq!(
+        c.to_args(),
+        ["-optf", "outer.rsp", "-o", "k.o"],
+        "the user's words travel unexpanded"
+    );
     let x = c.expanded(dir.path()).unwrap();
-    assert_eq!(x.to_args(), ["-c", "-DINNER", "-I dir with space", "k.cu", "-o", "k.o"]);
+    assert_eq!(
+        x.to_args(),
+        ["-c", "-DINNER", "-I dir with space", "k.cu", "-o", "k.o"]
+    );
     assert_eq!(x.phase(), Phase::Compile);
     assert_eq!(x.cuda_sources(), [Path::new("k.cu")]);
     let missing = CommandLine::parse(["--options-file", "nope.rsp"]).unwrap();
-    assert!(missing.expanded(dir.path()).unwrap_err().to_string().contains("nope.rsp"));
+    assert!(missing
+        .expanded(dir.path())
+        .unwrap_err()
+        .to_string()
+        .contains("nope.rsp"));
 }

@@ -14,7 +14,8 @@ __global__ void scale(float *x, float a, int n) {
 }
 void launch_scale(float *x, float a, int n) { scale<<<(n + 127) / 128, 128>>>(x, a, n); }
 "#;
-const UTIL_H: &str = "#pragma once\nvoid launch_scale(float *x, float a, int n);\nextern __device__ int counter;\n";
+const UTIL_H: &str =
+    "#pragma once\nvoid launch_scale(float *x, float a, int n);\nextern __device__ int counter;\n";
 const MAIN: &str = r#"#include <cstdio>
 #include "util.h"
 int main() { float *d; cudaMalloc(&d, 64 * sizeof(float)); launch_scale(d, 2.0f, 64); std::printf("done\n"); return 0; }
@@ -32,7 +33,11 @@ fn compare(files_in: &[(&str, &str)], steps: &[&[&str]]) {
 /// differ in thousands of bytes), so those builds are compared by their symbol tables with
 /// the ids masked.
 fn symbols(path: &Path) -> Vec<u8> {
-    let o = std::process::Command::new("nm").arg("--format=just-symbols").arg(path).output().unwrap();
+    let o = std::process::Command::new("nm")
+        .arg("--format=just-symbols")
+        .arg(path)
+        .output()
+        .unwrap();
     let re = regex::bytes::Regex::new(r"[0-9a-f]{8}_[0-9]+_").unwrap();
     let masked = re.replace_all(&o.stdout, &b"ID_"[..]).into_owned();
     let mut lines: Vec<&[u8]> = masked.split(|&b| b == b'\n').collect();
@@ -47,8 +52,16 @@ fn compare_with(files_in: &[(&str, &str)], steps: &[&[&str]], view: fn(&Path) ->
         let plain = run(a.path(), &nvcc(), step);
         let ours = run(b.path(), &klaraptor_cc(), step);
         let fix = |s: String, d: &Path| s.replace(&d.display().to_string(), "<dir>");
-        assert_eq!(ours.status.code(), plain.status.code(), "exit status of {step:?}");
-        assert_eq!(fix(stderr(&ours), b.path()), fix(stderr(&plain), a.path()), "diagnostics of {step:?}");
+        assert_eq!(
+            ours.status.code(),
+            plain.status.code(),
+            "exit status of {step:?}"
+        );
+        assert_eq!(
+            fix(stderr(&ours), b.path()),
+            fix(stderr(&plain), a.path()),
+            "diagnostics of {step:?}"
+        );
         assert_eq!(ours.stdout, plain.stdout, "standard output of {step:?}");
     }
     assert_eq!(files(b.path()), files(a.path()), "the files produced");
@@ -56,7 +69,10 @@ fn compare_with(files_in: &[(&str, &str)], steps: &[&[&str]], view: fn(&Path) ->
         if f.ends_with(".cu") || f.ends_with(".h") {
             continue;
         }
-        assert!(view(&a.path().join(&f)) == view(&b.path().join(&f)), "{f} differs");
+        assert!(
+            view(&a.path().join(&f)) == view(&b.path().join(&f)),
+            "{f} differs"
+        );
     }
 }
 
@@ -72,22 +88,54 @@ fn separate_compilation_then_link() {
     compare(
         &src,
         &[
-            &["-c", "k.cu", "-o", "k.o", "-gencode", "arch=compute_90,code=sm_90"],
-            &["-c", "main.cu", "-gencode=arch=compute_90,code=sm_90", "-MD"],
-            &["k.o", "main.o", "-o", "app", "-gencode", "arch=compute_90,code=sm_90"],
+            &[
+                "-c",
+                "k.cu",
+                "-o",
+                "k.o",
+                "-gencode",
+                "arch=compute_90,code=sm_90",
+            ],
+            &[
+                "-c",
+                "main.cu",
+                "-gencode=arch=compute_90,code=sm_90",
+                "-MD",
+            ],
+            &[
+                "k.o",
+                "main.o",
+                "-o",
+                "app",
+                "-gencode",
+                "arch=compute_90,code=sm_90",
+            ],
         ],
     );
 }
 
 #[test]
 fn relocatable_device_code() {
-    let src = [("k.cu", KERNEL), ("util.h", UTIL_H), ("main.cu", MAIN), ("dev.cu", RDC_DEV)];
+    let src = [
+        ("k.cu", KERNEL),
+        ("util.h", UTIL_H),
+        ("main.cu", MAIN),
+        ("dev.cu", RDC_DEV),
+    ];
     compare_with(
         &src,
         &[
             &["-rdc=true", "-c", "k.cu", "dev.cu", "-arch=sm_90"],
             &["-dc", "main.cu", "-arch", "sm_90"],
-            &["-rdc=true", "-arch=sm_90", "k.o", "dev.o", "main.o", "-o", "app"],
+            &[
+                "-rdc=true",
+                "-arch=sm_90",
+                "k.o",
+                "dev.o",
+                "main.o",
+                "-o",
+                "app",
+            ],
         ],
         symbols,
     );
@@ -100,16 +148,27 @@ fn a_syntax_error_gives_nvccs_own_diagnostic_and_status() {
 
 #[test]
 fn options_files_and_launcher_form() {
-    let src = [("k.cu", KERNEL), ("util.h", UTIL_H), ("opts.rsp", "-c -O3 -DUSE_X=1")];
+    let src = [
+        ("k.cu", KERNEL),
+        ("util.h", UTIL_H),
+        ("opts.rsp", "-c -O3 -DUSE_X=1"),
+    ];
     let a = project(&src);
     let b = project(&src);
     let nv = nvcc().display().to_string();
     let plain = run(a.path(), &nvcc(), &["--options-file", "opts.rsp", "k.cu"]);
     // The launcher form: klaraptor-cc /path/to/nvcc <args>, as CMake's launcher runs it.
-    let ours = run(b.path(), &klaraptor_cc(), &[&nv, "--options-file", "opts.rsp", "k.cu"]);
+    let ours = run(
+        b.path(),
+        &klaraptor_cc(),
+        &[&nv, "--options-file", "opts.rsp", "k.cu"],
+    );
     assert_eq!(ours.status.code(), plain.status.code());
     assert_eq!(stderr(&ours), stderr(&plain));
-    assert_eq!(normalized(&a.path().join("k.o")), normalized(&b.path().join("k.o")));
+    assert_eq!(
+        normalized(&a.path().join("k.o")),
+        normalized(&b.path().join("k.o"))
+    );
 }
 
 #[test]
@@ -119,11 +178,25 @@ fn dryrun_and_version() {
     let out = String::from_utf8_lossy(&v.stdout);
     assert!(v.status.success());
     assert!(out.starts_with("klaraptor-cc "), "{out}");
-    assert!(out.contains(&format!("wrapping nvcc at {} (from KLARAPTOR_NVCC)", nvcc().display())), "{out}");
-    assert!(out.contains("Cuda compilation tools, release 13.0"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "wrapping nvcc at {} (from KLARAPTOR_NVCC)",
+            nvcc().display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("Cuda compilation tools, release 13.0"),
+        "{out}"
+    );
     let plain = run(d.path(), &nvcc(), &["--dryrun", "-c", "k.cu"]);
     let ours = run(d.path(), &klaraptor_cc(), &["--dryrun", "-c", "k.cu"]);
-    let strip = |s: String| regex::Regex::new(r"tmpxft_[0-9a-f]+").unwrap().replace_all(&s, "T").into_owned();
+    let strip = |s: String| {
+        regex::Regex::new(r"tmpxft_[0-9a-f]+")
+            .unwrap()
+            .replace_all(&s, "T")
+            .into_owned()
+    };
     assert_eq!(strip(stderr(&ours)), strip(stderr(&plain)));
     assert!(!d.path().join("k.o").exists(), "--dryrun writes nothing");
 }

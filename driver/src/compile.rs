@@ -57,7 +57,11 @@ impl Invocation {
         words.extend(cl.expanded(&cwd).unwrap_or_else(|_| cl.clone()).to_args());
         words.extend(nvcc_args::env_flags("NVCC_APPEND_FLAGS"));
         let view = CommandLine::parse(words).unwrap_or_else(|_| cl.clone());
-        Ok(Invocation { toolchain, cl, view })
+        Ok(Invocation {
+            toolchain,
+            cl,
+            view,
+        })
     }
 
     fn verbose(&self) -> bool {
@@ -72,7 +76,11 @@ impl Invocation {
 
     /// Replaces this process with nvcc run on `args`. Returns only if nvcc cannot start.
     fn exec_nvcc(&self, args: &[String]) -> anyhow::Error {
-        self.say(format!("running {} {}", self.toolchain.nvcc.display(), shell_words(args)));
+        self.say(format!(
+            "running {} {}",
+            self.toolchain.nvcc.display(),
+            shell_words(args)
+        ));
         let err = Command::new(&self.toolchain.nvcc).args(args).exec();
         anyhow::anyhow!(err).context(format!("cannot run {}", self.toolchain.nvcc.display()))
     }
@@ -102,7 +110,10 @@ impl Invocation {
                 Ok(Outcome::Annotated(a)) => analyses.push((src.clone(), a)),
                 Ok(Outcome::Unannotated) => {}
                 Ok(Outcome::SourceErrors(_)) => {
-                    self.say(format!("{} does not compile: nvcc reports the errors", src.display()));
+                    self.say(format!(
+                        "{} does not compile: nvcc reports the errors",
+                        src.display()
+                    ));
                     return Err(self.exec_nvcc(&self.cl.to_args()));
                 }
                 Err(FrontendError::User(d)) => {
@@ -122,16 +133,24 @@ impl Invocation {
     /// The CUDA sources of this command that carry annotations (pragmas or a
     /// `klaraptor.toml` beside them), when the command compiles at all.
     fn annotated_sources(&self) -> Result<Vec<PathBuf>> {
-        if self.cl.has_kl(&KlOption::Off) || self.view.has(Role::Help) || self.view.has(Role::Version) {
+        if self.cl.has_kl(&KlOption::Off)
+            || self.view.has(Role::Help)
+            || self.view.has(Role::Version)
+        {
             return Ok(Vec::new());
         }
-        if matches!(self.view.phase(), Phase::Preprocess | Phase::Dependencies | Phase::DeviceLink) {
+        if matches!(
+            self.view.phase(),
+            Phase::Preprocess | Phase::Dependencies | Phase::DeviceLink
+        ) {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
         for src in self.view.cuda_sources() {
             // A source nvcc cannot read is nvcc's to report.
-            let Ok(text) = std::fs::read_to_string(src) else { continue };
+            let Ok(text) = std::fs::read_to_string(src) else {
+                continue;
+            };
             match frontend::annotations_of(src, &text) {
                 Ok((s, t, _)) if s.annotations.is_empty() && t.is_empty() => {}
                 // Errors in the annotations are reported by the full front-end.
@@ -151,7 +170,14 @@ impl Invocation {
             }
         }
         for a in &self.view.args {
-            let Arg::Flag { spec, value: Some(v), .. } = a else { continue };
+            let Arg::Flag {
+                spec,
+                value: Some(v),
+                ..
+            } = a
+            else {
+                continue;
+            };
             let flag = match spec.role {
                 Role::IncludeDir => format!("-I{v}"),
                 Role::Define => format!("-D{v}"),
@@ -174,7 +200,10 @@ impl Invocation {
 
     /// Compiles with nvcc, the annotated sources replaced by their prepared copies.
     fn compile_annotated(&self, analyses: &[(PathBuf, Analysis)]) -> Result<i32> {
-        let work = tempfile::Builder::new().prefix("klaraptor-").tempdir().context("creating a temporary directory")?;
+        let work = tempfile::Builder::new()
+            .prefix("klaraptor-")
+            .tempdir()
+            .context("creating a temporary directory")?;
         let mut replaced: Vec<(PathBuf, PathBuf)> = Vec::new();
         for (i, (src, a)) in analyses.iter().enumerate() {
             for s in &a.specs {
@@ -189,8 +218,15 @@ impl Invocation {
             let dir = work.path().join(i.to_string());
             std::fs::create_dir_all(&dir)?;
             let copy = dir.join(src.file_name().context("source has no file name")?);
-            let line = format!("#line 1 \"{}\"\n", src.display().to_string().replace('\\', "\\\\").replace('"', "\\\""));
-            std::fs::write(&copy, line + &a.stripped).with_context(|| format!("writing {}", copy.display()))?;
+            let line = format!(
+                "#line 1 \"{}\"\n",
+                src.display()
+                    .to_string()
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+            );
+            std::fs::write(&copy, line + &a.stripped)
+                .with_context(|| format!("writing {}", copy.display()))?;
             let specs: String = a.specs.iter().map(|s| s.to_toml() + "\n").collect();
             std::fs::write(dir.join("kernels.toml"), specs)?;
             replaced.push((src.clone(), copy));
@@ -207,10 +243,17 @@ impl Invocation {
         }
         // Quoted includes must still find the headers beside the original sources first.
         for (orig, _) in &replaced {
-            let dir = orig.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let dir = orig
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
             args.push(format!("-Xcompiler=-iquote,{}", dir.display()));
         }
-        self.say(format!("running {} {}", self.toolchain.nvcc.display(), shell_words(&args)));
+        self.say(format!(
+            "running {} {}",
+            self.toolchain.nvcc.display(),
+            shell_words(&args)
+        ));
         let status = Command::new(&self.toolchain.nvcc)
             .args(&args)
             .status()
@@ -220,7 +263,10 @@ impl Invocation {
         }
         if self.cl.has_kl(&KlOption::Keep) {
             let kept = work.keep();
-            eprintln!("klaraptor-cc: kept intermediate files in {}", kept.display());
+            eprintln!(
+                "klaraptor-cc: kept intermediate files in {}",
+                kept.display()
+            );
         }
         Ok(status.code().unwrap_or(1))
     }
@@ -240,7 +286,9 @@ impl Invocation {
                 base.with_extension("d")
             }
         };
-        let Ok(text) = std::fs::read_to_string(&file) else { return Ok(()) };
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            return Ok(());
+        };
         let mut fixed = text.clone();
         for (orig, copy) in replaced {
             fixed = fixed.replace(&copy.display().to_string(), &orig.display().to_string());
@@ -269,7 +317,10 @@ fn shell_words(args: &[String]) -> String {
 
 /// Entry point of the `klaraptor-cc` binary.
 pub fn main_with(args: Vec<OsString>) -> i32 {
-    let args: Vec<String> = args.into_iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let args: Vec<String> = args
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     match Invocation::new(&args).and_then(Invocation::run) {
         Ok(code) => code,
         Err(e) => {

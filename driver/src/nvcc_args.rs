@@ -131,16 +131,40 @@ pub struct FlagSpec {
 }
 
 const fn flag(long: &'static str, short: &'static str, role: Role) -> FlagSpec {
-    FlagSpec { long, short: opt(short), value: Value::None, glued: false, role }
+    FlagSpec {
+        long,
+        short: opt(short),
+        value: Value::None,
+        glued: false,
+        role,
+    }
 }
 const fn one(long: &'static str, short: &'static str, role: Role) -> FlagSpec {
-    FlagSpec { long, short: opt(short), value: Value::One, glued: false, role }
+    FlagSpec {
+        long,
+        short: opt(short),
+        value: Value::One,
+        glued: false,
+        role,
+    }
 }
 const fn glued(long: &'static str, short: &'static str, role: Role) -> FlagSpec {
-    FlagSpec { long, short: opt(short), value: Value::One, glued: true, role }
+    FlagSpec {
+        long,
+        short: opt(short),
+        value: Value::One,
+        glued: true,
+        role,
+    }
 }
 const fn list(long: &'static str, short: &'static str, role: Role) -> FlagSpec {
-    FlagSpec { long, short: opt(short), value: Value::List, glued: false, role }
+    FlagSpec {
+        long,
+        short: opt(short),
+        value: Value::List,
+        glued: false,
+        role,
+    }
 }
 const fn opt(s: &'static str) -> Option<&'static str> {
     if s.is_empty() {
@@ -163,9 +187,21 @@ pub static FLAGS: &[FlagSpec] = &[
     flag("lto-ir", "", Mode(Phase::Intermediate)),
     flag("preprocess", "E", Mode(Phase::Preprocess)),
     flag("generate-dependencies", "M", Deps(DepsKind::Only)),
-    flag("generate-nonsystem-dependencies", "MM", Deps(DepsKind::Only)),
-    flag("generate-dependencies-with-compile", "MD", Deps(DepsKind::WithCompile)),
-    flag("generate-nonsystem-dependencies-with-compile", "MMD", Deps(DepsKind::WithCompile)),
+    flag(
+        "generate-nonsystem-dependencies",
+        "MM",
+        Deps(DepsKind::Only),
+    ),
+    flag(
+        "generate-dependencies-with-compile",
+        "MD",
+        Deps(DepsKind::WithCompile),
+    ),
+    flag(
+        "generate-nonsystem-dependencies-with-compile",
+        "MMD",
+        Deps(DepsKind::WithCompile),
+    ),
     one("dependency-output", "MF", DepsFile),
     one("dependency-target-name", "MT", DepsTarget),
     flag("generate-dependency-targets", "MP", DepsPhony),
@@ -187,7 +223,11 @@ pub static FLAGS: &[FlagSpec] = &[
     glued("library-path", "L", LibraryDir),
     one("output-directory", "odir", Other),
     one("compiler-bindir", "ccbin", HostCompiler),
-    flag("allow-unsupported-compiler", "allow-unsupported-compiler", Other),
+    flag(
+        "allow-unsupported-compiler",
+        "allow-unsupported-compiler",
+        Other,
+    ),
     one("archiver-binary", "arbin", Other),
     one("cudart", "cudart", Other),
     one("cudadevrt", "cudadevrt", Other),
@@ -209,7 +249,11 @@ pub static FLAGS: &[FlagSpec] = &[
     flag("gen-opt-lto", "gen-opt-lto", Other),
     one("split-compile", "split-compile", Other),
     one("split-compile-extended", "split-compile-extended", Other),
-    one("ftemplate-backtrace-limit", "ftemplate-backtrace-limit", Other),
+    one(
+        "ftemplate-backtrace-limit",
+        "ftemplate-backtrace-limit",
+        Other,
+    ),
     one("ftemplate-depth", "ftemplate-depth", Other),
     flag("no-exceptions", "noeh", Other),
     flag("shared", "shared", Other),
@@ -229,13 +273,25 @@ pub static FLAGS: &[FlagSpec] = &[
     one("prec-div", "prec-div", Other),
     one("prec-sqrt", "prec-sqrt", Other),
     one("fmad", "fmad", Other),
-    flag("extra-device-vectorization", "extra-device-vectorization", Other),
+    flag(
+        "extra-device-vectorization",
+        "extra-device-vectorization",
+        Other,
+    ),
     flag("compile-as-tools-patch", "astoolspatch", Other),
     flag("keep-device-functions", "keep-device-functions", Other),
     one("jump-table-density", "jtd", Other),
     one("default-stream", "default-stream", Other),
-    one("static-global-template-stub", "static-global-template-stub", Other),
-    one("device-entity-has-hidden-visibility", "device-entity-has-hidden-visibility", Other),
+    one(
+        "static-global-template-stub",
+        "static-global-template-stub",
+        Other,
+    ),
+    one(
+        "device-entity-has-hidden-visibility",
+        "device-entity-has-hidden-visibility",
+        Other,
+    ),
     one("device-stack-protector", "device-stack-protector", Other),
     flag("fdevice-syntax-only", "fdevice-syntax-only", Other),
     one("fdevice-time-trace", "fdevice-time-trace", Other),
@@ -255,8 +311,16 @@ pub static FLAGS: &[FlagSpec] = &[
     list("nvlink-options", "Xnvlink", Forward(Tool::Nvlink)),
     list("cudafe-options", "Xcudafe", Forward(Tool::Cudafe)),
     list("run-args", "run-args", Forward(Tool::RunArgs)),
-    flag("forward-unknown-to-host-compiler", "forward-unknown-to-host-compiler", Other),
-    flag("forward-unknown-to-host-linker", "forward-unknown-to-host-linker", Other),
+    flag(
+        "forward-unknown-to-host-compiler",
+        "forward-unknown-to-host-compiler",
+        Other,
+    ),
+    flag(
+        "forward-unknown-to-host-linker",
+        "forward-unknown-to-host-linker",
+        Other,
+    ),
     flag("forward-unknown-opts", "forward-unknown-opts", Other),
     flag("no-device-link", "nodlink", Other),
     flag("dont-use-profile", "noprof", Other),
@@ -274,12 +338,24 @@ pub static FLAGS: &[FlagSpec] = &[
     one("drive-prefix", "dp", Other),
     flag("no-align-double", "", Other),
     flag("disable-warnings", "w", Other),
-    flag("Wno-deprecated-gpu-targets", "Wno-deprecated-gpu-targets", Other),
-    flag("Wno-deprecated-declarations", "Wno-deprecated-declarations", Other),
+    flag(
+        "Wno-deprecated-gpu-targets",
+        "Wno-deprecated-gpu-targets",
+        Other,
+    ),
+    flag(
+        "Wno-deprecated-declarations",
+        "Wno-deprecated-declarations",
+        Other,
+    ),
     flag("Wreorder", "Wreorder", Other),
     flag("Wdefault-stream-launch", "Wdefault-stream-launch", Other),
     flag("Wmissing-launch-bounds", "Wmissing-launch-bounds", Other),
-    flag("Wext-lambda-captures-this", "Wext-lambda-captures-this", Other),
+    flag(
+        "Wext-lambda-captures-this",
+        "Wext-lambda-captures-this",
+        Other,
+    ),
     list("Werror", "Werror", Other),
     flag("display-error-number", "err-no", Other),
     flag("no-display-error-number", "no-err-no", Other),
@@ -360,7 +436,11 @@ impl fmt::Display for ArgError {
                 "unknown klaraptor option '{o}' (known: --kl-verbose, --kl-keep, --kl-off)"
             ),
             ArgError::OptionsFile { path, message } => {
-                write!(f, "cannot read options file '{}': {message}", path.display())
+                write!(
+                    f,
+                    "cannot read options file '{}': {message}",
+                    path.display()
+                )
             }
         }
     }
@@ -379,7 +459,10 @@ fn lookup(word: &str) -> Option<(&'static FlagSpec, bool)> {
     if let Some(long) = word.strip_prefix("--") {
         FLAGS.iter().find(|s| s.long == long).map(|s| (s, false))
     } else if let Some(short) = word.strip_prefix('-') {
-        FLAGS.iter().find(|s| s.short == Some(short)).map(|s| (s, true))
+        FLAGS
+            .iter()
+            .find(|s| s.short == Some(short))
+            .map(|s| (s, true))
     } else {
         None
     }
@@ -434,12 +517,20 @@ impl CommandLine {
             let arg = if let Some((spec, _)) = lookup(name) {
                 match (spec.value, eq_value) {
                     (Value::None, Some(_)) => Arg::Unknown(w.clone()),
-                    (Value::None, None) => {
-                        Arg::Flag { spec, value: None, tokens: vec![w.clone()] }
-                    }
-                    (_, Some(v)) => Arg::Flag { spec, value: Some(v), tokens: vec![w.clone()] },
+                    (Value::None, None) => Arg::Flag {
+                        spec,
+                        value: None,
+                        tokens: vec![w.clone()],
+                    },
+                    (_, Some(v)) => Arg::Flag {
+                        spec,
+                        value: Some(v),
+                        tokens: vec![w.clone()],
+                    },
                     (_, None) => {
-                        let v = words.get(i).ok_or_else(|| ArgError::MissingValue(w.clone()))?;
+                        let v = words
+                            .get(i)
+                            .ok_or_else(|| ArgError::MissingValue(w.clone()))?;
                         i += 1;
                         Arg::Flag {
                             spec,
@@ -449,7 +540,11 @@ impl CommandLine {
                     }
                 }
             } else if let Some((spec, v)) = lookup_glued(w) {
-                Arg::Flag { spec, value: Some(v), tokens: vec![w.clone()] }
+                Arg::Flag {
+                    spec,
+                    value: Some(v),
+                    tokens: vec![w.clone()],
+                }
             } else {
                 Arg::Unknown(w.clone())
             };
@@ -474,7 +569,11 @@ impl CommandLine {
         let mut words = Vec::new();
         for arg in &self.args {
             match arg {
-                Arg::Flag { spec, value: Some(v), .. } if spec.role == OptionsFile => {
+                Arg::Flag {
+                    spec,
+                    value: Some(v),
+                    ..
+                } if spec.role == OptionsFile => {
                     for file in v.split(',') {
                         let path = cwd.join(file);
                         if depth > 8 {
@@ -483,9 +582,11 @@ impl CommandLine {
                                 message: "options files nest more than 8 deep".into(),
                             });
                         }
-                        let text = std::fs::read_to_string(&path).map_err(|e| {
-                            ArgError::OptionsFile { path: path.clone(), message: e.to_string() }
-                        })?;
+                        let text =
+                            std::fs::read_to_string(&path).map_err(|e| ArgError::OptionsFile {
+                                path: path.clone(),
+                                message: e.to_string(),
+                            })?;
                         let inner = CommandLine::parse(split_response_file(&text))?;
                         words.extend(inner.expanded_depth(cwd, depth + 1)?.to_args());
                     }
@@ -501,7 +602,11 @@ impl CommandLine {
     /// Values of every option with the given role, in order.
     pub fn values(&self, role: Role) -> impl Iterator<Item = &str> {
         self.args.iter().filter_map(move |a| match a {
-            Arg::Flag { spec, value: Some(v), .. } if spec.role == role => Some(v.as_str()),
+            Arg::Flag {
+                spec,
+                value: Some(v),
+                ..
+            } if spec.role == role => Some(v.as_str()),
             _ => None,
         })
     }
@@ -517,7 +622,11 @@ impl CommandLine {
     /// The phase nvcc will stop after. When several mode options are given nvcc takes the
     /// last one; dependency-only generation (`-M`) wins over compiling.
     pub fn phase(&self) -> Phase {
-        if self.args.iter().any(|a| a.role() == Some(Deps(DepsKind::Only))) {
+        if self
+            .args
+            .iter()
+            .any(|a| a.role() == Some(Deps(DepsKind::Only)))
+        {
             return Phase::Dependencies;
         }
         self.args
@@ -559,8 +668,7 @@ impl CommandLine {
 
     /// Whether relocatable device code is requested (`-rdc=true` or `-dc`).
     pub fn rdc(&self) -> bool {
-        self.phase() == Phase::CompileRdc
-            || self.values(Rdc).last().is_some_and(|v| v == "true")
+        self.phase() == Phase::CompileRdc || self.values(Rdc).last().is_some_and(|v| v == "true")
     }
 }
 
@@ -614,7 +722,9 @@ pub fn split_response_file(text: &str) -> Vec<String> {
 /// nvcc reads `NVCC_PREPEND_FLAGS` and `NVCC_APPEND_FLAGS` itself; the driver needs them
 /// only to know what nvcc will see (which phase, which outputs).
 pub fn env_flags(var: &str) -> Vec<String> {
-    std::env::var(var).map(|v| split_response_file(&v)).unwrap_or_default()
+    std::env::var(var)
+        .map(|v| split_response_file(&v))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

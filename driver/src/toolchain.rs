@@ -64,7 +64,8 @@ pub fn project_prefixes() -> Vec<PathBuf> {
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Whether `p` is this very program (an `nvcc` symlink to klaraptor-cc would loop).
@@ -80,9 +81,16 @@ impl Toolchain {
             (is_executable(&p) && !is_self(&p)).then_some(Toolchain { nvcc: p, origin })
         };
         if let Some(l) = launcher.filter(|l| l.contains('/')) {
-            return Ok(Toolchain { nvcc: PathBuf::from(l), origin: Origin::Launcher });
+            return Ok(Toolchain {
+                nvcc: PathBuf::from(l),
+                origin: Origin::Launcher,
+            });
         }
-        let env = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty()).map(PathBuf::from);
+        let env = |v: &str| {
+            std::env::var_os(v)
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        };
         let mut tries: Vec<(PathBuf, Origin)> = Vec::new();
         if let Some(p) = env("KLARAPTOR_NVCC") {
             tries.push((p, Origin::KlaraptorNvcc));
@@ -97,16 +105,28 @@ impl Toolchain {
             tries.extend(std::env::split_paths(&path).map(|d| (d.join("nvcc"), Origin::Path)));
         }
         let prefixes = project_prefixes();
-        tries.extend(prefixes.iter().map(|p| (p.join("cuda/bin/nvcc"), Origin::ProjectPrefix)));
+        tries.extend(
+            prefixes
+                .iter()
+                .map(|p| (p.join("cuda/bin/nvcc"), Origin::ProjectPrefix)),
+        );
         tries
             .into_iter()
             .find_map(|(p, o)| found(p, o))
-            .ok_or_else(|| NotFound { prefix: prefixes[0].join("cuda/bin").display().to_string() })
+            .ok_or_else(|| NotFound {
+                prefix: prefixes[0].join("cuda/bin").display().to_string(),
+            })
     }
 
     /// The CUDA installation nvcc belongs to (`<root>/bin/nvcc`).
     pub fn cuda_root(&self) -> PathBuf {
-        let nvcc = self.nvcc.canonicalize().unwrap_or_else(|_| self.nvcc.clone());
-        nvcc.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default()
+        let nvcc = self
+            .nvcc
+            .canonicalize()
+            .unwrap_or_else(|_| self.nvcc.clone());
+        nvcc.parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
     }
 }

@@ -99,17 +99,31 @@ pub fn scan(file: &Path, text: &str) -> Result<Scanned, Diagnostics> {
         let body = p.text.trim_start();
         let lead = p.text.len() - body.len();
         let at = |off: usize| p.location(file, lead + off);
-        let word_end = body.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(body.len());
+        let word_end = body
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(body.len());
         let word = &body[..word_end];
         let result = if word == "klaraptor" {
-            parse_klaraptor(&body[word_end..], &|off| at(word_end + off))
+            parse_klaraptor(&body[word_end..], &|off| at(word_end + off), at(0))
                 .map(|a| out.annotations.push(a))
         } else if let Some(kernel) = word.strip_prefix(CLASSIC_SIZE) {
-            parse_classic(kernel, &body[word_end..], &|off| at(word_end + off), at(0), true)
-                .map(|c| classic.push(c))
+            parse_classic(
+                kernel,
+                &body[word_end..],
+                &|off| at(word_end + off),
+                at(0),
+                true,
+            )
+            .map(|c| classic.push(c))
         } else if let Some(kernel) = word.strip_prefix(CLASSIC_DIM) {
-            parse_classic(kernel, &body[word_end..], &|off| at(word_end + off), at(0), false)
-                .map(|c| classic.push(c))
+            parse_classic(
+                kernel,
+                &body[word_end..],
+                &|off| at(word_end + off),
+                at(0),
+                false,
+            )
+            .map(|c| classic.push(c))
         } else {
             continue;
         };
@@ -125,9 +139,12 @@ pub fn scan(file: &Path, text: &str) -> Result<Scanned, Diagnostics> {
     for (i, a) in out.annotations.iter().enumerate() {
         if let Some(prev) = out.annotations[..i].iter().find(|b| b.kernel == a.kernel) {
             errors.push(
-                Diagnostic::new(a.loc.clone(), format!("kernel '{}' is annotated twice", a.kernel))
-                    .help(format!("the first annotation is at {}; keep one", prev.loc))
-                    .with_source(text),
+                Diagnostic::new(
+                    a.loc.clone(),
+                    format!("kernel '{}' is annotated twice", a.kernel),
+                )
+                .help(format!("the first annotation is at {}; keep one", prev.loc))
+                .with_source(text),
             );
         }
     }
@@ -167,8 +184,12 @@ struct Pragma {
 
 impl Pragma {
     fn location(&self, file: &Path, off: usize) -> Location {
-        let &(start, line, col) =
-            self.pieces.iter().rev().find(|(s, _, _)| *s <= off).unwrap_or(&self.pieces[0]);
+        let &(start, line, col) = self
+            .pieces
+            .iter()
+            .rev()
+            .find(|(s, _, _)| *s <= off)
+            .unwrap_or(&self.pieces[0]);
         Location::new(file, line, col + (off - start) as u32)
     }
 }
@@ -194,7 +215,10 @@ fn pragmas(text: &str) -> Vec<Pragma> {
             continue;
         }
         let t = raw.trim_start();
-        let directive = t.strip_prefix('#').map(str::trim_start).and_then(|d| d.strip_prefix("pragma"));
+        let directive = t
+            .strip_prefix('#')
+            .map(str::trim_start)
+            .and_then(|d| d.strip_prefix("pragma"));
         match directive {
             Some(rest) if rest.starts_with(char::is_whitespace) => {
                 let first = i;
@@ -205,7 +229,11 @@ fn pragmas(text: &str) -> Vec<Pragma> {
                 let mut col = col0;
                 loop {
                     let cont = piece.ends_with('\\');
-                    let body = if cont { &piece[..piece.len() - 1] } else { piece };
+                    let body = if cont {
+                        &piece[..piece.len() - 1]
+                    } else {
+                        piece
+                    };
                     pieces.push((text_out.len(), i as u32 + 1, col));
                     text_out.push_str(body);
                     if !cont || i + 1 >= lines.len() {
@@ -316,16 +344,24 @@ fn parse_classic(
     is_size: bool,
 ) -> Result<Classic, Diagnostic> {
     let what = if is_size { CLASSIC_SIZE } else { CLASSIC_DIM };
-    let example = if is_size { "#pragma kernel_info_size_param_idx_mm = 3;" } else { "#pragma kernel_info_dim_mm = 2;" };
+    let example = if is_size {
+        "#pragma kernel_info_size_param_idx_mm = 3;"
+    } else {
+        "#pragma kernel_info_dim_mm = 2;"
+    };
     if kernel.is_empty() {
-        return Err(Diagnostic::new(start, format!("expected a kernel name after '{what}'"))
-            .help(format!("write e.g. '{example}'")));
+        return Err(
+            Diagnostic::new(start, format!("expected a kernel name after '{what}'"))
+                .help(format!("write e.g. '{example}'")),
+        );
     }
     let t = rest.trim_start();
     let mut off = rest.len() - t.len();
     let Some(t) = t.strip_prefix('=') else {
-        return Err(Diagnostic::new(at(off), "expected '=' after the kernel name")
-            .help(format!("write e.g. '{example}'")));
+        return Err(
+            Diagnostic::new(at(off), "expected '=' after the kernel name")
+                .help(format!("write e.g. '{example}'")),
+        );
     };
     off += 1;
     let v = t.trim_start();
@@ -339,14 +375,29 @@ fn parse_classic(
     let tail = v[digits..].trim();
     let tail = tail.strip_prefix(';').unwrap_or(tail).trim();
     if !tail.is_empty() {
-        let toff = off + digits + v[digits..].find(|c: char| !c.is_whitespace() && c != ';').unwrap_or(0);
-        return Err(Diagnostic::new(at(toff), format!("unexpected '{tail}' after the value"))
-            .help(format!("write e.g. '{example}'")));
+        let toff = off
+            + digits
+            + v[digits..]
+                .find(|c: char| !c.is_whitespace() && c != ';')
+                .unwrap_or(0);
+        return Err(
+            Diagnostic::new(at(toff), format!("unexpected '{tail}' after the value"))
+                .help(format!("write e.g. '{example}'")),
+        );
     }
     if !is_size && !(1..=3).contains(&value) {
-        return Err(Diagnostic::new(value_loc, format!("a kernel's dimensionality is 1, 2 or 3, not {value}")));
+        return Err(Diagnostic::new(
+            value_loc,
+            format!("a kernel's dimensionality is 1, 2 or 3, not {value}"),
+        ));
     }
-    Ok(Classic { kernel: kernel.to_string(), value, is_size, loc: start, value_loc })
+    Ok(Classic {
+        kernel: kernel.to_string(),
+        value,
+        is_size,
+        loc: start,
+        value_loc,
+    })
 }
 
 fn merge_classic(items: Vec<Classic>) -> Result<Vec<KernelAnnotation>, Diagnostics> {
@@ -355,13 +406,22 @@ fn merge_classic(items: Vec<Classic>) -> Result<Vec<KernelAnnotation>, Diagnosti
     let mut dims: Vec<&Classic> = Vec::new();
     for c in items.iter().filter(|c| c.is_size) {
         if out.iter().any(|a| a.kernel == c.kernel) {
-            errors.push(Diagnostic::new(c.loc.clone(), format!("a second '{CLASSIC_SIZE}{}' pragma", c.kernel))
-                .help("give the data-size argument once per kernel"));
+            errors.push(
+                Diagnostic::new(
+                    c.loc.clone(),
+                    format!("a second '{CLASSIC_SIZE}{}' pragma", c.kernel),
+                )
+                .help("give the data-size argument once per kernel"),
+            );
             continue;
         }
         out.push(KernelAnnotation {
             kernel: c.kernel.clone(),
-            data: vec![DataParam { label: "N".into(), arg: ArgRef::Index(c.value), loc: c.value_loc.clone() }],
+            data: vec![DataParam {
+                label: "N".into(),
+                arg: ArgRef::Index(c.value),
+                loc: c.value_loc.clone(),
+            }],
             dim: 1,
             grid: Vec::new(),
             constraints: Vec::new(),
@@ -372,16 +432,30 @@ fn merge_classic(items: Vec<Classic>) -> Result<Vec<KernelAnnotation>, Diagnosti
     }
     for c in items.iter().filter(|c| !c.is_size) {
         if dims.iter().any(|d| d.kernel == c.kernel) {
-            errors.push(Diagnostic::new(c.loc.clone(), format!("a second '{CLASSIC_DIM}{}' pragma", c.kernel))
-                .help("give the dimensionality once per kernel"));
+            errors.push(
+                Diagnostic::new(
+                    c.loc.clone(),
+                    format!("a second '{CLASSIC_DIM}{}' pragma", c.kernel),
+                )
+                .help("give the dimensionality once per kernel"),
+            );
             continue;
         }
         dims.push(c);
         match out.iter_mut().find(|a| a.kernel == c.kernel) {
             Some(a) => a.dim = c.value as u8,
             None => errors.push(
-                Diagnostic::new(c.loc.clone(), format!("kernel '{}' has a dimensionality but no data-size argument", c.kernel))
-                    .help(format!("add '#pragma {CLASSIC_SIZE}{} = <argument index>;'", c.kernel)),
+                Diagnostic::new(
+                    c.loc.clone(),
+                    format!(
+                        "kernel '{}' has a dimensionality but no data-size argument",
+                        c.kernel
+                    ),
+                )
+                .help(format!(
+                    "add '#pragma {CLASSIC_SIZE}{} = <argument index>;'",
+                    c.kernel
+                )),
             ),
         }
     }
@@ -443,15 +517,23 @@ fn clauses<'a>(s: &'a str, at: &dyn Fn(usize) -> Location) -> Result<Vec<Clause<
         let name = &s[name_off..i];
         if name.is_empty() {
             let ch = s[i..].chars().next().unwrap_or(' ');
-            return Err(Diagnostic::new(at(i), format!("expected a clause ({CLAUSES}), found '{ch}'"))
-                .help(format!("write e.g. '{PRAGMA_EXAMPLE}'")));
+            return Err(Diagnostic::new(
+                at(i),
+                format!("expected a clause ({CLAUSES}), found '{ch}'"),
+            )
+            .help(format!("write e.g. '{PRAGMA_EXAMPLE}'")));
         }
         while i < b.len() && b[i].is_ascii_whitespace() {
             i += 1;
         }
         if i == b.len() || b[i] != b'(' {
-            return Err(Diagnostic::new(at(i.min(s.len())), format!("expected '(' after '{name}'"))
-                .help(format!("clauses are written name(…), e.g. '{PRAGMA_EXAMPLE}'")));
+            return Err(Diagnostic::new(
+                at(i.min(s.len())),
+                format!("expected '(' after '{name}'"),
+            )
+            .help(format!(
+                "clauses are written name(…), e.g. '{PRAGMA_EXAMPLE}'"
+            )));
         }
         let open = i;
         let mut depth = 0usize;
@@ -477,7 +559,12 @@ fn clauses<'a>(s: &'a str, at: &dyn Fn(usize) -> Location) -> Result<Vec<Clause<
             return Err(Diagnostic::new(at(open), format!("the '(' of '{name}' is never closed"))
                 .help("add the missing ')' (a pragma that spans lines needs a '\\' at the end of each line but the last)"));
         };
-        out.push(Clause { name, name_off, args: &s[open + 1..close], args_off: open + 1 });
+        out.push(Clause {
+            name,
+            name_off,
+            args: &s[open + 1..close],
+            args_off: open + 1,
+        });
         i = close + 1;
     }
 }
@@ -508,7 +595,9 @@ fn split_top(s: &str) -> Vec<(usize, &str)> {
 
 fn is_ident(s: &str) -> bool {
     let mut c = s.chars();
-    c.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    c.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Offset of the first non-blank character of `s`, and `s` trimmed.
@@ -517,31 +606,47 @@ fn trimmed(s: &str) -> (usize, &str) {
     (s.len() - t.len(), t.trim_end())
 }
 
-fn parse_klaraptor(rest: &str, at: &dyn Fn(usize) -> Location) -> Result<KernelAnnotation, Diagnostic> {
+fn parse_klaraptor(
+    rest: &str,
+    at: &dyn Fn(usize) -> Location,
+    pragma_loc: Location,
+) -> Result<KernelAnnotation, Diagnostic> {
     let cls = clauses(rest, at)?;
-    let pragma_loc = at(0);
     let seen = |name: &str| cls.iter().filter(|c| c.name == name).count();
     for c in &cls {
         if !["kernel", "data", "dim", "grid", "block", "profile"].contains(&c.name) {
-            return Err(Diagnostic::new(at(c.name_off), format!("unknown clause '{}'", c.name))
-                .help(format!("the clauses are {CLAUSES}")));
+            return Err(
+                Diagnostic::new(at(c.name_off), format!("unknown clause '{}'", c.name))
+                    .help(format!("the clauses are {CLAUSES}")),
+            );
         }
         if c.name != "block" && seen(c.name) > 1 {
             let second = cls.iter().filter(|d| d.name == c.name).nth(1).unwrap();
-            return Err(Diagnostic::new(at(second.name_off), format!("'{}' is given twice", c.name))
-                .help("give each clause once (only 'block' may repeat; its conditions must all hold)"));
+            return Err(Diagnostic::new(
+                at(second.name_off),
+                format!("'{}' is given twice", c.name),
+            )
+            .help(
+                "give each clause once (only 'block' may repeat; its conditions must all hold)",
+            ));
         }
     }
     let get = |name: &str| cls.iter().find(|c| c.name == name);
     let Some(k) = get("kernel") else {
-        return Err(Diagnostic::new(pragma_loc, "this klaraptor pragma names no kernel")
-            .help(format!("start it with kernel(<name>), e.g. '{PRAGMA_EXAMPLE}'")));
+        return Err(
+            Diagnostic::new(pragma_loc, "this klaraptor pragma names no kernel").help(format!(
+                "start it with kernel(<name>), e.g. '{PRAGMA_EXAMPLE}'"
+            )),
+        );
     };
     let (koff, kname) = trimmed(k.args);
     let plain = kname.replace("::", "");
     if !is_ident(&plain) || kname.starts_with(':') || kname.ends_with(':') {
-        return Err(Diagnostic::new(at(k.args_off + koff), format!("'{kname}' is not a kernel name"))
-            .help("write the kernel's name as in its definition, e.g. kernel(mm) or kernel(ns::mm)"));
+        return Err(Diagnostic::new(
+            at(k.args_off + koff),
+            format!("'{kname}' is not a kernel name"),
+        )
+        .help("write the kernel's name as in its definition, e.g. kernel(mm) or kernel(ns::mm)"));
     }
     let Some(d) = get("data") else {
         return Err(Diagnostic::new(at(k.name_off), format!("kernel '{kname}' has no data(…) clause"))
@@ -555,8 +660,11 @@ fn parse_klaraptor(rest: &str, at: &dyn Fn(usize) -> Location) -> Result<KernelA
             match t.parse::<u8>() {
                 Ok(v @ 1..=3) => v,
                 _ => {
-                    return Err(Diagnostic::new(at(c.args_off + off), format!("expected 1, 2 or 3, found '{t}'"))
-                        .help("dim(…) is the number of block dimensions the kernel uses"))
+                    return Err(Diagnostic::new(
+                        at(c.args_off + off),
+                        format!("expected 1, 2 or 3, found '{t}'"),
+                    )
+                    .help("dim(…) is the number of block dimensions the kernel uses"))
                 }
             }
         }
@@ -570,28 +678,50 @@ fn parse_klaraptor(rest: &str, at: &dyn Fn(usize) -> Location) -> Result<KernelA
             if parts.len() != dim as usize {
                 return Err(Diagnostic::new(
                     at(c.name_off),
-                    format!("grid(…) gives {} formula(s) but the kernel has {dim} dimension(s)", parts.len()),
+                    format!(
+                        "grid(…) gives {} formula(s) but the kernel has {dim} dimension(s)",
+                        parts.len()
+                    ),
                 )
-                .help(format!("give one formula per dimension, separated by commas, or change dim({dim})")));
+                .help(format!(
+                    "give one formula per dimension, separated by commas, or change dim({dim})"
+                )));
             }
             parts
                 .into_iter()
-                .map(|(off, p)| expr::parse_int(p, &labels).map_err(|e| expr_err(c.args_off + off, e)))
+                .map(|(off, p)| {
+                    expr::parse_int(p, &labels).map_err(|e| expr_err(c.args_off + off, e))
+                })
                 .collect::<Result<Vec<_>, _>>()?
         }
     };
     for (i, g) in grid.iter().enumerate() {
         let c = get("grid").map_or(k.name_off, |c| c.args_off);
-        if let Some(v) = g.vars().into_iter().find(|v| expr::BLOCK_VARS[dim as usize..].contains(v)) {
-            return Err(Diagnostic::new(at(c), format!("grid formula {} uses '{v}', but the kernel has {dim} dimension(s)", i + 1))
-                .help(format!("use only {} and the data parameters", expr::BLOCK_VARS[..dim as usize].join(", "))));
+        if let Some(v) = g
+            .vars()
+            .into_iter()
+            .find(|v| expr::BLOCK_VARS[dim as usize..].contains(v))
+        {
+            return Err(Diagnostic::new(
+                at(c),
+                format!(
+                    "grid formula {} uses '{v}', but the kernel has {dim} dimension(s)",
+                    i + 1
+                ),
+            )
+            .help(format!(
+                "use only {} and the data parameters",
+                expr::BLOCK_VARS[..dim as usize].join(", ")
+            )));
         }
     }
     let mut constraints = Vec::new();
     for c in cls.iter().filter(|c| c.name == "block") {
         constraints.push(expr::parse_bool(c.args, &labels).map_err(|e| expr_err(c.args_off, e))?);
     }
-    let profile = get("profile").map(|c| parse_profile(c, data.len(), at)).transpose()?;
+    let profile = get("profile")
+        .map(|c| parse_profile(c, data.len(), at))
+        .transpose()?;
     Ok(KernelAnnotation {
         kernel: kname.to_string(),
         data,
@@ -620,28 +750,45 @@ fn parse_data(c: &Clause, at: &dyn Fn(usize) -> Location) -> Result<Vec<DataPara
             None => (t, t, 0),
         };
         if !is_ident(label) {
-            return Err(bad(if t.is_empty() { "empty entry in data(…)".into() } else { format!("'{label}' is not a name") }));
+            return Err(bad(if t.is_empty() {
+                "empty entry in data(…)".into()
+            } else {
+                format!("'{label}' is not a name")
+            }));
         }
         if expr::BLOCK_VARS.contains(&label) || ["ceil", "floor", "min", "max"].contains(&label) {
-            return Err(bad(format!("'{label}' is reserved (block dimensions and functions); choose another label")));
+            return Err(bad(format!(
+                "'{label}' is reserved (block dimensions and functions); choose another label"
+            )));
         }
         let arg = if let Ok(i) = arg.parse::<usize>() {
             ArgRef::Index(i)
         } else if is_ident(arg) {
             ArgRef::Name(arg.to_string())
         } else {
-            return Err(Diagnostic::new(at(base + arg_off), format!("'{arg}' is neither an argument index nor an argument name"))
-                .help("write e.g. data(N=3) or data(N=n)"));
+            return Err(Diagnostic::new(
+                at(base + arg_off),
+                format!("'{arg}' is neither an argument index nor an argument name"),
+            )
+            .help("write e.g. data(N=3) or data(N=n)"));
         };
         if out.iter().any(|d| d.label == label) {
             return Err(bad(format!("data parameter '{label}' is named twice")));
         }
-        out.push(DataParam { label: label.to_string(), arg, loc: at(base + arg_off) });
+        out.push(DataParam {
+            label: label.to_string(),
+            arg,
+            loc: at(base + arg_off),
+        });
     }
     Ok(out)
 }
 
-fn parse_profile(c: &Clause, n_data: usize, at: &dyn Fn(usize) -> Location) -> Result<ProfileRecipe, Diagnostic> {
+fn parse_profile(
+    c: &Clause,
+    n_data: usize,
+    at: &dyn Fn(usize) -> Location,
+) -> Result<ProfileRecipe, Diagnostic> {
     let mut run = None;
     let mut sizes = None;
     let help = "write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters";
@@ -649,7 +796,11 @@ fn parse_profile(c: &Clause, n_data: usize, at: &dyn Fn(usize) -> Location) -> R
         let (lead, t) = trimmed(item);
         let base = c.args_off + off + lead;
         let Some((key, value)) = t.split_once('=') else {
-            return Err(Diagnostic::new(at(base), format!("expected key=value in profile(…), found '{t}'")).help(help));
+            return Err(Diagnostic::new(
+                at(base),
+                format!("expected key=value in profile(…), found '{t}'"),
+            )
+            .help(help));
         };
         let (voff, v) = trimmed(value);
         let vbase = base + key.len() + 1 + voff;
@@ -658,11 +809,28 @@ fn parse_profile(c: &Clause, n_data: usize, at: &dyn Fn(usize) -> Location) -> R
                 let s = v.strip_prefix('"').and_then(|s| s.strip_suffix('"'));
                 match s {
                     Some(s) if !s.is_empty() => run = Some(s.replace("\\\"", "\"")),
-                    _ => return Err(Diagnostic::new(at(vbase), "run=… takes a non-empty string in double quotes").help(help)),
+                    _ => {
+                        return Err(Diagnostic::new(
+                            at(vbase),
+                            "run=… takes a non-empty string in double quotes",
+                        )
+                        .help(help))
+                    }
                 }
             }
-            "sizes" => sizes = Some(parse_sizes(v, n_data).map_err(|(o, m)| Diagnostic::new(at(vbase + o), m).help(help))?),
-            k => return Err(Diagnostic::new(at(base), format!("unknown profile key '{k}'; the keys are run and sizes")).help(help)),
+            "sizes" => {
+                sizes = Some(
+                    parse_sizes(v, n_data)
+                        .map_err(|(o, m)| Diagnostic::new(at(vbase + o), m).help(help))?,
+                )
+            }
+            k => {
+                return Err(Diagnostic::new(
+                    at(base),
+                    format!("unknown profile key '{k}'; the keys are run and sizes"),
+                )
+                .help(help))
+            }
         }
     }
     match (run, sizes) {
@@ -685,8 +853,12 @@ pub fn parse_sizes(v: &str, n_data: usize) -> Result<Vec<Vec<i64>>, (usize, Stri
     for (off, item) in split_top(inner) {
         let (lead, t) = trimmed(item);
         let base = 1 + off + lead;
-        let values: Vec<(usize, &str)> = match t.strip_prefix('(').and_then(|s| s.strip_suffix(')')) {
-            Some(tuple) => split_top(tuple).into_iter().map(|(o, s)| (1 + o, s)).collect(),
+        let values: Vec<(usize, &str)> = match t.strip_prefix('(').and_then(|s| s.strip_suffix(')'))
+        {
+            Some(tuple) => split_top(tuple)
+                .into_iter()
+                .map(|(o, s)| (1 + o, s))
+                .collect(),
             None => vec![(0, t)],
         };
         let mut row = Vec::new();
@@ -694,13 +866,24 @@ pub fn parse_sizes(v: &str, n_data: usize) -> Result<Vec<Vec<i64>>, (usize, Stri
             let (l2, s2) = trimmed(s);
             match s2.parse::<i64>() {
                 Ok(x) if x > 0 => row.push(x),
-                _ => return Err((base + o + l2, format!("expected a positive integer size, found '{s2}'"))),
+                _ => {
+                    return Err((
+                        base + o + l2,
+                        format!("expected a positive integer size, found '{s2}'"),
+                    ))
+                }
             }
         }
         if row.len() == 1 {
             row = vec![row[0]; n_data];
         } else if row.len() != n_data {
-            return Err((base, format!("this size gives {} values but the kernel has {n_data} data parameter(s)", row.len())));
+            return Err((
+                base,
+                format!(
+                    "this size gives {} values but the kernel has {n_data} data parameter(s)",
+                    row.len()
+                ),
+            ));
         }
         out.push(row);
     }
@@ -709,5 +892,8 @@ pub fn parse_sizes(v: &str, n_data: usize) -> Result<Vec<Vec<i64>>, (usize, Stri
 
 /// The directory-level configuration file beside a source.
 pub fn toml_path_for(source: &Path) -> PathBuf {
-    source.parent().unwrap_or(Path::new(".")).join("klaraptor.toml")
+    source
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("klaraptor.toml")
 }

@@ -65,9 +65,8 @@ pub struct TomlKernel {
 
 /// Reads a `klaraptor.toml`.
 pub fn load(path: &Path) -> Result<Vec<TomlKernel>, Diagnostics> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Diagnostic::new(Location::new(path, 1, 1), format!("cannot read: {e}"))
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Diagnostic::new(Location::new(path, 1, 1), format!("cannot read: {e}")))?;
     parse(path, &text)
 }
 
@@ -80,11 +79,17 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
         Location::new(path, line, col)
     };
     let err = |span: Range<usize>, m: String, help: &str| {
-        Diagnostics(vec![Diagnostic::new(at(span.start), m).help(help).with_source(text)])
+        Diagnostics(vec![Diagnostic::new(at(span.start), m)
+            .help(help)
+            .with_source(text)])
     };
     let file: File = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
-        err(span, e.message().trim().to_string(), "see the klaraptor.toml reference in the README")
+        err(
+            span,
+            e.message().trim().to_string(),
+            "see the klaraptor.toml reference in the README",
+        )
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut out = Vec::new();
@@ -104,22 +109,39 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 Ok(i) => ArgRef::Index(i),
                 Err(_) => ArgRef::Name(arg.to_string()),
             };
-            let ok_label = label.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            let ok_label = label
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 && !expr::BLOCK_VARS.contains(&label);
             if !ok_label || matches!(&arg, ArgRef::Name(a) if a.is_empty()) {
                 return Err(err(d.span(), format!("'{t}' is not a data parameter"), "write \"LABEL=INDEX\", \"LABEL=ARGUMENT\" or \"ARGUMENT\", e.g. data = [\"N=3\"]"));
             }
-            data.push(DataParam { label: label.into(), arg, loc: at(inside(d, 0)) });
+            data.push(DataParam {
+                label: label.into(),
+                arg,
+                loc: at(inside(d, 0)),
+            });
         }
         if data.is_empty() {
-            return Err(err(e.data.span(), format!("kernel '{name}' has an empty data list"), "name at least one data-size argument, e.g. data = [\"N=3\"]"));
+            return Err(err(
+                e.data.span(),
+                format!("kernel '{name}' has an empty data list"),
+                "name at least one data-size argument, e.g. data = [\"N=3\"]",
+            ));
         }
         let dim = match &e.dim {
             None => 1,
             Some(d) => match *d.get_ref() {
                 v @ 1..=3 => v as u8,
-                v => return Err(err(d.span(), format!("expected 1, 2 or 3, found {v}"), "dim is the number of block dimensions the kernel uses")),
+                v => {
+                    return Err(err(
+                        d.span(),
+                        format!("expected 1, 2 or 3, found {v}"),
+                        "dim is the number of block dimensions the kernel uses",
+                    ))
+                }
             },
         };
         let labels: Vec<&str> = data.iter().map(|d| d.label.as_str()).collect();
@@ -127,15 +149,34 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
             None => default_grid(&data, dim),
             Some(g) => {
                 if g.get_ref().len() != dim as usize {
-                    return Err(err(g.span(), format!("grid gives {} formula(s) but the kernel has {dim} dimension(s)", g.get_ref().len()), "give one formula per dimension"));
+                    return Err(err(
+                        g.span(),
+                        format!(
+                            "grid gives {} formula(s) but the kernel has {dim} dimension(s)",
+                            g.get_ref().len()
+                        ),
+                        "give one formula per dimension",
+                    ));
                 }
                 let mut out = Vec::new();
                 for f in g.get_ref() {
                     let parsed = expr::parse_int(f.get_ref(), &labels).map_err(|x| {
-                        Diagnostics(vec![Diagnostic::new(at(inside(f, x.offset)), x.message).with_source(text)])
+                        Diagnostics(vec![
+                            Diagnostic::new(at(inside(f, x.offset)), x.message).with_source(text)
+                        ])
                     })?;
-                    if let Some(v) = parsed.vars().into_iter().find(|v| expr::BLOCK_VARS[dim as usize..].contains(v)) {
-                        return Err(err(f.span(), format!("grid formula uses '{v}', but the kernel has {dim} dimension(s)"), "use only the block dimensions the kernel has"));
+                    if let Some(v) = parsed
+                        .vars()
+                        .into_iter()
+                        .find(|v| expr::BLOCK_VARS[dim as usize..].contains(v))
+                    {
+                        return Err(err(
+                            f.span(),
+                            format!(
+                                "grid formula uses '{v}', but the kernel has {dim} dimension(s)"
+                            ),
+                            "use only the block dimensions the kernel has",
+                        ));
                     }
                     out.push(parsed);
                 }
@@ -145,7 +186,9 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
         let mut constraints = Vec::new();
         for b in &e.block {
             constraints.push(expr::parse_bool(b.get_ref(), &labels).map_err(|x| {
-                Diagnostics(vec![Diagnostic::new(at(inside(b, x.offset)), x.message).with_source(text)])
+                Diagnostics(vec![
+                    Diagnostic::new(at(inside(b, x.offset)), x.message).with_source(text)
+                ])
             })?);
         }
         let profile = match e.profile {
@@ -167,9 +210,16 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                     sizes.push(row);
                 }
                 if sizes.is_empty() {
-                    return Err(err(p.sizes.span(), "the list of profile sizes is empty".into(), "e.g. sizes = [64, 128, 256]"));
+                    return Err(err(
+                        p.sizes.span(),
+                        "the list of profile sizes is empty".into(),
+                        "e.g. sizes = [64, 128, 256]",
+                    ));
                 }
-                Some(ProfileRecipe { run: p.run.into_inner(), sizes })
+                Some(ProfileRecipe {
+                    run: p.run.into_inner(),
+                    sizes,
+                })
             }
         };
         out.push(TomlKernel {

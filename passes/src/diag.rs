@@ -14,7 +14,11 @@ pub struct Location {
 
 impl Location {
     pub fn new(file: &Path, line: u32, col: u32) -> Self {
-        Location { file: file.to_path_buf(), line, col }
+        Location {
+            file: file.to_path_buf(),
+            line,
+            col,
+        }
     }
 }
 
@@ -37,7 +41,12 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(loc: Location, message: impl Into<String>) -> Self {
-        Diagnostic { loc, message: message.into(), help: None, snippet: None }
+        Diagnostic {
+            loc,
+            message: message.into(),
+            help: None,
+            snippet: None,
+        }
     }
     pub fn help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
@@ -45,7 +54,10 @@ impl Diagnostic {
     }
     /// Attaches the line of `text` that the location points at.
     pub fn with_source(mut self, text: &str) -> Self {
-        self.snippet = text.lines().nth(self.loc.line.saturating_sub(1) as usize).map(str::to_string);
+        self.snippet = text
+            .lines()
+            .nth(self.loc.line.saturating_sub(1) as usize)
+            .map(str::to_string);
         self
     }
 }

@@ -130,8 +130,9 @@ enum Tok {
     End,
 }
 
-const OPS: [&str; 15] =
-    ["==", "!=", "<=", ">=", "&&", "||", "<", ">", "+", "-", "*", "/", "%", "!", "="];
+const OPS: [&str; 15] = [
+    "==", "!=", "<=", ">=", "&&", "||", "<", ">", "+", "-", "*", "/", "%", "!", "=",
+];
 
 fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ExprError> {
     let bytes = text.as_bytes();
@@ -215,9 +216,16 @@ impl<'a> Parser<'a> {
     fn new(text: &str, names: &'a [&'a str]) -> Result<Self, ExprError> {
         let toks = lex(text)?;
         if toks.len() == 1 {
-            return Err(ExprError { offset: 0, message: "expected an expression".into() });
+            return Err(ExprError {
+                offset: 0,
+                message: "expected an expression".into(),
+            });
         }
-        Ok(Parser { toks, pos: 0, names })
+        Ok(Parser {
+            toks,
+            pos: 0,
+            names,
+        })
     }
 
     fn peek(&self) -> &Tok {
@@ -234,7 +242,10 @@ impl<'a> Parser<'a> {
         t
     }
     fn error<T>(&self, message: impl Into<String>) -> Result<T, ExprError> {
-        Err(ExprError { offset: self.offset(), message: message.into() })
+        Err(ExprError {
+            offset: self.offset(),
+            message: message.into(),
+        })
     }
     fn finish(&self) -> Result<(), ExprError> {
         match self.peek() {
@@ -421,7 +432,11 @@ impl Typed for (Node, usize) {
                     "ceil" | "floor" => {
                         let mut it = args.into_iter();
                         let (a, b) = (it.next().unwrap(), it.next().unwrap());
-                        let op = if f == "ceil" { IntOp::CeilDiv } else { IntOp::FloorDiv };
+                        let op = if f == "ceil" {
+                            IntOp::CeilDiv
+                        } else {
+                            IntOp::FloorDiv
+                        };
                         IntExpr::Bin(op, Box::new(a), Box::new(b))
                     }
                     "min" => IntExpr::Min(args),
@@ -441,8 +456,12 @@ impl Typed for (Node, usize) {
         };
         Ok(match node {
             Node::Unary("!", e) => BoolExpr::Not(Box::new(e.into_bool()?)),
-            Node::Bin("&&", a, b) => BoolExpr::And(Box::new(a.into_bool()?), Box::new(b.into_bool()?)),
-            Node::Bin("||", a, b) => BoolExpr::Or(Box::new(a.into_bool()?), Box::new(b.into_bool()?)),
+            Node::Bin("&&", a, b) => {
+                BoolExpr::And(Box::new(a.into_bool()?), Box::new(b.into_bool()?))
+            }
+            Node::Bin("||", a, b) => {
+                BoolExpr::Or(Box::new(a.into_bool()?), Box::new(b.into_bool()?))
+            }
             Node::Bin(op, a, b) => {
                 let op = match op {
                     "==" => CmpOp::Eq,
@@ -484,7 +503,11 @@ fn floor_div(a: i64, b: i64) -> Result<i64, EvalError> {
         return Err(EvalError::DivisionByZero);
     }
     let q = a.checked_div(b).ok_or(EvalError::Overflow)?;
-    Ok(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    Ok(if (a % b != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    })
 }
 
 fn ceil_div(a: i64, b: i64) -> Result<i64, EvalError> {
@@ -492,7 +515,11 @@ fn ceil_div(a: i64, b: i64) -> Result<i64, EvalError> {
         return Err(EvalError::DivisionByZero);
     }
     let q = a.checked_div(b).ok_or(EvalError::Overflow)?;
-    Ok(if (a % b != 0) && ((a < 0) == (b < 0)) { q + 1 } else { q })
+    Ok(if (a % b != 0) && ((a < 0) == (b < 0)) {
+        q + 1
+    } else {
+        q
+    })
 }
 
 impl IntExpr {
@@ -510,7 +537,9 @@ impl IntExpr {
                     IntOp::Mul => a.checked_mul(b).ok_or(EvalError::Overflow)?,
                     IntOp::FloorDiv => floor_div(a, b)?,
                     IntOp::CeilDiv => ceil_div(a, b)?,
-                    IntOp::Mod => a.checked_sub(floor_div(a, b)?.checked_mul(b).ok_or(EvalError::Overflow)?).ok_or(EvalError::Overflow)?,
+                    IntOp::Mod => a
+                        .checked_sub(floor_div(a, b)?.checked_mul(b).ok_or(EvalError::Overflow)?)
+                        .ok_or(EvalError::Overflow)?,
                 }
             }
             Min(args) => fold(args, env, i64::min)?,
@@ -536,7 +565,9 @@ impl IntExpr {
                 a.collect_vars(out);
                 b.collect_vars(out);
             }
-            IntExpr::Min(args) | IntExpr::Max(args) => args.iter().for_each(|a| a.collect_vars(out)),
+            IntExpr::Min(args) | IntExpr::Max(args) => {
+                args.iter().for_each(|a| a.collect_vars(out))
+            }
         }
     }
 }
@@ -596,7 +627,11 @@ impl fmt::Display for IntExpr {
                 write!(f, "({a} {s} {b})")
             }
             IntExpr::Min(args) | IntExpr::Max(args) => {
-                f.write_str(if matches!(self, IntExpr::Min(_)) { "min(" } else { "max(" })?;
+                f.write_str(if matches!(self, IntExpr::Min(_)) {
+                    "min("
+                } else {
+                    "max("
+                })?;
                 for (i, a) in args.iter().enumerate() {
                     if i > 0 {
                         f.write_str(", ")?;
@@ -667,13 +702,19 @@ mod tests {
         assert!(parse_int("", &[]).is_err());
         assert!(parse_int("(bx", &[]).is_err());
         assert!(parse_int("99999999999999999999", &[]).is_err());
-        assert!(parse_int("sqrt(bx)", &[]).unwrap_err().message.contains("unknown function"));
+        assert!(parse_int("sqrt(bx)", &[])
+            .unwrap_err()
+            .message
+            .contains("unknown function"));
     }
 
     #[test]
     fn evaluation_errors_are_values_not_panics() {
         let e = parse_int("N / (bx - 32)", &["N"]).unwrap();
-        assert_eq!(e.eval(&[("N", 1), ("bx", 32)]), Err(EvalError::DivisionByZero));
+        assert_eq!(
+            e.eval(&[("N", 1), ("bx", 32)]),
+            Err(EvalError::DivisionByZero)
+        );
         let e = parse_int("N * N", &["N"]).unwrap();
         assert_eq!(e.eval(&[("N", i64::MAX)]), Err(EvalError::Overflow));
         assert_eq!(e.eval(&[("M", 1)]), Err(EvalError::Unbound("N".into())));

@@ -35,7 +35,10 @@ pub enum FrontendError {
     #[error("{0}")]
     User(Diagnostics),
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Clang(#[from] clang::ClangError),
 }
@@ -55,7 +58,17 @@ impl From<Diagnostic> for FrontendError {
 /// Reads `source`'s annotations without libclang: the pragmas, and the entries of the
 /// `klaraptor.toml` beside it that may apply. Fast; used to decide whether a translation
 /// unit needs klaraptor at all.
-pub fn annotations_of(source: &Path, text: &str) -> Result<(annotations::Scanned, Vec<config::TomlKernel>, Option<PathBuf>), Diagnostics> {
+pub fn annotations_of(
+    source: &Path,
+    text: &str,
+) -> Result<
+    (
+        annotations::Scanned,
+        Vec<config::TomlKernel>,
+        Option<PathBuf>,
+    ),
+    Diagnostics,
+> {
     let scanned = if annotations::mentions_annotations(text) {
         annotations::scan(source, text)?
     } else {
@@ -80,15 +93,24 @@ pub fn annotations_of(source: &Path, text: &str) -> Result<(annotations::Scanned
 
 /// The whole front-end for one translation unit.
 pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendError> {
-    let text = std::fs::read_to_string(source)
-        .map_err(|e| FrontendError::Read { path: source.to_path_buf(), source: e })?;
+    let text = std::fs::read_to_string(source).map_err(|e| FrontendError::Read {
+        path: source.to_path_buf(),
+        source: e,
+    })?;
     let (scanned, toml, toml_path) = annotations_of(source, &text)?;
     if scanned.annotations.is_empty() && toml.is_empty() {
         return Ok(Outcome::Unannotated);
     }
-    let mut names: Vec<&str> = scanned.annotations.iter().map(|a| a.kernel.as_str()).collect();
+    let mut names: Vec<&str> = scanned
+        .annotations
+        .iter()
+        .map(|a| a.kernel.as_str())
+        .collect();
     names.extend(toml.iter().map(|t| t.annotation.kernel.as_str()));
-    let short: Vec<&str> = names.iter().map(|n| n.rsplit("::").next().unwrap_or(n)).collect();
+    let short: Vec<&str> = names
+        .iter()
+        .map(|n| n.rsplit("::").next().unwrap_or(n))
+        .collect();
     let info = clang::inspect(source, &short, cfg)?;
     if info.has_errors() {
         return Ok(Outcome::SourceErrors(info.diagnostics));
@@ -108,18 +130,35 @@ pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendErro
     for a in &scanned.annotations {
         resolve(a, Some(&text), &mut errors);
     }
-    let toml_text = toml_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+    let toml_text = toml_path
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok());
     for t in &toml {
-        if let Some(prev) = scanned.annotations.iter().find(|a| a.kernel == t.annotation.kernel) {
+        if let Some(prev) = scanned
+            .annotations
+            .iter()
+            .find(|a| a.kernel == t.annotation.kernel)
+        {
             errors.push(
-                Diagnostic::new(t.annotation.loc.clone(), format!("kernel '{}' is annotated here and in its source", t.annotation.kernel))
-                    .help(format!("the pragma at {} already annotates it; keep one", prev.loc)),
+                Diagnostic::new(
+                    t.annotation.loc.clone(),
+                    format!(
+                        "kernel '{}' is annotated here and in its source",
+                        t.annotation.kernel
+                    ),
+                )
+                .help(format!(
+                    "the pragma at {} already annotates it; keep one",
+                    prev.loc
+                )),
             );
             continue;
         }
         // An entry that names no source applies to whichever translation unit defines the
         // kernel; one that names this source must match a kernel in it.
-        let defined_here = info.functions.iter().any(|f| f.is_global && f.name == t.annotation.kernel.rsplit("::").next().unwrap_or(""));
+        let defined_here = info.functions.iter().any(|f| {
+            f.is_global && f.name == t.annotation.kernel.rsplit("::").next().unwrap_or("")
+        });
         if t.source.is_some() || defined_here {
             resolve(&t.annotation, toml_text.as_deref(), &mut errors);
         }

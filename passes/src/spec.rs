@@ -51,7 +51,8 @@ pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, D
         .filter(|f| {
             f.name == short
                 && (!ann.kernel.contains("::")
-                    || f.qualified_name.trim_start_matches("::") == ann.kernel.trim_start_matches("::"))
+                    || f.qualified_name.trim_start_matches("::")
+                        == ann.kernel.trim_start_matches("::"))
         })
         .collect();
     let Some(f) = candidates
@@ -67,13 +68,26 @@ pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, D
             )
             .help("annotate a function declared __global__; device and host functions are not launched with <<<…>>>"));
         }
-        let kernels: Vec<&str> = src.functions.iter().filter(|f| f.is_global).map(|f| f.name.as_str()).collect();
+        let kernels: Vec<&str> = src
+            .functions
+            .iter()
+            .filter(|f| f.is_global)
+            .map(|f| f.name.as_str())
+            .collect();
         let help = if kernels.is_empty() {
-            "check the kernel's name and that this pragma is in the file that defines it".to_string()
+            "check the kernel's name and that this pragma is in the file that defines it"
+                .to_string()
         } else {
-            format!("the kernels in this translation unit are: {}", kernels.join(", "))
+            format!(
+                "the kernels in this translation unit are: {}",
+                kernels.join(", ")
+            )
         };
-        return Err(Diagnostic::new(ann.loc.clone(), format!("no kernel named '{}' in this translation unit", ann.kernel)).help(help));
+        return Err(Diagnostic::new(
+            ann.loc.clone(),
+            format!("no kernel named '{}' in this translation unit", ann.kernel),
+        )
+        .help(help));
     };
     let describe_params = || {
         f.params
@@ -90,15 +104,25 @@ pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, D
             ArgRef::Index(i) => {
                 return Err(Diagnostic::new(
                     d.loc.clone(),
-                    format!("argument index {i} is out of range: kernel '{}' has {} parameter(s)", ann.kernel, f.params.len()),
+                    format!(
+                        "argument index {i} is out of range: kernel '{}' has {} parameter(s)",
+                        ann.kernel,
+                        f.params.len()
+                    ),
                 )
-                .help(format!("indices are 0-based; the parameters are ({})", describe_params())))
+                .help(format!(
+                    "indices are 0-based; the parameters are ({})",
+                    describe_params()
+                )))
             }
             ArgRef::Name(n) => match f.params.iter().position(|p| &p.name == n) {
                 Some(i) => i,
                 None => {
-                    return Err(Diagnostic::new(d.loc.clone(), format!("kernel '{}' has no parameter named '{n}'", ann.kernel))
-                        .help(format!("the parameters are ({})", describe_params())))
+                    return Err(Diagnostic::new(
+                        d.loc.clone(),
+                        format!("kernel '{}' has no parameter named '{n}'", ann.kernel),
+                    )
+                    .help(format!("the parameters are ({})", describe_params())))
                 }
             },
         };
@@ -110,7 +134,12 @@ pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, D
             )
             .help(format!("name an integer argument; the parameters are ({})", describe_params())));
         }
-        data.push(DataArg { label: d.label.clone(), index, param: p.name.clone(), ty: p.ty.clone() });
+        data.push(DataArg {
+            label: d.label.clone(),
+            index,
+            param: p.name.clone(),
+            ty: p.ty.clone(),
+        });
     }
     Ok(KernelSpec {
         name: ann.kernel.clone(),
@@ -134,19 +163,48 @@ impl KernelSpec {
         let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
         let list = |v: Vec<String>| format!("[{}]", v.join(", "));
         let mut s = format!("[kernel.{}]\n", q(&self.name));
-        s += &format!("mangled = {}\n", list(self.mangled.iter().map(|m| q(m)).collect()));
-        s += &format!("defined_at = {}\n", q(&format!("{}:{}", self.defined_in.display(), self.defined_line)));
+        s += &format!(
+            "mangled = {}\n",
+            list(self.mangled.iter().map(|m| q(m)).collect())
+        );
+        s += &format!(
+            "defined_at = {}\n",
+            q(&format!(
+                "{}:{}",
+                self.defined_in.display(),
+                self.defined_line
+            ))
+        );
         s += &format!("annotated_at = {}\n", q(&self.annotated_at.to_string()));
         s += &format!(
             "data = {}\n",
-            list(self.data.iter().map(|d| q(&format!("{}={} ({} {})", d.label, d.index, d.ty, d.param))).collect())
+            list(
+                self.data
+                    .iter()
+                    .map(|d| q(&format!("{}={} ({} {})", d.label, d.index, d.ty, d.param)))
+                    .collect()
+            )
         );
         s += &format!("dim = {}\n", self.dim);
-        s += &format!("grid = {}\n", list(self.grid.iter().map(|g| q(&g.to_string())).collect()));
-        s += &format!("block = {}\n", list(self.constraints.iter().map(|c| q(&c.to_string())).collect()));
+        s += &format!(
+            "grid = {}\n",
+            list(self.grid.iter().map(|g| q(&g.to_string())).collect())
+        );
+        s += &format!(
+            "block = {}\n",
+            list(self.constraints.iter().map(|c| q(&c.to_string())).collect())
+        );
         if let Some(p) = &self.profile {
-            let sizes = p.sizes.iter().map(|r| list(r.iter().map(|v| v.to_string()).collect())).collect();
-            s += &format!("profile = {{ run = {}, sizes = {} }}\n", q(&p.run), list(sizes));
+            let sizes = p
+                .sizes
+                .iter()
+                .map(|r| list(r.iter().map(|v| v.to_string()).collect()))
+                .collect();
+            s += &format!(
+                "profile = {{ run = {}, sizes = {} }}\n",
+                q(&p.run),
+                list(sizes)
+            );
         }
         s
     }

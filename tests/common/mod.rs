@@ -11,7 +11,11 @@ pub fn nvcc() -> PathBuf {
         return PathBuf::from(p);
     }
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".toolchain/cuda/bin/nvcc");
-    assert!(p.is_file(), "{} is missing: run scripts/setup first", p.display());
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/setup first",
+        p.display()
+    );
     p
 }
 
@@ -72,5 +76,6 @@ pub fn files(dir: &Path) -> Vec<String> {
 pub fn normalized(path: &Path) -> Vec<u8> {
     let bytes = std::fs::read(path).unwrap();
     let re = regex::bytes::Regex::new(r"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}").unwrap();
-    re.replace_all(&bytes, &b"tmpxft_XXXXXXXX_XXXXXXXX"[..]).into_owned()
+    re.replace_all(&bytes, &b"tmpxft_XXXXXXXX_XXXXXXXX"[..])
+        .into_owned()
 }

@@ -9,7 +9,11 @@ use klaraptor_passes::clang::ClangConfig;
 use klaraptor_passes::frontend::{self, FrontendError, Outcome};
 
 #[derive(Parser)]
-#[command(name = "klaraptor", version, about = "Inspect what klaraptor-cc makes of CUDA sources")]
+#[command(
+    name = "klaraptor",
+    version,
+    about = "Inspect what klaraptor-cc makes of CUDA sources"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -52,7 +56,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("CUDA root: {}", tc.cuda_root().display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Specs { sources, include, define } => {
+        Cmd::Specs {
+            sources,
+            include,
+            define,
+        } => {
             let mut cfg = ClangConfig::new(tc.cuda_root());
             cfg.stub_include = klaraptor::toolchain::project_prefixes()
                 .into_iter()
@@ -63,7 +71,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut failed = false;
             for src in &sources {
                 match frontend::analyze(src, &cfg) {
-                    Ok(Outcome::Unannotated) => println!("# {}: no annotated kernels", src.display()),
+                    Ok(Outcome::Unannotated) => {
+                        println!("# {}: no annotated kernels", src.display())
+                    }
                     Ok(Outcome::SourceErrors(errs)) => {
                         failed = true;
                         eprintln!("{}: the source does not compile:", src.display());
@@ -84,7 +94,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Err(e) => return Err(e.into()),
                 }
             }
-            Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
     }
 }

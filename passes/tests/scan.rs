@@ -1,0 +1,127 @@
+//! The pragma scanner and the `klaraptor.toml` reader: valid annotations and the exact
+//! messages for invalid ones (no compiler involved).
+
+use std::path::Path;
+
+use klaraptor_passes::annotations::{scan, strip, ArgRef, Style};
+use klaraptor_passes::config;
+
+fn first_error(src: &str) -> String {
+    let d = scan(Path::new("a.cu"), src).expect_err("should be rejected");
+    let d = &d.0[0];
+    format!(
+        "{}: {}{}",
+        d.loc,
+        d.message,
+        d.help
+            .as_ref()
+            .map(|h| format!(" | {h}"))
+            .unwrap_or_default()
+    )
+}
+
+#[test]
+fn classic_pragmas_merge_per_kernel() {
+    let src = "#pragma kernel_info_size_param_idx_k = 2;\n  #  pragma   kernel_info_dim_k = 3\n";
+    let s = scan(Path::new("a.cu"), src).unwrap();
+    assert_eq!(s.annotations.len(), 1);
+    let a = &s.annotations[0];
+    assert_eq!(
+        (a.kernel.as_str(), a.dim, a.style),
+        ("k", 3, Style::Classic)
+    );
+    assert_eq!(a.data[0].arg, ArgRef::Index(2));
+    assert_eq!(
+        a.grid.iter().map(|g| g.to_string()).collect::<Vec<_>>(),
+        ["ceil(N, bx)", "ceil(N, by)", "ceil(N, bz)"]
+    );
+    assert_eq!(s.pragma_lines.len(), 2);
+}
+
+#[test]
+fn continuation_lines_and_comments() {
+    let src =
+        "int x;\n#pragma klaraptor kernel(k) /* the kernel */ \\\n   data(n) // size\nint y;\n";
+    let s = scan(Path::new("a.cu"), src).unwrap();
+    assert_eq!(s.annotations[0].data[0].arg, ArgRef::Name("n".into()));
+    assert_eq!(s.annotations[0].loc.to_string(), "a.cu:2:19");
+    let stripped = strip(src, &s.pragma_lines);
+    assert_eq!(
+        stripped, "int x;\n\n\nint y;\n",
+        "pragma lines blank, line count kept"
+    );
+}
+
+#[test]
+fn pragmas_in_comments_and_foreign_pragmas_are_ignored() {
+    let src = "/*\n#pragma klaraptor kernel(k)\n*/\n#pragma once\n#pragma omp parallel for\n// #pragma kernel_info_dim_k = 9;\n";
+    let s = scan(Path::new("a.cu"), src).unwrap();
+    assert!(s.annotations.is_empty() && s.pragma_lines.is_empty());
+}
+
+#[test]
+fn exact_messages_for_bad_pragmas() {
+    let cases = [
+        ("#pragma kernel_info_size_param_idx_k 3;", "a.cu:1:38: expected '=' after the kernel name | write e.g. '#pragma kernel_info_size_param_idx_mm = 3;'"),
+        ("#pragma kernel_info_size_param_idx_k = -1;", "a.cu:1:40: expected a non-negative integer | write e.g. '#pragma kernel_info_size_param_idx_mm = 3;'"),
+        ("#pragma kernel_info_dim_k = 4;\n#pragma kernel_info_size_param_idx_k = 0;", "a.cu:1:29: a kernel's dimensionality is 1, 2 or 3, not 4"),
+        ("#pragma kernel_info_dim_k = 2;", "a.cu:1:9: kernel 'k' has a dimensionality but no data-size argument | add '#pragma kernel_info_size_param_idx_k = <argument index>;'"),
+        ("#pragma klaraptor data(n)", "a.cu:1:9: this klaraptor pragma names no kernel | start it with kernel(<name>), e.g. '#pragma klaraptor kernel(mm) data(N=3) dim(2) grid(ceil(N, bx), ceil(N, by))'"),
+        ("#pragma klaraptor kernel(k)", "a.cu:1:19: kernel 'k' has no data(…) clause | say which kernel arguments are data sizes, e.g. data(N=3) for the 4th argument, or data(n) for the argument named n"),
+        ("#pragma klaraptor kernel(k) data(n) dims(2)", "a.cu:1:37: unknown clause 'dims' | the clauses are kernel, data, dim, grid, block, profile"),
+        ("#pragma klaraptor kernel(k) data(n) dim(4)", "a.cu:1:41: expected 1, 2 or 3, found '4' | dim(…) is the number of block dimensions the kernel uses"),
+        ("#pragma klaraptor kernel(k) data(n) dim(2) grid(n)", "a.cu:1:44: grid(…) gives 1 formula(s) but the kernel has 2 dimension(s) | give one formula per dimension, separated by commas, or change dim(2)"),
+        ("#pragma klaraptor kernel(k) data(n) grid(ceil(n, by))", "a.cu:1:42: grid formula 1 uses 'by', but the kernel has 1 dimension(s) | use only bx and the data parameters"),
+        ("#pragma klaraptor kernel(k) data(n) block(bx * 2)", "a.cu:1:43: expected a condition here (a comparison such as 'bx * by <= 512'), but this is an integer"),
+        ("#pragma klaraptor kernel(k) data(bx=1)", "a.cu:1:34: 'bx' is reserved (block dimensions and functions); choose another label | write LABEL=INDEX (0-based argument position), LABEL=ARGUMENT, or ARGUMENT, e.g. data(NI=3, NJ=4) or data(n)"),
+        ("#pragma klaraptor kernel(k) data(n) block(bx < 1", "a.cu:1:42: the '(' of 'block' is never closed | add the missing ')' (a pragma that spans lines needs a '\\' at the end of each line but the last)"),
+        ("#pragma klaraptor kernel(k) data(N=n) profile(run=\"./a {N}\", sizes=[1, (2, 3)])", "a.cu:1:72: this size gives 2 values but the kernel has 1 data parameter(s) | write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters"),
+        ("#pragma klaraptor kernel(k) data(n)\n#pragma klaraptor kernel(k) data(m)", "a.cu:2:19: kernel 'k' is annotated twice | the first annotation is at a.cu:1:19; keep one"),
+    ];
+    for (src, want) in cases {
+        assert_eq!(first_error(src), want, "for {src}");
+    }
+}
+
+#[test]
+fn diagnostics_show_the_line_and_a_caret() {
+    let d = scan(
+        Path::new("a.cu"),
+        "int x;\n#pragma klaraptor kernel(k) data(n) dim(7)\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        d.to_string(),
+        "a.cu:2:41: error: expected 1, 2 or 3, found '7'\n    | #pragma klaraptor kernel(k) data(n) dim(7)\n    |                                         ^\n    = help: dim(…) is the number of block dimensions the kernel uses"
+    );
+}
+
+#[test]
+fn toml_entries_and_errors() {
+    let ok = "[kernel.k]\nsource = \"k.cu\"\ndata = [\"N=0\", \"m\"]\ndim = 2\nprofile = { run = \"./k {N} {m}\", sizes = [8, [16, 4]] }\n";
+    let ks = config::parse(Path::new("d/klaraptor.toml"), ok).unwrap();
+    assert_eq!(ks[0].source.as_deref(), Some(Path::new("d/k.cu")));
+    let a = &ks[0].annotation;
+    assert_eq!((a.dim, a.data.len(), a.style), (2, 2, Style::Toml));
+    assert_eq!(
+        a.profile.as_ref().unwrap().sizes,
+        vec![vec![8, 8], vec![16, 4]]
+    );
+    assert_eq!(
+        a.grid.iter().map(|g| g.to_string()).collect::<Vec<_>>(),
+        ["ceil(N, bx)", "ceil(m, by)"]
+    );
+
+    let bad = [
+        ("[kernel.k]\ndata = [\"N=0\"]\ndimension = 2\n", "klaraptor.toml:3:1: unknown field `dimension`, expected one of `source`, `data`, `dim`, `grid`, `block`, `profile`"),
+        ("[kernel.k]\ndata = [\"N=0\"]\ndim = 5\n", "klaraptor.toml:3:7: expected 1, 2 or 3, found 5"),
+        ("[kernel.k]\ndata = [\"N=0\"]\nblock = [\"bx >= Q\"]\n", "klaraptor.toml:3:17: unknown name 'Q'; the names are bx, by, bz, N"),
+        ("[kernel.k]\ndata = []\n", "klaraptor.toml:2:8: kernel 'k' has an empty data list"),
+        ("[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"x\", sizes = [0] }\n", "klaraptor.toml:3:33: each profile size is a positive integer, or a list of 1 positive integers (one per data parameter)"),
+    ];
+    for (src, want) in bad {
+        let e = config::parse(Path::new("klaraptor.toml"), src).unwrap_err();
+        let got = format!("{}: {}", e.0[0].loc, e.0[0].message);
+        assert_eq!(got, want, "for {src}");
+    }
+}
