@@ -88,7 +88,11 @@ impl Invocation {
     /// Runs the whole driver; returns the exit status to report.
     pub fn run(self) -> Result<i32> {
         if self.cl.has(Role::Version) {
-            println!("klaraptor-cc {}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "klaraptor-cc {} (commit {})",
+                env!("CARGO_PKG_VERSION"),
+                env!("KLARAPTOR_COMMIT")
+            );
             println!(
                 "wrapping nvcc at {} ({})",
                 self.toolchain.nvcc.display(),
