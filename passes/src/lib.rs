@@ -16,4 +16,5 @@ pub mod config;
 pub mod diag;
 pub mod expr;
 pub mod frontend;
+pub mod inject;
 pub mod spec;

@@ -1,0 +1,1075 @@
+//! The IO-builder pass: before every launch of an annotated kernel in a host-IR module, a
+//! call into the runtime (`klaraptor_select`) that may change the launch's grid and block.
+//!
+//! # What a launch looks like
+//!
+//! nvcc's host translation compiled by clang (`nvcc -cuda … -o x.cu.cpp.ii`, then
+//! `clang++-19 -S -emit-llvm`) turns `k<<<grid, block, shmem, stream>>>(args…)` into
+//!
+//! ```llvm
+//! %r = call i32 @__cudaPushCallConfiguration(i64 %gridXY, i32 %gridZ, i64 %blockXY, i32 %blockZ, i64 %shmem, ptr %stream)
+//! %c = icmp eq i32 %r, 0              ; or `icmp ne` with the branch targets swapped
+//! br i1 %c, label %launch, label %skip
+//! launch:                             ; only predecessor: the block of the push
+//!   …                                 ; computes the arguments (loads at -O0)
+//!   call void @stub(args…)            ; host stub of the kernel
+//! ```
+//!
+//! where a dim3 is packed as `x | y << 32`. The stub is the host function registered for
+//! the kernel by `__cudaRegisterFunction(handle, @host_fn, "device_name", …)`; at -O0 the
+//! launch calls that registered function (which, for nvcc's output, forwards to nvcc's
+//! `__device_stub__…`), at -O2 often the forwarded-to stub itself.
+//!
+//! # What the pass inserts
+//!
+//! Before the push: four allocas (in the function's entry block) for gridXY, gridZ,
+//! blockXY, blockZ holding the push's operands, an `[n x i64]` alloca with the kernel
+//! arguments named by [`InjectTarget::data_args`], the call
+//!
+//! ```llvm
+//! call void @klaraptor_select(ptr @kernel_id, i32 n, ptr %data, ptr %gxy, ptr %gz, ptr %bxy, ptr %bz)
+//! ```
+//!
+//! then loads of the four (possibly rewritten) values, which become the push's first four
+//! operands. Shared memory and stream are left as they are.
+//!
+//! # Which kernel a launch is for
+//!
+//! The callee of the first call in the launch block that names a kernel decides: through
+//! `__cudaRegisterFunction` (host function → device name), through a registered host
+//! function that only forwards to a stub (stub → device name), and else by name: the callee
+//! itself (templates), [`kernel_symbol`] of it (clang's `__device_stub__` naming), nvcc's
+//! stub naming (`_Z<n>__device_stub__Z2mmPKfS0_Pfi<params>` → `_Z2mmPKfS0_Pfi`), and
+//! `_ZL…` (internal linkage) read as `_Z…`.
+//!
+//! # Data arguments that are computed after the push
+//!
+//! The data values must be available before the push. A stub argument that is a constant,
+//! a function argument or an instruction that dominates the push is used as it is. An
+//! instruction between the push and the stub call (in the launch block, or after the push
+//! in its block) is re-computed before the push:
+//! - side-effect-free instructions (integer and floating arithmetic, casts, compares,
+//!   `select`, `getelementptr`, `freeze`, `extractvalue`) are cloned with their operands
+//!   re-computed the same way;
+//! - a non-volatile, non-atomic `load` (the -O0 pattern: the kernel argument is stored to
+//!   an alloca before the push and re-loaded in the launch block) is cloned before the push
+//!   when nothing between the push and the load may write the loaded memory: no call other
+//!   than `llvm.lifetime.*`/`llvm.dbg.*`, no atomic, and only stores whose address is an
+//!   alloca distinct from the load's alloca (addresses are traced through
+//!   `getelementptr`).
+//!
+//! Anything else (a phi, a call, a store that may alias, a launch block with several
+//! predecessors, a push whose result is not compared with zero, a device stub that was
+//! inlined into the caller) leaves the launch untouched and is reported in
+//! [`InjectReport::refused`] with the reason; the pass never guesses.
+//!
+//! # Widening to i64
+//!
+//! LLVM integers carry no sign. A data argument narrower than 64 bits is zero-extended
+//! when the call or the callee marks the parameter `zeroext` (clang does so for
+//! `unsigned char`/`unsigned short`/`bool` on x86-64) or when it is an `i1`, and
+//! sign-extended otherwise (`signext`, or no attribute: `int`, `unsigned` and `long` carry
+//! none). An `unsigned int` size of 2³¹ or more therefore reaches the runtime negative; the
+//! runtime reads data sizes as signed 64-bit values.
+//!
+//! The ABI assumed is the one of x86-64 and aarch64 Linux, where a dim3 is passed as
+//! `{i64, i32}`; a push call of another shape is refused.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::basic_block::BasicBlock;
+use inkwell::builder::Builder;
+use inkwell::context::{Context, ContextRef};
+use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::BasicTypeEnum;
+use inkwell::values::{
+    AnyValueEnum, BasicValue, BasicValueEnum, CallSiteValue, FunctionValue, GlobalValue,
+    InstructionOpcode, InstructionValue, Operand, PointerValue,
+};
+use inkwell::{AddressSpace, IntPredicate};
+
+use crate::clang::kernel_symbol;
+
+/// The runtime entry point the pass calls before each instrumented launch.
+pub const SELECT_FN: &str = "klaraptor_select";
+const PUSH_FN: &str = "__cudaPushCallConfiguration";
+const REGISTER_FN: &str = "__cudaRegisterFunction";
+
+/// An annotated kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectTarget {
+    /// The kernel's device mangled name (`_Z2mmPKfS0_Pfi`, `_Z4axpyIfEvT_PKS0_PS0_i`).
+    pub kernel: String,
+    /// The name passed to the runtime (the mangled name).
+    pub id: String,
+    /// 0-based indices of the kernel arguments that are data sizes.
+    pub data_args: Vec<usize>,
+}
+
+/// A launch of an annotated kernel the pass left as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedLaunch {
+    pub kernel: String,
+    /// The function containing the launch.
+    pub function: String,
+    pub reason: String,
+}
+
+/// What the pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InjectReport {
+    /// (kernel, function containing the launch) for every instrumented launch, in module
+    /// order.
+    pub instrumented: Vec<(String, String)>,
+    /// Pushes of a launch configuration left as they were: launches of kernels that are not
+    /// targets, launches whose kernel could not be identified, and [`Self::refused`] ones.
+    pub untouched_launches: usize,
+    /// Annotated kernels with no instrumented launch (sorted).
+    pub missing: Vec<String>,
+    /// Launches of annotated kernels that could not be instrumented, with the reason.
+    pub refused: Vec<RefusedLaunch>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    #[error("cannot read {}: {msg}", path.display())]
+    Read { path: PathBuf, msg: String },
+    #[error("cannot write {}: {msg}", path.display())]
+    Write { path: PathBuf, msg: String },
+    #[error("the module is not valid LLVM IR after instrumentation: {0}")]
+    Verify(String),
+    #[error(
+        "kernel {kernel}: data argument {index} does not exist (the launch in {function} \
+         passes {arity} arguments)"
+    )]
+    DataArgOutOfRange {
+        kernel: String,
+        function: String,
+        index: usize,
+        arity: usize,
+    },
+    #[error(
+        "kernel {kernel}: data argument {index} is not an integer (type {ty}) in the launch \
+         in {function}"
+    )]
+    DataArgNotInteger {
+        kernel: String,
+        function: String,
+        index: usize,
+        ty: String,
+    },
+    #[error("the module already declares @{SELECT_FN} with another type: {0}")]
+    SelectConflict(String),
+    #[error("two targets name kernel {0}")]
+    DuplicateTarget(String),
+    #[error("LLVM builder: {0}")]
+    Builder(String),
+}
+
+impl From<inkwell::builder::BuilderError> for InjectError {
+    fn from(e: inkwell::builder::BuilderError) -> Self {
+        InjectError::Builder(e.to_string())
+    }
+}
+
+/// Reads `input` (textual `.ll` or bitcode), instruments it, verifies it and writes it to
+/// `output`: bitcode when `output` ends in `.bc`, text otherwise.
+pub fn instrument_file(
+    input: &Path,
+    output: &Path,
+    targets: &[InjectTarget],
+) -> Result<InjectReport, InjectError> {
+    let read_err = |msg: String| InjectError::Read {
+        path: input.to_path_buf(),
+        msg,
+    };
+    let context = Context::create();
+    let buffer = MemoryBuffer::create_from_file(input).map_err(|e| read_err(e.to_string()))?;
+    let module = context
+        .create_module_from_ir(buffer)
+        .map_err(|e| read_err(e.to_string()))?;
+    let report = instrument_module(&module, targets)?;
+    let write_err = |msg: String| InjectError::Write {
+        path: output.to_path_buf(),
+        msg,
+    };
+    if output.extension().is_some_and(|e| e == "bc") {
+        if !module.write_bitcode_to_path(output) {
+            return Err(write_err("LLVM could not write the bitcode".into()));
+        }
+    } else {
+        module
+            .print_to_file(output)
+            .map_err(|e| write_err(e.to_string()))?;
+    }
+    Ok(report)
+}
+
+/// Instruments `module` in place and verifies it.
+pub fn instrument_module(
+    module: &Module<'_>,
+    targets: &[InjectTarget],
+) -> Result<InjectReport, InjectError> {
+    let mut by_kernel: HashMap<&str, &InjectTarget> = HashMap::new();
+    for t in targets {
+        if by_kernel.insert(t.kernel.as_str(), t).is_some() {
+            return Err(InjectError::DuplicateTarget(t.kernel.clone()));
+        }
+    }
+    let mut pass = Pass::new(module, by_kernel)?;
+    let mut report = InjectReport::default();
+    for push in pass.push_calls() {
+        match pass.launch_of(push) {
+            Ok(Some(launch)) => {
+                let Some(target) = pass.targets.get(launch.kernel.as_str()).copied() else {
+                    report.untouched_launches += 1;
+                    continue;
+                };
+                let function = fn_name(push_function(push));
+                match pass.instrument(&launch, target)? {
+                    Ok(()) => report.instrumented.push((target.kernel.clone(), function)),
+                    Err(reason) => {
+                        report.untouched_launches += 1;
+                        report.refused.push(RefusedLaunch {
+                            kernel: target.kernel.clone(),
+                            function,
+                            reason,
+                        });
+                    }
+                }
+            }
+            // Not a launch of a kernel we can name: nothing to do with it.
+            Ok(None) => report.untouched_launches += 1,
+            Err((kernel, reason)) => {
+                report.untouched_launches += 1;
+                if let Some(kernel) = kernel.filter(|k| pass.targets.contains_key(k.as_str())) {
+                    report.refused.push(RefusedLaunch {
+                        kernel,
+                        function: fn_name(push_function(push)),
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+    let done: BTreeSet<&str> = report
+        .instrumented
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    report.missing = targets
+        .iter()
+        .map(|t| t.kernel.clone())
+        .filter(|k| !done.contains(k.as_str()))
+        .collect();
+    report.missing.sort();
+    module
+        .verify()
+        .map_err(|e| InjectError::Verify(e.to_string()))?;
+    Ok(report)
+}
+
+/// A launch found after a push: the push, the stub call and its kernel.
+struct Launch<'ctx> {
+    push: InstructionValue<'ctx>,
+    stub_call: InstructionValue<'ctx>,
+    kernel: String,
+}
+
+struct Pass<'m, 'ctx> {
+    module: &'m Module<'ctx>,
+    ctx: ContextRef<'ctx>,
+    builder: Builder<'ctx>,
+    targets: HashMap<&'m str, &'m InjectTarget>,
+    /// host function or stub name → device name, from `__cudaRegisterFunction`.
+    registered: HashMap<String, String>,
+    /// kernel id → its C string global.
+    ids: HashMap<String, GlobalValue<'ctx>>,
+    select: Option<FunctionValue<'ctx>>,
+}
+
+fn fn_name(f: Option<FunctionValue<'_>>) -> String {
+    f.map(|f| f.get_name().to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn push_function<'ctx>(i: InstructionValue<'ctx>) -> Option<FunctionValue<'ctx>> {
+    i.get_parent().and_then(|b| b.get_parent())
+}
+
+fn callee<'ctx>(i: InstructionValue<'ctx>) -> Option<FunctionValue<'ctx>> {
+    if !matches!(
+        i.get_opcode(),
+        InstructionOpcode::Call | InstructionOpcode::Invoke
+    ) {
+        return None;
+    }
+    CallSiteValue::try_from(i).ok()?.get_called_fn_value()
+}
+
+fn callee_name(i: InstructionValue<'_>) -> Option<String> {
+    callee(i).map(|f| f.get_name().to_string_lossy().into_owned())
+}
+
+fn operand_value<'ctx>(i: InstructionValue<'ctx>, n: u32) -> Option<BasicValueEnum<'ctx>> {
+    match i.get_operand(n)? {
+        Operand::Value(v) => Some(v),
+        Operand::Block(_) => None,
+    }
+}
+
+fn instructions(b: BasicBlock<'_>) -> impl Iterator<Item = InstructionValue<'_>> {
+    std::iter::successors(b.get_first_instruction(), |i| i.get_next_instruction())
+}
+
+fn successors(b: BasicBlock<'_>) -> Vec<BasicBlock<'_>> {
+    let Some(t) = b.get_terminator() else {
+        return Vec::new();
+    };
+    t.get_operands()
+        .filter_map(|o| o.and_then(|o| o.block()))
+        .collect()
+}
+
+fn is_harmless_intrinsic(name: &str) -> bool {
+    name.starts_with("llvm.lifetime.") || name.starts_with("llvm.dbg.")
+}
+
+/// The kernel a launch stub named `name` is for, by name only (see the module docs).
+fn kernels_by_name(name: &str) -> Vec<String> {
+    let mut out = vec![name.to_string(), kernel_symbol(name)];
+    if let Some(k) = nvcc_stub_kernel(name) {
+        out.push(k);
+    }
+    if let Some(rest) = name.strip_prefix("_ZL") {
+        out.push(format!("_Z{rest}"));
+    }
+    out
+}
+
+/// nvcc names a kernel's stub `__device_stub__` followed by the kernel's mangled name
+/// without its leading `_`, mangled again with the parameters:
+/// `_Z28__device_stub__Z2mmPKfS0_PfiPKfS0_Pfi` is the stub of `_Z2mmPKfS0_Pfi`.
+fn nvcc_stub_kernel(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("_Z")?;
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let len: usize = rest[..digits].parse().ok()?;
+    let ident = rest.get(digits..digits + len)?;
+    let inner = ident.strip_prefix("__device_stub__")?;
+    inner.starts_with('Z').then(|| format!("_{inner}"))
+}
+
+/// Where an address comes from, through `getelementptr`s.
+fn address_root(v: BasicValueEnum<'_>) -> BasicValueEnum<'_> {
+    let mut v = v;
+    while let Some(i) = v.as_instruction_value() {
+        if i.get_opcode() != InstructionOpcode::GetElementPtr {
+            break;
+        }
+        match operand_value(i, 0) {
+            Some(base) => v = base,
+            None => break,
+        }
+    }
+    v
+}
+
+fn is_alloca(v: BasicValueEnum<'_>) -> bool {
+    v.as_instruction_value()
+        .is_some_and(|i| i.get_opcode() == InstructionOpcode::Alloca)
+}
+
+/// Instructions that compute a value from their operands only.
+fn is_pure(op: InstructionOpcode) -> bool {
+    use InstructionOpcode::*;
+    matches!(
+        op,
+        Add | Sub
+            | Mul
+            | UDiv
+            | SDiv
+            | URem
+            | SRem
+            | Shl
+            | LShr
+            | AShr
+            | And
+            | Or
+            | Xor
+            | FAdd
+            | FSub
+            | FMul
+            | FDiv
+            | FRem
+            | FNeg
+            | Trunc
+            | ZExt
+            | SExt
+            | FPToUI
+            | FPToSI
+            | UIToFP
+            | SIToFP
+            | FPTrunc
+            | FPExt
+            | PtrToInt
+            | IntToPtr
+            | BitCast
+            | AddrSpaceCast
+            | ICmp
+            | FCmp
+            | Select
+            | GetElementPtr
+            | Freeze
+            | ExtractValue
+    )
+}
+
+impl<'m, 'ctx> Pass<'m, 'ctx> {
+    fn new(
+        module: &'m Module<'ctx>,
+        targets: HashMap<&'m str, &'m InjectTarget>,
+    ) -> Result<Self, InjectError> {
+        let ctx = module.get_context();
+        let builder = ctx.create_builder();
+        let mut pass = Pass {
+            module,
+            ctx,
+            builder,
+            targets,
+            registered: HashMap::new(),
+            ids: HashMap::new(),
+            select: None,
+        };
+        pass.read_registrations();
+        Ok(pass)
+    }
+
+    /// Every call of `__cudaPushCallConfiguration`, in module order.
+    fn push_calls(&self) -> Vec<InstructionValue<'ctx>> {
+        let mut out = Vec::new();
+        for f in self.module.get_functions() {
+            for b in f.get_basic_blocks() {
+                for i in instructions(b) {
+                    if callee_name(i).as_deref() == Some(PUSH_FN) {
+                        out.push(i);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// `__cudaRegisterFunction(handle, @host_fn, "device_name", …)`: host function →
+    /// device name; a registered host function whose only call is to another function
+    /// (nvcc's forwarding wrapper) maps that function too.
+    fn read_registrations(&mut self) {
+        let mut direct = Vec::new();
+        for f in self.module.get_functions() {
+            for b in f.get_basic_blocks() {
+                for i in instructions(b) {
+                    if callee_name(i).as_deref() != Some(REGISTER_FN) {
+                        continue;
+                    }
+                    let (Some(host), Some(name)) = (operand_value(i, 1), operand_value(i, 2))
+                    else {
+                        continue;
+                    };
+                    let host = host_fn_name(host);
+                    let device = self.c_string_of(name);
+                    if let (Some(host), Some(device)) = (host, device) {
+                        direct.push((host, device));
+                    }
+                }
+            }
+        }
+        for (host, device) in direct {
+            if let Some(f) = self.module.get_function(&host) {
+                let called: BTreeSet<String> = f
+                    .get_basic_blocks()
+                    .into_iter()
+                    .flat_map(instructions)
+                    .filter_map(callee_name)
+                    .filter(|n| !n.starts_with("llvm."))
+                    .collect();
+                if called.len() == 1 {
+                    let stub = called.into_iter().next().unwrap_or_default();
+                    self.registered
+                        .entry(stub)
+                        .or_insert_with(|| device.clone());
+                }
+            }
+            self.registered.insert(host, device);
+        }
+    }
+
+    fn c_string_of(&self, v: BasicValueEnum<'ctx>) -> Option<String> {
+        let BasicValueEnum::PointerValue(p) = v else {
+            return None;
+        };
+        let name = p.get_name().to_str().ok()?.to_string();
+        let g = self.module.get_global(&name)?;
+        let BasicValueEnum::ArrayValue(a) = g.get_initializer()? else {
+            return None;
+        };
+        let bytes = a.as_const_string()?;
+        let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    /// Which kernel a call is a launch stub of, if it names one.
+    fn kernel_of_call(&self, call: InstructionValue<'ctx>) -> Option<String> {
+        let name = callee_name(call)?;
+        if name.starts_with("llvm.") {
+            return None;
+        }
+        if let Some(device) = self.registered.get(&name) {
+            return Some(device.clone());
+        }
+        let names = kernels_by_name(&name);
+        if let Some(t) = names.iter().find(|k| self.targets.contains_key(k.as_str())) {
+            return Some(t.clone());
+        }
+        name.contains("__device_stub__").then(|| names[1].clone())
+    }
+
+    /// The launch after `push`: `Ok(None)` when no launch stub can be found (nothing to
+    /// report), `Err((kernel, reason))` when the shape is not the one the pass handles.
+    #[allow(clippy::type_complexity)]
+    fn launch_of(
+        &self,
+        push: InstructionValue<'ctx>,
+    ) -> Result<Option<Launch<'ctx>>, (Option<String>, String)> {
+        let Some(block) = push.get_parent() else {
+            return Ok(None);
+        };
+        // The success block: the push's result compared with 0 and branched on.
+        let mut success = None;
+        let mut use_ = push.get_first_use();
+        while let Some(u) = use_ {
+            if let AnyValueEnum::IntValue(c) = u.get_user() {
+                if let Some(cmp) = c.as_instruction() {
+                    if let Some(s) = self.success_block(push, cmp) {
+                        success = Some(s);
+                        break;
+                    }
+                }
+            }
+            use_ = u.get_next_use();
+        }
+        let Some(success) = success else {
+            return Ok(None);
+        };
+        let mut stub = None;
+        for i in instructions(success) {
+            if let Some(k) = self.kernel_of_call(i) {
+                stub = Some((i, k));
+                break;
+            }
+        }
+        let Some((stub_call, kernel)) = stub else {
+            return Ok(None);
+        };
+        let preds = self.predecessors(success);
+        if preds.len() != 1 || preds[0] != block {
+            return Err((
+                Some(kernel),
+                "the block calling the kernel stub has other predecessors than the push".into(),
+            ));
+        }
+        if !self.push_shape_ok(push) {
+            return Err((
+                Some(kernel),
+                "__cudaPushCallConfiguration does not take (i64, i32, i64, i32, …)".into(),
+            ));
+        }
+        Ok(Some(Launch {
+            push,
+            stub_call,
+            kernel,
+        }))
+    }
+
+    fn push_shape_ok(&self, push: InstructionValue<'ctx>) -> bool {
+        let widths = [64, 32, 64, 32];
+        push.get_num_operands() >= 5
+            && widths.iter().enumerate().all(|(n, w)| {
+                matches!(operand_value(push, n as u32),
+                    Some(BasicValueEnum::IntValue(v)) if v.get_type().get_bit_width() == *w)
+            })
+    }
+
+    /// `cmp` is `icmp eq/ne push, 0` in the push's block and a `br` on it: the block
+    /// taken when the push succeeded.
+    fn success_block(
+        &self,
+        push: InstructionValue<'ctx>,
+        cmp: InstructionValue<'ctx>,
+    ) -> Option<BasicBlock<'ctx>> {
+        if cmp.get_opcode() != InstructionOpcode::ICmp || cmp.get_parent() != push.get_parent() {
+            return None;
+        }
+        let pred = cmp.get_icmp_predicate()?;
+        let (a, b) = (operand_value(cmp, 0)?, operand_value(cmp, 1)?);
+        let other = if a.as_instruction_value() == Some(push) {
+            b
+        } else if b.as_instruction_value() == Some(push) {
+            a
+        } else {
+            return None;
+        };
+        let BasicValueEnum::IntValue(zero) = other else {
+            return None;
+        };
+        if zero.get_zero_extended_constant() != Some(0) {
+            return None;
+        }
+        let br = cmp.get_parent()?.get_terminator()?;
+        if br.get_opcode() != InstructionOpcode::Br || br.get_num_operands() != 3 {
+            return None;
+        }
+        if operand_value(br, 0)?.as_instruction_value() != Some(cmp) {
+            return None;
+        }
+        // A conditional br's operands are (cond, false dest, true dest).
+        let on_false = br.get_operand(1)?.block()?;
+        let on_true = br.get_operand(2)?.block()?;
+        match pred {
+            IntPredicate::EQ => Some(on_true),
+            IntPredicate::NE => Some(on_false),
+            _ => None,
+        }
+    }
+
+    fn predecessors(&self, b: BasicBlock<'ctx>) -> Vec<BasicBlock<'ctx>> {
+        let Some(f) = b.get_parent() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for p in f.get_basic_blocks() {
+            if successors(p).contains(&b) && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// Inserts the select call before the push. The outer error is fatal (bad
+    /// annotations, LLVM failures), the inner one a launch left untouched.
+    fn instrument(
+        &mut self,
+        launch: &Launch<'ctx>,
+        target: &InjectTarget,
+    ) -> Result<Result<(), String>, InjectError> {
+        let push = launch.push;
+        let function = push_function(push).expect("push call in a function");
+        let stub = CallSiteValue::try_from(launch.stub_call).expect("a call");
+        let arity = stub.count_arguments() as usize;
+
+        // Check every data argument and find its value before the push, before changing
+        // anything: a refusal must leave the IR as it was.
+        let mut plan = Vec::new();
+        for &index in &target.data_args {
+            if index >= arity {
+                return Err(InjectError::DataArgOutOfRange {
+                    kernel: target.kernel.clone(),
+                    function: fn_name(Some(function)),
+                    index,
+                    arity,
+                });
+            }
+            let v = operand_value(launch.stub_call, index as u32).expect("argument operand");
+            let BasicValueEnum::IntValue(iv) = v else {
+                return Err(InjectError::DataArgNotInteger {
+                    kernel: target.kernel.clone(),
+                    function: fn_name(Some(function)),
+                    index,
+                    ty: v.get_type().print_to_string().to_string(),
+                });
+            };
+            let width = iv.get_type().get_bit_width();
+            if width > 64 {
+                return Ok(Err(format!(
+                    "data argument {index} is i{width}, wider than the runtime's i64"
+                )));
+            }
+            if let Err(reason) = self.check_available(launch, v) {
+                return Ok(Err(format!("data argument {index}: {reason}")));
+            }
+            plan.push((index, v, width));
+        }
+
+        let select = self.select_fn()?;
+        let id = self.kernel_id(&target.id);
+        let i32t = self.ctx.i32_type();
+        let i64t = self.ctx.i64_type();
+        let ptr = self.ctx.ptr_type(AddressSpace::default());
+
+        // Allocas at the top of the entry block.
+        let entry = function.get_first_basic_block().expect("entry block");
+        let first = entry.get_first_instruction().expect("entry instruction");
+        self.builder.position_before(&first);
+        self.builder.unset_current_debug_location();
+        let gxy = self.builder.build_alloca(i64t, "klaraptor.grid_xy")?;
+        let gz = self.builder.build_alloca(i32t, "klaraptor.grid_z")?;
+        let bxy = self.builder.build_alloca(i64t, "klaraptor.block_xy")?;
+        let bz = self.builder.build_alloca(i32t, "klaraptor.block_z")?;
+        let data_ty = i64t.array_type(plan.len() as u32);
+        let data = if plan.is_empty() {
+            ptr.const_null()
+        } else {
+            self.builder.build_alloca(data_ty, "klaraptor.data")?
+        };
+
+        // Before the push: stores, the data array, the call, the loads.
+        self.builder.position_before(&push);
+        if let Some(loc) = push.get_debug_location() {
+            self.builder.set_current_debug_location(loc);
+        }
+        let slots: [(PointerValue<'ctx>, BasicTypeEnum<'ctx>, u32); 4] = [
+            (gxy, i64t.into(), 8),
+            (gz, i32t.into(), 4),
+            (bxy, i64t.into(), 8),
+            (bz, i32t.into(), 4),
+        ];
+        for (n, (slot, _, align)) in slots.iter().enumerate() {
+            let v = operand_value(push, n as u32).expect("push operand");
+            let st = self.builder.build_store(*slot, v)?;
+            let _ = st.set_alignment(*align);
+        }
+        let mut memo = HashMap::new();
+        for (slot, (index, v, width)) in plan.iter().enumerate() {
+            let v = self.materialize(launch, *v, &mut memo)?;
+            let BasicValueEnum::IntValue(iv) = v else {
+                unreachable!("checked above")
+            };
+            let wide = if *width == 64 {
+                iv
+            } else if *width == 1 || self.zero_extends(stub, *index) {
+                self.builder
+                    .build_int_z_extend(iv, i64t, &format!("klaraptor.data{slot}"))?
+            } else {
+                self.builder
+                    .build_int_s_extend(iv, i64t, &format!("klaraptor.data{slot}"))?
+            };
+            let at = unsafe {
+                self.builder.build_in_bounds_gep(
+                    data_ty,
+                    data,
+                    &[i64t.const_zero(), i64t.const_int(slot as u64, false)],
+                    &format!("klaraptor.data{slot}.at"),
+                )?
+            };
+            let st = self.builder.build_store(at, wide)?;
+            let _ = st.set_alignment(8);
+        }
+        self.builder.build_call(
+            select,
+            &[
+                id.as_pointer_value().into(),
+                i32t.const_int(plan.len() as u64, false).into(),
+                data.into(),
+                gxy.into(),
+                gz.into(),
+                bxy.into(),
+                bz.into(),
+            ],
+            "",
+        )?;
+        let names = [
+            "klaraptor.grid_xy.v",
+            "klaraptor.grid_z.v",
+            "klaraptor.block_xy.v",
+            "klaraptor.block_z.v",
+        ];
+        for (n, (slot, ty, align)) in slots.iter().enumerate() {
+            let v = self.builder.build_load(*ty, *slot, names[n])?;
+            if let Some(i) = v.as_instruction_value() {
+                let _ = i.set_alignment(*align);
+            }
+            push.set_operand(n as u32, v);
+        }
+        self.builder.unset_current_debug_location();
+        Ok(Ok(()))
+    }
+
+    fn zero_extends(&self, stub: CallSiteValue<'ctx>, index: usize) -> bool {
+        let kind = Attribute::get_named_enum_kind_id("zeroext");
+        let loc = AttributeLoc::Param(index as u32);
+        stub.get_enum_attribute(loc, kind).is_some()
+            || stub
+                .get_called_fn_value()
+                .is_some_and(|f| f.get_enum_attribute(loc, kind).is_some())
+    }
+
+    /// Where `i` sits relative to the launch: `Some(k)` for an instruction between the push
+    /// and the stub call (k orders them), `None` for one that dominates the push.
+    fn after_push(&self, launch: &Launch<'ctx>, i: InstructionValue<'ctx>) -> Option<usize> {
+        let push_block = launch.push.get_parent()?;
+        let stub_block = launch.stub_call.get_parent()?;
+        let ib = i.get_parent()?;
+        if ib == push_block {
+            let mut seen_push = false;
+            for (k, x) in instructions(push_block).enumerate() {
+                if x == launch.push {
+                    seen_push = true;
+                }
+                if x == i {
+                    return seen_push.then_some(k);
+                }
+            }
+            None
+        } else if ib == stub_block {
+            let base = instructions(push_block).count();
+            instructions(stub_block)
+                .position(|x| x == i)
+                .map(|k| base + k)
+        } else {
+            // The stub block's only predecessor is the push block, so anything else the
+            // stub call uses dominates the push block.
+            None
+        }
+    }
+
+    /// The instructions strictly between the push and `until`, in order.
+    fn between(
+        &self,
+        launch: &Launch<'ctx>,
+        until: InstructionValue<'ctx>,
+    ) -> Vec<InstructionValue<'ctx>> {
+        let mut out = Vec::new();
+        let mut cur = launch.push.get_next_instruction();
+        let stub_block = launch.stub_call.get_parent();
+        loop {
+            match cur {
+                Some(i) if i == until => break,
+                Some(i) => {
+                    out.push(i);
+                    cur = i.get_next_instruction();
+                }
+                None => {
+                    // Continue from the push block into the stub block, once.
+                    let at_push_block = out
+                        .last()
+                        .and_then(|l| l.get_parent())
+                        .zip(launch.push.get_parent())
+                        .is_some_and(|(a, b)| a == b)
+                        || out.is_empty();
+                    match (at_push_block, stub_block) {
+                        (true, Some(sb)) if sb != launch.push.get_parent().expect("block") => {
+                            cur = sb.get_first_instruction();
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `v` can be made available before the push (see the module docs).
+    fn check_available(
+        &self,
+        launch: &Launch<'ctx>,
+        v: BasicValueEnum<'ctx>,
+    ) -> Result<(), String> {
+        let Some(i) = v.as_instruction_value() else {
+            return Ok(());
+        };
+        if self.after_push(launch, i).is_none() {
+            return Ok(());
+        }
+        let op = i.get_opcode();
+        if i == launch.push {
+            return Err("is the push's own result".into());
+        }
+        if op == InstructionOpcode::Load {
+            if i.get_volatile().unwrap_or(true) {
+                return Err("is a volatile load after the push".into());
+            }
+            if i.get_atomic_ordering()
+                .is_ok_and(|o| o != inkwell::AtomicOrdering::NotAtomic)
+            {
+                return Err("is an atomic load after the push".into());
+            }
+            let addr = operand_value(i, 0).ok_or("load without address")?;
+            self.check_available(launch, addr)?;
+            return self.check_no_clobber(launch, i, addr);
+        }
+        if !is_pure(op) {
+            return Err(format!(
+                "is computed after the push by a {op:?} instruction the pass does not move"
+            ));
+        }
+        for n in 0..i.get_num_operands() {
+            if let Some(v) = operand_value(i, n) {
+                self.check_available(launch, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Nothing between the push and `load` may write what `load` reads from `addr`.
+    fn check_no_clobber(
+        &self,
+        launch: &Launch<'ctx>,
+        load: InstructionValue<'ctx>,
+        addr: BasicValueEnum<'ctx>,
+    ) -> Result<(), String> {
+        let root = address_root(addr);
+        for x in self.between(launch, load) {
+            match x.get_opcode() {
+                InstructionOpcode::Store => {
+                    let target = operand_value(x, 1).map(address_root);
+                    let distinct =
+                        is_alloca(root) && target.is_some_and(|t| is_alloca(t) && t != root);
+                    if !distinct {
+                        return Err(
+                            "is loaded after a store between the push and the launch that may \
+                             change it"
+                                .into(),
+                        );
+                    }
+                }
+                InstructionOpcode::Call | InstructionOpcode::Invoke | InstructionOpcode::CallBr => {
+                    let name = callee_name(x).unwrap_or_default();
+                    if !is_harmless_intrinsic(&name) {
+                        return Err(format!(
+                            "is loaded after a call ({}) between the push and the launch",
+                            if name.is_empty() { "indirect" } else { &name }
+                        ));
+                    }
+                }
+                InstructionOpcode::AtomicRMW
+                | InstructionOpcode::AtomicCmpXchg
+                | InstructionOpcode::Fence
+                | InstructionOpcode::VAArg => {
+                    return Err(
+                        "is loaded after an atomic operation between the push and the launch"
+                            .into(),
+                    );
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `v`, computed before the push (the builder is positioned there). Only called after
+    /// [`Self::check_available`] accepted `v`.
+    fn materialize(
+        &self,
+        launch: &Launch<'ctx>,
+        v: BasicValueEnum<'ctx>,
+        memo: &mut HashMap<InstructionValue<'ctx>, BasicValueEnum<'ctx>>,
+    ) -> Result<BasicValueEnum<'ctx>, InjectError> {
+        let Some(i) = v.as_instruction_value() else {
+            return Ok(v);
+        };
+        if self.after_push(launch, i).is_none() {
+            return Ok(v);
+        }
+        if let Some(done) = memo.get(&i) {
+            return Ok(*done);
+        }
+        let mut ops = Vec::new();
+        for n in 0..i.get_num_operands() {
+            ops.push(match operand_value(i, n) {
+                Some(o) => Some(self.materialize(launch, o, memo)?),
+                None => None,
+            });
+        }
+        let copy = i.explicit_clone();
+        for (n, o) in ops.into_iter().enumerate() {
+            if let Some(o) = o {
+                copy.set_operand(n as u32, o);
+            }
+        }
+        self.builder
+            .insert_instruction(&copy, Some("klaraptor.arg"));
+        if let Some(loc) = launch.push.get_debug_location() {
+            copy.set_debug_location(Some(loc));
+        }
+        let value = basic_value_of(copy, v);
+        memo.insert(i, value);
+        Ok(value)
+    }
+
+    fn select_fn(&mut self) -> Result<FunctionValue<'ctx>, InjectError> {
+        if let Some(f) = self.select {
+            return Ok(f);
+        }
+        let ptr = self.ctx.ptr_type(AddressSpace::default());
+        let ty = self.ctx.void_type().fn_type(
+            &[
+                ptr.into(),
+                self.ctx.i32_type().into(),
+                ptr.into(),
+                ptr.into(),
+                ptr.into(),
+                ptr.into(),
+                ptr.into(),
+            ],
+            false,
+        );
+        let f = match self.module.get_function(SELECT_FN) {
+            Some(f) if f.get_type() == ty => f,
+            Some(f) => {
+                return Err(InjectError::SelectConflict(
+                    f.get_type().print_to_string().to_string(),
+                ))
+            }
+            None => self
+                .module
+                .add_function(SELECT_FN, ty, Some(Linkage::External)),
+        };
+        self.select = Some(f);
+        Ok(f)
+    }
+
+    /// A private unnamed_addr constant C string holding `id`, one per id.
+    fn kernel_id(&mut self, id: &str) -> GlobalValue<'ctx> {
+        if let Some(g) = self.ids.get(id) {
+            return *g;
+        }
+        let init = self.ctx.const_string(id.as_bytes(), true);
+        let g = self.module.add_global(
+            init.get_type(),
+            None,
+            &format!("klaraptor.id.{}", self.ids.len()),
+        );
+        g.set_initializer(&init);
+        g.set_linkage(Linkage::Private);
+        g.set_unnamed_addr(true);
+        g.set_constant(true);
+        g.set_alignment(1);
+        self.ids.insert(id.to_string(), g);
+        g
+    }
+}
+
+/// The name of the function a `__cudaRegisterFunction` operand points to.
+fn host_fn_name(v: BasicValueEnum<'_>) -> Option<String> {
+    let BasicValueEnum::PointerValue(p) = v else {
+        return None;
+    };
+    let name = p.get_name().to_str().ok()?;
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// `copy` (a clone of the instruction behind `like`) as a value of `like`'s kind.
+fn basic_value_of<'ctx>(
+    copy: InstructionValue<'ctx>,
+    like: BasicValueEnum<'ctx>,
+) -> BasicValueEnum<'ctx> {
+    use inkwell::values::AsValueRef;
+    debug_assert_eq!(
+        copy.get_type().print_to_string(),
+        like.get_type().print_to_string()
+    );
+    // SAFETY: `copy` is a live instruction producing a first-class value of the same type
+    // as `like`; `BasicValueEnum::new` classifies it by that type.
+    unsafe { BasicValueEnum::new(copy.as_value_ref()) }
+}
