@@ -898,9 +898,18 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             self.check_available(launch, addr)?;
             return self.check_no_clobber(launch, i, addr);
         }
+        if matches!(
+            op,
+            InstructionOpcode::Call | InstructionOpcode::Invoke | InstructionOpcode::CallBr
+        ) {
+            let name = callee_name(i).unwrap_or_else(|| "an indirect callee".into());
+            return Err(format!(
+                "is computed after the push by a call ({name}), which the pass does not move"
+            ));
+        }
         if !is_pure(op) {
             return Err(format!(
-                "is computed after the push by a {op:?} instruction the pass does not move"
+                "is computed after the push by a {op:?} instruction, which the pass does not move"
             ));
         }
         for n in 0..i.get_num_operands() {

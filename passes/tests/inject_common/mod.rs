@@ -244,7 +244,8 @@ fn read_select<'c>(m: &Module<'c>, call: InstructionValue<'c>) -> Select<'c> {
     }
 }
 
-/// Every push in the module, with its stub and the selects before it.
+/// Every push in the module that is tested and branched on as clang does, with its stub
+/// and the selects before it.
 pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
     let mut out = Vec::new();
     for f in m.get_functions() {
@@ -265,13 +266,13 @@ pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
             }
             // The stub: the first call in the block the push's `icmp`/`br` goes to on
             // success that is not a runtime or LLVM call.
+            // A push not followed by that test is not a launch clang emits: skipped.
             let cmp = insts[k + 1];
-            assert_eq!(
-                cmp.get_opcode(),
-                InstructionOpcode::ICmp,
-                "icmp after the push"
-            );
-            assert_eq!(op(cmp, 0).as_instruction_value(), Some(push));
+            if cmp.get_opcode() != InstructionOpcode::ICmp
+                || op(cmp, 0).as_instruction_value() != Some(push)
+            {
+                continue;
+            }
             let br = insts[k + 2];
             assert_eq!(br.get_opcode(), InstructionOpcode::Br, "br after the icmp");
             let dest = |n| match br.get_operand(n) {
