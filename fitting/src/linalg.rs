@@ -140,12 +140,15 @@ pub(crate) fn forward_substitute(l: &[f64], n: usize, b: &mut [f64]) {
 
 /// Solve `Lᵀ·x = y` in place.
 pub(crate) fn backward_substitute_transposed(l: &[f64], n: usize, y: &mut [f64]) {
+    // Row-oriented: once y_i is final, subtract its multiple of row i of L (contiguous) from
+    // the entries above it.
     for i in (0..n).rev() {
-        let mut s = y[i];
-        for k in (i + 1)..n {
-            s -= l[k * n + i] * y[k];
+        let row = &l[i * n..i * n + i + 1];
+        let yi = y[i] / row[i];
+        y[i] = yi;
+        for (yk, lik) in y[..i].iter_mut().zip(&row[..i]) {
+            *yk -= lik * yi;
         }
-        y[i] = s / l[i * n + i];
     }
 }
 

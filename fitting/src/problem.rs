@@ -38,7 +38,7 @@ pub struct FitOptions {
     pub num_bounds: DegreeBounds,
     /// Largest denominator degree per variable.
     pub den_bounds: DegreeBounds,
-    /// Largest total degree `Σ d_i` of a denominator candidate (default 2).
+    /// Largest total degree `Σ d_i` of a denominator candidate (default 3).
     pub den_max_total_degree: u32,
     /// A candidate needs at least this many distinct training points per unknown (default 1.5).
     pub min_points_per_unknown: f64,
@@ -82,7 +82,7 @@ impl FitOptions {
         FitOptions {
             num_bounds,
             den_bounds,
-            den_max_total_degree: 2,
+            den_max_total_degree: 3,
             min_points_per_unknown: 1.5,
             rcond: 1e-12,
             sk_iterations: 2,

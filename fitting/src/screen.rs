@@ -23,6 +23,8 @@ use crate::linalg::{backward_substitute_transposed, cholesky_in_place, forward_s
 
 /// Relative pivot under which a column counts as dependent on the previous ones.
 const PIVOT_TOLERANCE: f64 = 1e-12;
+/// Scores below this are recomputed after one step of iterative refinement.
+const REFINE_BELOW: f64 = 1e-4;
 
 /// The candidate grid: numerator tuples, denominator tuples, and for each numerator tuple the
 /// denominator tuples it is paired with.
@@ -79,11 +81,12 @@ pub(crate) fn score(errors: impl Iterator<Item = (f64, bool)>, extrapolation_wei
 }
 
 /// Scores of every candidate of `grid` (`None`: numerically rank-deficient), indexed like
-/// `grid.pairs`.
+/// `grid.pairs`. Row `k` is weighted by `row_scale[k] / max(|v_k|, floor)`.
 pub(crate) fn screen_normal_equations(
     prep: &Prepared,
     split: &Split,
     grid: &CandidateGrid,
+    row_scale: Option<&[f64]>,
     extrapolation_weight: f64,
 ) -> Vec<Vec<Option<f64>>> {
     let num_cols: Vec<Monomial> = grid.num_max.monomials().collect();
@@ -103,7 +106,7 @@ pub(crate) fn screen_normal_equations(
     for (r, &k) in split.train.iter().enumerate() {
         let table = chebyshev_table(&prep.scaled[k], &maxdeg);
         let v = prep.values[k];
-        let w = 1.0 / v.abs().max(prep.floor);
+        let w = row_scale.map_or(1.0, |s| s[k]) / v.abs().max(prep.floor);
         for (c, mono) in num_cols.iter().enumerate() {
             a[c * m + r] = w * basis_value(&table, &mono.0);
         }
@@ -113,7 +116,7 @@ pub(crate) fn screen_normal_equations(
         y[r] = w * v;
     }
     let column = |c: usize| &a[c * m..(c + 1) * m];
-    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
+    let dot = dot;
     let mut gram = vec![0.0; n_all * n_all];
     let mut g = vec![0.0; n_all];
     for i in 0..n_all {
@@ -141,14 +144,14 @@ pub(crate) fn screen_normal_equations(
         g[i] *= dscale[i];
     }
 
-    // Held-out basis values (unweighted, without v), row-major.
+    // Held-out basis values (unweighted, without v), column-major.
     let held: Vec<(usize, bool)> = split.heldout().collect();
-    let mut h = vec![0.0; held.len() * n_all];
+    let nh = held.len();
+    let mut h = vec![0.0; nh * n_all];
     for (r, &(k, _)) in held.iter().enumerate() {
         let table = chebyshev_table(&prep.scaled[k], &maxdeg);
-        let row = &mut h[r * n_all..(r + 1) * n_all];
         for (c, mono) in num_cols.iter().chain(&grid.den_cols).enumerate() {
-            row[c] = basis_value(&table, &mono.0);
+            h[c * nh + r] = basis_value(&table, &mono.0);
         }
     }
 
@@ -157,6 +160,31 @@ pub(crate) fn screen_normal_equations(
         .iter()
         .map(|d| (0..nq_all).filter(|&j| d.contains(&grid.den_cols[j])).collect())
         .collect();
+
+    // Score of a solution `x` (normalised coefficients of the global columns `cols`).
+    let score_of = |x: &[f64], cols: &[usize]| -> Option<f64> {
+        let mut pv = vec![0.0; nh];
+        let mut qv = vec![1.0; nh];
+        for (&c, xi) in cols.iter().zip(x) {
+            let v = xi * dscale[c];
+            if !v.is_finite() {
+                return None;
+            }
+            let target = if c < np_all { &mut pv } else { &mut qv };
+            for (t, hc) in target.iter_mut().zip(&h[c * nh..(c + 1) * nh]) {
+                *t += v * hc;
+            }
+        }
+        let errors = held.iter().enumerate().map(|(row, &(k, extrapolation))| {
+            let e = if qv[row] > 0.0 {
+                prep.rel_error(pv[row] / qv[row], k)
+            } else {
+                f64::INFINITY
+            };
+            (e, extrapolation)
+        });
+        Some(score(errors, extrapolation_weight))
+    };
 
     let mut scores: Vec<Vec<Option<f64>>> = grid.pairs.iter().map(|ds| vec![None; ds.len()]).collect();
     for (ni, dens) in grid.pairs.iter().enumerate() {
@@ -180,8 +208,6 @@ pub(crate) fn screen_normal_equations(
         if !cholesky_in_place(&mut l, np, PIVOT_TOLERANCE) {
             continue;
         }
-        let mut z: Vec<f64> = p.iter().map(|&c| g[c]).collect();
-        forward_substitute(&l, np, &mut z);
 
         // Denominator columns any paired tuple uses; their bordering rows W = L⁻¹ G_{P,j}.
         let mut needed: Vec<usize> = dens.iter().flat_map(|&di| den_sets[di].iter().copied()).collect();
@@ -196,9 +222,11 @@ pub(crate) fn screen_normal_equations(
                 w
             })
             .collect();
+        let mut z: Vec<f64> = p.iter().map(|&c| g[c]).collect();
+        forward_substitute(&l, np, &mut z);
         let nn = needed.len();
+        let s: Vec<f64> = (0..nn).map(|a_| g[np_all + needed[a_]] - dot(&wrows[a_], &z)).collect();
         let mut schur = vec![0.0; nn * nn];
-        let mut s = vec![0.0; nn];
         for a_ in 0..nn {
             let ca = np_all + needed[a_];
             for b_ in 0..=a_ {
@@ -207,7 +235,6 @@ pub(crate) fn screen_normal_equations(
                 schur[a_ * nn + b_] = v;
                 schur[b_ * nn + a_] = v;
             }
-            s[a_] = g[ca] - dot(&wrows[a_], &z);
         }
 
         for (slot, &di) in dens.iter().enumerate() {
@@ -219,51 +246,103 @@ pub(crate) fn screen_normal_equations(
                 continue;
             }
             let nj = jset.len();
-            let mut r = z.clone();
-            let mut yv = vec![0.0; nj];
-            if nj > 0 {
-                let mut sj = vec![0.0; nj * nj];
-                for (i, &ja) in jset.iter().enumerate() {
-                    for (k, &jb) in jset.iter().enumerate().take(i + 1) {
-                        sj[i * nj + k] = schur[ja * nn + jb];
-                    }
-                    yv[i] = s[ja];
-                }
-                // Pivots here are those of the full factor of G_{P∪J}: distances of unit
-                // columns from the span of the others.
-                if !cholesky_in_place(&mut sj, nj, PIVOT_TOLERANCE) {
-                    continue;
-                }
-                forward_substitute(&sj, nj, &mut yv);
-                backward_substitute_transposed(&sj, nj, &mut yv);
-                for (i, &ja) in jset.iter().enumerate() {
-                    for (rv, wv) in r.iter_mut().zip(&wrows[ja]) {
-                        *rv -= wv * yv[i];
-                    }
+            let mut sj = vec![0.0; nj * nj];
+            for (i, &ja) in jset.iter().enumerate() {
+                for (k, &jb) in jset.iter().enumerate().take(i + 1) {
+                    sj[i * nj + k] = schur[ja * nn + jb];
                 }
             }
-            backward_substitute_transposed(&l, np, &mut r);
-            let num_c: Vec<f64> = r.iter().zip(&p).map(|(x, &c)| x * dscale[c]).collect();
-            let den_c: Vec<(usize, f64)> = jset
-                .iter()
-                .zip(&yv)
-                .map(|(&ja, y)| {
-                    let c = np_all + needed[ja];
-                    (c, y * dscale[c])
-                })
-                .collect();
-            if num_c.iter().chain(den_c.iter().map(|(_, v)| v)).any(|v| !v.is_finite()) {
+            // Pivots here are those of the full factor of G_{P∪J}: distances of unit columns
+            // from the span of the others.
+            if !cholesky_in_place(&mut sj, nj, PIVOT_TOLERANCE) {
                 continue;
             }
-            let errors = held.iter().enumerate().map(|(row, &(k, extrapolation))| {
-                let hr = &h[row * n_all..(row + 1) * n_all];
-                let pv: f64 = p.iter().zip(&num_c).map(|(&c, x)| hr[c] * x).sum();
-                let qv: f64 = 1.0 + den_c.iter().map(|&(c, x)| hr[c] * x).sum::<f64>();
-                let e = if qv > 0.0 { prep.rel_error(pv / qv, k) } else { f64::INFINITY };
-                (e, extrapolation)
-            });
-            scores[ni][slot] = Some(score(errors, extrapolation_weight));
+            let factor = Bordered {
+                l: &l,
+                np,
+                w: jset.iter().map(|&ja| wrows[ja].as_slice()).collect(),
+                s: &sj,
+            };
+            let cols: Vec<usize> = p
+                .iter()
+                .copied()
+                .chain(jset.iter().map(|&ja| np_all + needed[ja]))
+                .collect();
+            let mut x = factor.solve_reduced(&z, jset.iter().map(|&ja| s[ja]).collect());
+            let mut sc = score_of(&x, &cols);
+            // The normal equations lose about κ²·ε; that matters only when the fit is that
+            // good. One step of iterative refinement against A itself recovers it.
+            if sc.is_some_and(|s| s < REFINE_BELOW) {
+                let mut res = y.clone();
+                for (&c, xi) in cols.iter().zip(&x) {
+                    let f = xi * dscale[c];
+                    for (r, a) in res.iter_mut().zip(column(c)) {
+                        *r -= a * f;
+                    }
+                }
+                let h: Vec<f64> = cols.iter().map(|&c| dscale[c] * dot(column(c), &res)).collect();
+                for (xi, d) in x.iter_mut().zip(factor.solve(&h)) {
+                    *xi += d;
+                }
+                sc = score_of(&x, &cols);
+            }
+            scores[ni][slot] = sc;
         }
     }
     scores
+}
+
+/// The Cholesky factor of `[G_PP G_PJ; G_JP G_JJ]` in bordered form: `L` of `G_PP`, the rows
+/// `W_j = L⁻¹·G_{P,j}`, and the factor of the Schur complement `G_JJ − WᵀW`.
+struct Bordered<'a> {
+    l: &'a [f64],
+    np: usize,
+    w: Vec<&'a [f64]>,
+    s: &'a [f64],
+}
+
+impl Bordered<'_> {
+    /// Solve `G_{P∪J}·x = b` (`b` and `x` ordered as `P` then `J`).
+    fn solve(&self, b: &[f64]) -> Vec<f64> {
+        let (np, nj) = (self.np, self.w.len());
+        let mut z = b[..np].to_vec();
+        forward_substitute(self.l, np, &mut z);
+        let y: Vec<f64> = (0..nj)
+            .map(|i| b[np + i] - self.w[i].iter().zip(&z).map(|(a, b)| a * b).sum::<f64>())
+            .collect();
+        self.solve_reduced(&z, y)
+    }
+
+    /// [`Bordered::solve`] from `z = L⁻¹·b_P` and `y = b_J − W·z`, already computed.
+    fn solve_reduced(&self, z: &[f64], mut y: Vec<f64>) -> Vec<f64> {
+        let (np, nj) = (self.np, self.w.len());
+        let mut z = z.to_vec();
+        if nj > 0 {
+            forward_substitute(self.s, nj, &mut y);
+            backward_substitute_transposed(self.s, nj, &mut y);
+        }
+        for (wi, yi) in self.w.iter().zip(&y) {
+            for (zv, wv) in z.iter_mut().zip(wi.iter()) {
+                *zv -= wv * yi;
+            }
+        }
+        backward_substitute_transposed(self.l, np, &mut z);
+        z.extend(y);
+        z
+    }
+}
+
+/// Dot product with four independent accumulators, so that it vectorises.
+fn dot(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len().min(y.len());
+    let (xa, xr) = x[..n].split_at(n - n % 4);
+    let (ya, yr) = y[..n].split_at(n - n % 4);
+    let mut acc = [0.0; 4];
+    for (a, b) in xa.chunks_exact(4).zip(ya.chunks_exact(4)) {
+        for l in 0..4 {
+            acc[l] += a[l] * b[l];
+        }
+    }
+    let tail: f64 = xr.iter().zip(yr).map(|(a, b)| a * b).sum();
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }

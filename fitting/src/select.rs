@@ -44,8 +44,7 @@ pub fn fit_with_solver(
         evaluated: HashMap::new(),
         rejected_denominator: 0,
     };
-    let screened = search.screen(&grid)?;
-    let (winner, noise) = search.select(&grid, &screened)?;
+    let (winner, noise, screened) = search.select(&grid)?;
     let chosen = search.evaluated[&winner].clone();
     let Evaluation::Admissible {
         fit: split_fit,
@@ -64,11 +63,13 @@ pub fn fit_with_solver(
     let heldout = split.has_heldout().then(|| held_out_summary(&errors, winner_score));
     let stats = SearchStats {
         candidates: grid.len(),
-        screened: screened.iter().flatten().filter(|s| s.is_some()).count(),
+        screened,
         refit: search.evaluated.len(),
         rejected_denominator: search.rejected_denominator,
         screening: match options.screening {
-            Screening::NormalEquations => "normal equations (Cholesky, shared numerator factor)".into(),
+            Screening::NormalEquations => {
+                "normal equations (shared Cholesky factors, one refinement step, pilot reweighting)".into()
+            }
             Screening::Svd => format!("SVD of every candidate ({})", solver.name()),
         },
     };
@@ -225,15 +226,23 @@ struct Search<'a> {
 }
 
 impl Search<'_> {
-    fn screen(&self, grid: &CandidateGrid) -> Result<Vec<Vec<Option<f64>>>, FitError> {
+    /// Screening scores of every candidate (indexed like `grid.pairs`). With a `pilot`, rows
+    /// are also divided by the pilot's denominator, as one Sanathanan–Koerner step would.
+    fn screen(&self, grid: &CandidateGrid, pilot: Option<&RawFit>) -> Vec<Vec<Option<f64>>> {
         match self.options.screening {
-            Screening::NormalEquations => Ok(screen_normal_equations(
-                self.prep,
-                self.split,
-                grid,
-                self.options.extrapolation_weight,
-            )),
-            Screening::Svd => Ok(grid
+            Screening::NormalEquations => {
+                let row_scale: Option<Vec<f64>> = pilot.map(|f| {
+                    self.prep.scaled.iter().map(|t| 1.0 / f.den.eval_scaled(t)).collect()
+                });
+                screen_normal_equations(
+                    self.prep,
+                    self.split,
+                    grid,
+                    row_scale.as_deref(),
+                    self.options.extrapolation_weight,
+                )
+            }
+            Screening::Svd => grid
                 .pairs
                 .iter()
                 .enumerate()
@@ -241,12 +250,15 @@ impl Search<'_> {
                     ds.iter()
                         .map(|&di| {
                             let cand = grid.candidate(ni, di);
-                            let fit = fit_on_rows(self.prep, &self.split.train, &cand, 0, self.options.rcond, self.solver).ok()?;
-                            fit.full_rank().then(|| score(self.heldout_errors(&fit).into_iter(), self.options.extrapolation_weight))
+                            let o = self.options;
+                            let fit = fit_on_rows(self.prep, &self.split.train, &cand, o.sk_iterations, o.rcond, self.solver)
+                                .ok()?;
+                            fit.full_rank()
+                                .then(|| score(self.heldout_errors(&fit).into_iter(), o.extrapolation_weight))
                         })
                         .collect()
                 })
-                .collect()),
+                .collect(),
         }
     }
 
@@ -297,39 +309,70 @@ impl Search<'_> {
         }
     }
 
-    /// The selection rule; returns the winner and the noise level used.
-    fn select(&mut self, grid: &CandidateGrid, screened: &[Vec<Option<f64>>]) -> Result<(Candidate, Option<f64>), FitError> {
+    /// Screened candidates, best score first (ties: simplest first); the constant is always
+    /// among them.
+    fn rank(&self, grid: &CandidateGrid, screened: &[Vec<Option<f64>>]) -> Vec<(f64, Candidate)> {
         let mut ranked: Vec<(f64, Candidate)> = grid
             .iter()
             .zip(screened.iter().flatten())
             .filter_map(|((ni, di), s)| s.map(|s| (s, grid.candidate(ni, di))))
             .collect();
-        // The constant is always a candidate, screened or not.
         let constant = Candidate::constant(self.prep.vars.len());
         if !ranked.iter().any(|(_, c)| *c == constant) {
-            ranked.push((f64::INFINITY, constant.clone()));
+            ranked.push((f64::INFINITY, constant));
         }
         ranked.sort_by(|(a, ca), (b, cb)| a.total_cmp(b).then_with(|| ca.simplicity().cmp(&cb.simplicity())));
+        ranked
+    }
 
-        // 1. Refit the best-screened candidates until `top_k` are admissible.
+    /// Refit the best-ranked candidates until `top_k` are admissible; the best of them.
+    fn refit_top(&mut self, ranked: &[(f64, Candidate)]) -> Option<(f64, Candidate)> {
         let mut best: Option<(f64, Candidate)> = None;
-        let mut admissible_count = 0;
-        for (_, cand) in &ranked {
-            if admissible_count >= self.options.top_k.max(1) || self.evaluated.len() >= self.options.refit_limit.max(1) {
+        let mut admissible = 0;
+        for (_, cand) in ranked {
+            if admissible >= self.options.top_k.max(1) || self.evaluated.len() >= self.options.refit_limit.max(1) {
                 break;
             }
             if let Some(s) = self.score_of(cand) {
-                admissible_count += 1;
+                admissible += 1;
                 if best.as_ref().map_or(true, |(b, _)| s < *b) {
                     best = Some((s, cand.clone()));
                 }
             }
         }
-        if best.is_none() {
-            // Every refit so far was rejected: fall back to polynomials, which always pass.
-            if let Some(s) = self.score_of(&constant) {
-                best = Some((s, constant.clone()));
+        best
+    }
+
+    /// The selection rule. Returns the winner, the noise level used, and how many candidates
+    /// the (last) screening pass could solve.
+    fn select(&mut self, grid: &CandidateGrid) -> Result<(Candidate, Option<f64>, usize), FitError> {
+        // 1. Screen everything, refit the best few by SVD with reweighting. With normal-equation
+        //    screening, screen again with the rows reweighted by the best refit's denominator:
+        //    the first pass weights row k by q(x_k) (p − v·q = q·(p/q − v)), which can vary by
+        //    orders of magnitude over the block shapes and blur the ranking of rational models.
+        let mut screened = self.screen(grid, None);
+        let mut ranked = self.rank(grid, &screened);
+        let mut best = self.refit_top(&ranked);
+        if self.options.screening == Screening::NormalEquations {
+            let pilot = best.as_ref().and_then(|(_, c)| match &self.evaluated[c] {
+                Evaluation::Admissible { fit, .. } if !fit.den.is_constant() => Some(fit.clone()),
+                _ => None,
+            });
+            if let Some(pilot) = pilot {
+                screened = self.screen(grid, Some(&pilot));
+                ranked = self.rank(grid, &screened);
+                if let Some((s, c)) = self.refit_top(&ranked) {
+                    if best.as_ref().map_or(true, |(b, _)| s < *b) {
+                        best = Some((s, c));
+                    }
+                }
             }
+        }
+        let screened_count = screened.iter().flatten().filter(|s| s.is_some()).count();
+        let constant = Candidate::constant(self.prep.vars.len());
+        if best.is_none() {
+            // Every refit so far was rejected; the constant always passes.
+            best = self.score_of(&constant).map(|s| (s, constant.clone()));
         }
         let Some((best_score, best_cand)) = best else {
             return Err(FitError::NoAdmissibleModel("even the constant model failed".into()));
@@ -349,8 +392,9 @@ impl Search<'_> {
                 .max(SCORE_FLOOR)
         };
 
-        // 3. Simplest first among candidates whose screening score is near the band; the first
-        //    admissible one whose refitted score is inside the band wins.
+        // 3. Simplest first among the candidates whose screening score is near the band (and
+        //    those already refitted); the first admissible one whose refitted score is inside
+        //    the band wins.
         let loose = 1.5 * band(best_score) + SCORE_FLOOR;
         let mut pool: Vec<Candidate> = ranked
             .iter()
@@ -368,11 +412,11 @@ impl Search<'_> {
             if let Some(s) = self.score_of(&cand) {
                 current_best = current_best.min(s);
                 if s <= band(current_best) {
-                    return Ok((cand, noise));
+                    return Ok((cand, noise, screened_count));
                 }
             }
         }
-        Ok((best_cand, noise))
+        Ok((best_cand, noise, screened_count))
     }
 }
 

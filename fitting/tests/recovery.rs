@@ -7,7 +7,7 @@ use common::{families, rel, Rng, FAR_SIZES, SIZES};
 use klaraptor_fitting::{fit, FitOptions};
 
 fn options(nvars: usize) -> FitOptions {
-    FitOptions::uniform(nvars, 3, 1)
+    FitOptions::uniform(nvars, 3, 3)
 }
 
 #[test]
@@ -30,7 +30,7 @@ fn noiseless_families_are_recovered_exactly() {
 #[test]
 fn noisy_families_extrapolate_to_8192() {
     for fam in families() {
-        for seed in 1..=3 {
+        for seed in 1..=10 {
             let problem = fam.problem(0.03, &mut Rng(seed));
             let f = fit(&problem, &options(fam.vars.len())).unwrap_or_else(|e| panic!("{}: {e}", fam.name));
             let d = &f.diagnostics;
