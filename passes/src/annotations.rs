@@ -279,8 +279,8 @@ fn find_outside_strings(s: &str, pat: &str) -> Option<usize> {
         match b[i] {
             b'\\' if in_str => i += 1,
             b'"' => in_str = !in_str,
-            _ if !in_str && s[i..].starts_with(pat) => return Some(i),
-            b'/' if !in_str && s[i..].starts_with("//") => return None,
+            _ if !in_str && b[i..].starts_with(pat.as_bytes()) => return Some(i),
+            b'/' if !in_str && b[i..].starts_with(b"//") => return None,
             _ => {}
         }
         i += 1;

@@ -125,3 +125,14 @@ fn toml_entries_and_errors() {
         assert_eq!(got, want, "for {src}");
     }
 }
+
+#[test]
+fn multibyte_text_outside_pragmas_is_fine() {
+    // Found by the `pragma` fuzz target: a two-byte character before a '-'.
+    let s = scan(
+        Path::new("a.cu"),
+        "\u{67b}-\n// é /* ü */\n#pragma klaraptor kernel(k) data(n) // ünïcode\n",
+    )
+    .unwrap();
+    assert_eq!(s.annotations.len(), 1);
+}
