@@ -665,6 +665,80 @@ impl fmt::Display for BoolExpr {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// C emission
+
+/// The C helpers [`IntExpr::to_c`] and [`BoolExpr::to_c`] call. Each sets `*err` on division
+/// by zero or overflow (and returns 0), so a formula that cannot be evaluated is detected
+/// rather than giving a wrong grid.
+pub const C_PRELUDE: &str = r#"static inline int64_t kl_add(int64_t a, int64_t b, int *err) { int64_t r; if (__builtin_add_overflow(a, b, &r)) { *err = 1; return 0; } return r; }
+static inline int64_t kl_sub(int64_t a, int64_t b, int *err) { int64_t r; if (__builtin_sub_overflow(a, b, &r)) { *err = 1; return 0; } return r; }
+static inline int64_t kl_mul(int64_t a, int64_t b, int *err) { int64_t r; if (__builtin_mul_overflow(a, b, &r)) { *err = 1; return 0; } return r; }
+static inline int64_t kl_neg(int64_t a, int *err) { if (a == INT64_MIN) { *err = 1; return 0; } return -a; }
+/* Division rounding down (/ and floor(a, b)) and up (ceil(a, b)); % is the remainder of the former. */
+static inline int64_t kl_floordiv(int64_t a, int64_t b, int *err) { if (b == 0 || (a == INT64_MIN && b == -1)) { *err = 1; return 0; } int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t kl_ceildiv(int64_t a, int64_t b, int *err) { if (b == 0 || (a == INT64_MIN && b == -1)) { *err = 1; return 0; } int64_t q = a / b; return (a % b != 0 && ((a < 0) == (b < 0))) ? q + 1 : q; }
+static inline int64_t kl_mod(int64_t a, int64_t b, int *err) { int64_t q = kl_floordiv(a, b, err); return *err ? 0 : a - q * b; }
+static inline int64_t kl_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t kl_max(int64_t a, int64_t b) { return a > b ? a : b; }
+"#;
+
+impl IntExpr {
+    /// C99 text computing the expression with the helpers of [`C_PRELUDE`]; `var` maps each
+    /// variable to a C expression of type `int64_t`, and `err` names an `int *`.
+    pub fn to_c(&self, var: &dyn Fn(&str) -> String, err: &str) -> String {
+        match self {
+            IntExpr::Lit(v) if *v == i64::MIN => "INT64_MIN".into(),
+            IntExpr::Lit(v) => format!("INT64_C({v})"),
+            IntExpr::Var(v) => var(v),
+            IntExpr::Neg(e) => format!("kl_neg({}, {err})", e.to_c(var, err)),
+            IntExpr::Bin(op, a, b) => {
+                let f = match op {
+                    IntOp::Add => "kl_add",
+                    IntOp::Sub => "kl_sub",
+                    IntOp::Mul => "kl_mul",
+                    IntOp::FloorDiv => "kl_floordiv",
+                    IntOp::CeilDiv => "kl_ceildiv",
+                    IntOp::Mod => "kl_mod",
+                };
+                format!("{f}({}, {}, {err})", a.to_c(var, err), b.to_c(var, err))
+            }
+            IntExpr::Min(args) | IntExpr::Max(args) => {
+                let f = if matches!(self, IntExpr::Min(_)) {
+                    "kl_min"
+                } else {
+                    "kl_max"
+                };
+                let mut it = args.iter().map(|a| a.to_c(var, err));
+                let first = it.next().unwrap_or_default();
+                it.fold(first, |acc, a| format!("{f}({acc}, {a})"))
+            }
+        }
+    }
+}
+
+impl BoolExpr {
+    /// C99 text (an `int`, 0 or 1); see [`IntExpr::to_c`].
+    pub fn to_c(&self, var: &dyn Fn(&str) -> String, err: &str) -> String {
+        match self {
+            BoolExpr::Cmp(op, a, b) => {
+                let s = match op {
+                    CmpOp::Eq => "==",
+                    CmpOp::Ne => "!=",
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                };
+                format!("({} {s} {})", a.to_c(var, err), b.to_c(var, err))
+            }
+            BoolExpr::And(a, b) => format!("({} && {})", a.to_c(var, err), b.to_c(var, err)),
+            BoolExpr::Or(a, b) => format!("({} || {})", a.to_c(var, err), b.to_c(var, err)),
+            BoolExpr::Not(a) => format!("!{}", a.to_c(var, err)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
