@@ -1,0 +1,74 @@
+/* klaraptor runtime: the interface between instrumented host code, the per-kernel code
+ * klaraptor-cc generates, and the runtime shim (runtime-shim/src/).
+ *
+ * - The IO-builder pass (passes/src/inject.rs) inserts, before each launch of an annotated
+ *   kernel, a call of klaraptor_select() with the kernel's id (its mangled name), the
+ *   data-parameter values widened to 64 bits, and pointers to the launch's packed grid and
+ *   block (dim3 packed as x | y << 32, and z).
+ * - klaraptor-cc generates, per translation unit, one klaraptor_kernel descriptor per
+ *   annotated kernel (grid formula and block constraints compiled to C, and later the
+ *   rational program) and registers it from a constructor with klaraptor_register().
+ * - The shim keeps the registry and the memo, applies the KLARAPTOR_* controls and the
+ *   device limits, and rewrites the dims.
+ */
+#ifndef KLARAPTOR_H
+#define KLARAPTOR_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KLARAPTOR_ABI_VERSION 1
+
+/* What the shim tells a rational program about the device current at the launch. */
+typedef struct klaraptor_device {
+  int ordinal;
+  char name[256];
+  int sm_count;
+  int warp_size;
+  int max_threads_per_block;
+  int max_block_dim[3];
+  int max_grid_dim[3];
+  int max_threads_per_sm;
+  int max_blocks_per_sm;
+  int regs_per_sm;
+  int regs_per_block;
+  int smem_per_block;       /* bytes, default carveout limit per block */
+  int smem_per_block_optin; /* bytes */
+  int smem_per_sm;          /* bytes */
+  int cc_major, cc_minor;
+} klaraptor_device;
+
+typedef struct klaraptor_kernel {
+  int abi_version;          /* KLARAPTOR_ABI_VERSION */
+  const char *id;           /* the kernel's mangled name: the id the pass passes */
+  const char *name;         /* the name in the source (for logs and KLARAPTOR_FORCE) */
+  int n_data;               /* number of data parameters */
+  const char *const *data_names; /* their labels, n_data of them */
+  int dim;                  /* 1, 2 or 3 */
+  /* Grid for a block shape: returns 0 and fills grid[0..3) (unused dims 1), or nonzero when
+   * the formula cannot be evaluated (division by zero, overflow, out of range). */
+  int (*grid)(const int64_t *data, const uint32_t block[3], uint32_t grid[3]);
+  /* 1 when the block shape satisfies every user constraint, else 0. */
+  int (*allowed)(const int64_t *data, const uint32_t block[3]);
+  int regs_per_thread;      /* from ptxas; -1 if unknown */
+  int static_smem;          /* bytes; -1 if unknown */
+  /* The rational program: picks block[0..3) for data on dev; returns 0 on success. NULL
+   * when no model was built (the launch keeps the program's own dims). */
+  int (*select)(const int64_t *data, const klaraptor_device *dev, uint32_t block[3]);
+  const char *model_device; /* the device name the model was made for; NULL without one */
+} klaraptor_kernel;
+
+/* Called by generated constructors. A second registration of the same id is ignored. */
+void klaraptor_register(const klaraptor_kernel *k);
+
+/* Called before each instrumented launch; may rewrite the four dims in place. */
+void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
+                      uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,53 @@
+/* klaraptor runtime: private hooks for tests and benchmarks. Not part of the interface that
+ * generated code or instrumented programs use; nothing here is stable.
+ *
+ * The shim reaches the CUDA runtime only through two functions: "which device is current"
+ * (called on every klaraptor_select) and "describe device N" (called once per device, on the
+ * first decision made for it). By default they call cudaGetDevice / cudaDeviceGetAttribute /
+ * cudaGetDeviceProperties (or report "no CUDA runtime" when built with -DKLARAPTOR_NO_CUDART).
+ * Tests replace them to simulate devices on a machine without a GPU.
+ */
+#ifndef KLARAPTOR_INTERNAL_H
+#define KLARAPTOR_INTERNAL_H
+
+#include <stddef.h>
+
+#include "klaraptor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Stores the current device's ordinal; returns 0, or a nonzero error code. Must be cheap and
+ * thread-safe: it runs on every launch. */
+typedef int (*klaraptor_current_device_fn)(int *ordinal);
+
+/* Fills *dev (ordinal included) for device `ordinal`; returns 0, or nonzero after writing a
+ * short reason into err[0..errlen). Called with the shim's lock held, once per device. */
+typedef int (*klaraptor_query_device_fn)(int ordinal, klaraptor_device *dev, char *err,
+                                         size_t errlen);
+
+/* Replaces the device hooks (NULL restores the default of either). Call it before any
+ * klaraptor_select, from one thread; it also forgets the cached device descriptions. */
+void klaraptor__set_device_query(klaraptor_current_device_fn current,
+                                 klaraptor_query_device_fn query);
+
+/* Forgets the memo, the cached devices, the environment (re-read at the next select) and the
+ * "already logged" marks, and closes the log file. Registered kernels stay. Tests only: it
+ * must not run concurrently with klaraptor_select. */
+void klaraptor__reset_for_tests(void);
+
+/* Number of memoized decisions. */
+size_t klaraptor__memo_size(void);
+
+/* Parses a KLARAPTOR_FORCE value the way the shim does and looks `kernel` up in it: returns
+ * the number of well-formed entries and, when `kernel` matches one (the last one wins),
+ * fills block[0..3) and sets *found to 1 (else 0). Malformed entries are counted in
+ * *n_bad. Writes nothing to stderr. */
+int klaraptor__parse_force(const char *spec, const char *kernel, unsigned block[3], int *found,
+                           int *n_bad);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,916 @@
+/* klaraptor runtime shim: the registry of instrumented kernels, the memo of launch decisions,
+ * the KLARAPTOR_* controls and the device limits. See runtime-shim/README.md for the design;
+ * the short version:
+ *
+ * - Registry: a fixed array of hash buckets (FNV-1a of the id) holding singly linked lists of
+ *   immutable entries. Insertions take the global lock and publish the new head with a
+ *   release store; lookups walk the lists with acquire loads and take no lock. Entries are
+ *   never removed. A small cache maps the id *pointer* a call site passes to its entry, so
+ *   the launch path does not hash or compare the id string.
+ * - Memo: an open-addressing table of pointers to immutable decision nodes, keyed by
+ *   (kernel entry, device ordinal, data values). Readers load the table pointer (acquire) and
+ *   probe without a lock; a miss takes the global lock, checks again, decides, inserts the
+ *   node with a release store, and logs. The table grows by doubling at half load: the new
+ *   table is filled, then published; old tables are kept (never freed) because a reader may
+ *   still be probing them. Their sizes sum to less than the current one.
+ * - Environment: KLARAPTOR_DISABLE, KLARAPTOR_FORCE and KLARAPTOR_LOG are read once, at the
+ *   first klaraptor_select (not at registration: constructors run before main, and a program
+ *   may set them in main).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "klaraptor.h"
+#include "klaraptor_internal.h"
+
+#ifndef KLARAPTOR_NO_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Small helpers                                                                            */
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Appends to a fixed buffer; truncates silently. */
+typedef struct sbuf {
+  char *p;
+  size_t cap, len;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  if (b->len + 1 >= b->cap) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  b->len += (size_t)n;
+  if (b->len >= b->cap) b->len = b->cap - 1;
+}
+
+static void write_all(int fd, const char *s, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+/* Warnings go to stderr whether or not logging is on: one write per line. */
+static void warn(const char *fmt, ...) {
+  char buf[1024];
+  int n = snprintf(buf, sizeof buf, "klaraptor: warning: ");
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+  if (len > sizeof buf - 2) len = sizeof buf - 2;
+  buf[len++] = '\n';
+  write_all(2, buf, len);
+}
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+static const char *kname(const klaraptor_kernel *k) { return k->name ? k->name : k->id; }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Registry                                                                                 */
+
+typedef struct kentry {
+  const klaraptor_kernel *k;
+  struct kentry *_Atomic next;
+  int mismatch_logged; /* under g_lock */
+} kentry;
+
+#define REG_BUCKETS 256
+static kentry *_Atomic g_reg[REG_BUCKETS];
+
+static kentry *registry_find(const char *id) {
+  uint64_t h = fnv1a(id);
+  kentry *e = atomic_load_explicit(&g_reg[h % REG_BUCKETS], memory_order_acquire);
+  for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
+    if (strcmp(e->k->id, id) == 0) return e;
+  return NULL;
+}
+
+void klaraptor_register(const klaraptor_kernel *k) {
+  if (!k) return;
+  if (k->abi_version != KLARAPTOR_ABI_VERSION) {
+    warn("ignoring the descriptor of kernel %s: ABI version %d, this runtime has %d",
+         k->id ? k->id : "(null)", k->abi_version, KLARAPTOR_ABI_VERSION);
+    return;
+  }
+  if (!k->id || !k->grid || k->n_data < 0 || (k->n_data > 0 && !k->data_names) ||
+      k->dim < 1 || k->dim > 3) {
+    warn("ignoring a malformed descriptor of kernel %s", k->id ? k->id : "(null)");
+    return;
+  }
+  pthread_mutex_lock(&g_lock);
+  if (!registry_find(k->id)) {
+    kentry *e = calloc(1, sizeof *e);
+    if (e) {
+      uint64_t h = fnv1a(k->id);
+      e->k = k;
+      atomic_store_explicit(&e->next,
+                            atomic_load_explicit(&g_reg[h % REG_BUCKETS], memory_order_relaxed),
+                            memory_order_relaxed);
+      atomic_store_explicit(&g_reg[h % REG_BUCKETS], e, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* id pointer -> entry. The pass passes a constant string per call site; the same id from
+ * another translation unit is another pointer and gets its own slot. */
+typedef struct idnode {
+  const char *ptr;
+  kentry *e;
+} idnode;
+
+#define IDCACHE_SLOTS 1024
+#define IDCACHE_PROBES 16
+static idnode *_Atomic g_idcache[IDCACHE_SLOTS];
+
+static kentry *kernel_for_id(const char *id) {
+  size_t h = (size_t)mix64((uint64_t)(uintptr_t)id);
+  for (size_t i = 0; i < IDCACHE_PROBES; i++) {
+    idnode *n =
+        atomic_load_explicit(&g_idcache[(h + i) % IDCACHE_SLOTS], memory_order_acquire);
+    if (!n) break;
+    if (n->ptr == id) return n->e;
+  }
+  kentry *e = registry_find(id);
+  if (!e) return NULL; /* not cached: the kernel may be registered later (dlopen) */
+  idnode *nn = malloc(sizeof *nn);
+  if (!nn) return e;
+  nn->ptr = id;
+  nn->e = e;
+  for (size_t i = 0; i < IDCACHE_PROBES; i++) {
+    idnode *expected = NULL;
+    if (atomic_compare_exchange_strong_explicit(&g_idcache[(h + i) % IDCACHE_SLOTS],
+                                                &expected, nn, memory_order_release,
+                                                memory_order_acquire))
+      return e;
+    if (expected->ptr == id) break;
+  }
+  free(nn); /* already there, or the neighbourhood is full: look up by string next time */
+  return e;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Environment                                                                              */
+
+typedef struct force_entry {
+  char *kernel;
+  unsigned block[3];
+} force_entry;
+
+typedef struct config {
+  int disabled;
+  int log_fd; /* -1: no logging */
+  int log_fd_owned;
+  force_entry *force;
+  size_t n_force;
+} config;
+
+static config g_cfg = {0, -1, 0, NULL, 0};
+static atomic_int g_inited;
+
+/* Parses "<bx>[x<by>[x<bz>]]"; returns 0 on success. */
+static int parse_shape(const char *s, size_t n, unsigned out[3]) {
+  size_t i = 0;
+  int d = 0;
+  out[0] = out[1] = out[2] = 1;
+  for (;;) {
+    if (d == 3) return -1;
+    if (i >= n || s[i] < '0' || s[i] > '9') return -1;
+    uint64_t v = 0;
+    while (i < n && s[i] >= '0' && s[i] <= '9') {
+      v = v * 10 + (uint64_t)(s[i] - '0');
+      if (v > INT_MAX) return -1;
+      i++;
+    }
+    if (v == 0) return -1;
+    out[d++] = (unsigned)v;
+    if (i == n) return 0;
+    if (s[i] != 'x' && s[i] != 'X') return -1;
+    i++;
+  }
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Splits spec into entries at commas outside <...> and (...) (template arguments may hold
+ * commas); each entry is "<kernel>:<shape>", the shape after the entry's last colon (names
+ * may hold "::"). Calls `entry` for well-formed entries, `bad` for the others; empty
+ * entries are skipped. */
+static int parse_force_spec(const char *spec, void (*entry)(void *, const char *, size_t,
+                                                            const unsigned[3]),
+                            void (*bad)(void *, const char *, size_t), void *ctx) {
+  int good = 0;
+  const char *p = spec;
+  while (*p) {
+    const char *q = p;
+    int depth = 0;
+    while (*q && !(*q == ',' && depth == 0)) {
+      if (*q == '<' || *q == '(') depth++;
+      if ((*q == '>' || *q == ')') && depth > 0) depth--;
+      q++;
+    }
+    const char *a = p, *b = q;
+    while (a < b && is_space(*a)) a++;
+    while (b > a && is_space(b[-1])) b--;
+    if (a < b) {
+      const char *colon = NULL;
+      for (const char *c = a; c < b; c++)
+        if (*c == ':') colon = c;
+      unsigned blk[3];
+      const char *ne = colon;
+      while (ne && ne > a && is_space(ne[-1])) ne--;
+      const char *ss = colon ? colon + 1 : NULL;
+      while (ss && ss < b && is_space(*ss)) ss++;
+      if (colon && ne > a && parse_shape(ss, (size_t)(b - ss), blk) == 0) {
+        if (entry) entry(ctx, a, (size_t)(ne - a), blk);
+        good++;
+      } else if (bad) {
+        bad(ctx, a, (size_t)(b - a));
+      }
+    } /* empty entries (",,", a trailing comma) are ignored */
+    p = *q ? q + 1 : q;
+  }
+  return good;
+}
+
+static void cfg_add_force(void *ctx, const char *name, size_t n, const unsigned blk[3]) {
+  config *c = ctx;
+  force_entry *f = realloc(c->force, (c->n_force + 1) * sizeof *f);
+  if (!f) return;
+  c->force = f;
+  char *s = malloc(n + 1);
+  if (!s) return;
+  memcpy(s, name, n);
+  s[n] = 0;
+  f[c->n_force].kernel = s;
+  memcpy(f[c->n_force].block, blk, sizeof f[c->n_force].block);
+  c->n_force++;
+}
+
+static void cfg_bad_force(void *ctx, const char *s, size_t n) {
+  (void)ctx;
+  warn("KLARAPTOR_FORCE: ignoring malformed entry \"%.*s\" (expected "
+       "<kernel>:<bx>[x<by>[x<bz>]] with positive integers)",
+       (int)n, s);
+}
+
+static void read_env_locked(void) {
+  const char *d = getenv("KLARAPTOR_DISABLE");
+  g_cfg.disabled = d && *d && strcmp(d, "0") != 0;
+  const char *f = getenv("KLARAPTOR_FORCE");
+  if (f && *f) parse_force_spec(f, cfg_add_force, cfg_bad_force, &g_cfg);
+  const char *l = getenv("KLARAPTOR_LOG");
+  g_cfg.log_fd = -1;
+  g_cfg.log_fd_owned = 0;
+  if (l && *l && strcmp(l, "0") != 0) {
+    if (strcmp(l, "1") == 0) {
+      g_cfg.log_fd = 2;
+    } else {
+      int fd = open(l, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        warn("KLARAPTOR_LOG: cannot open %s (%s); logging to stderr", l, strerror(errno));
+        g_cfg.log_fd = 2;
+      } else {
+        g_cfg.log_fd = fd;
+        g_cfg.log_fd_owned = 1;
+      }
+    }
+  }
+  if (g_cfg.disabled && g_cfg.log_fd >= 0) {
+    static const char msg[] =
+        "klaraptor: KLARAPTOR_DISABLE is set: every launch keeps the program's dims\n";
+    write_all(g_cfg.log_fd, msg, sizeof msg - 1);
+  }
+}
+
+static inline void ensure_init(void) {
+  if (atomic_load_explicit(&g_inited, memory_order_acquire)) return;
+  pthread_mutex_lock(&g_lock);
+  if (!atomic_load_explicit(&g_inited, memory_order_relaxed)) {
+    read_env_locked();
+    atomic_store_explicit(&g_inited, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+static const force_entry *forced_for(const klaraptor_kernel *k) {
+  for (size_t i = g_cfg.n_force; i-- > 0;) {
+    const char *n = g_cfg.force[i].kernel;
+    if ((k->name && strcmp(n, k->name) == 0) || strcmp(n, k->id) == 0) return &g_cfg.force[i];
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Devices                                                                                  */
+
+#ifndef KLARAPTOR_NO_CUDART
+static int cudart_current(int *ordinal) {
+  cudaError_t e = cudaGetDevice(ordinal);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError(); /* do not leave our error for the program's check to find */
+    return (int)e;
+  }
+  return 0;
+}
+
+static int cudart_query(int ordinal, klaraptor_device *dev, char *err, size_t errlen) {
+  static const struct {
+    enum cudaDeviceAttr attr;
+    size_t off;
+  } attrs[] = {
+      {cudaDevAttrMultiProcessorCount, offsetof(klaraptor_device, sm_count)},
+      {cudaDevAttrWarpSize, offsetof(klaraptor_device, warp_size)},
+      {cudaDevAttrMaxThreadsPerBlock, offsetof(klaraptor_device, max_threads_per_block)},
+      {cudaDevAttrMaxBlockDimX, offsetof(klaraptor_device, max_block_dim[0])},
+      {cudaDevAttrMaxBlockDimY, offsetof(klaraptor_device, max_block_dim[1])},
+      {cudaDevAttrMaxBlockDimZ, offsetof(klaraptor_device, max_block_dim[2])},
+      {cudaDevAttrMaxGridDimX, offsetof(klaraptor_device, max_grid_dim[0])},
+      {cudaDevAttrMaxGridDimY, offsetof(klaraptor_device, max_grid_dim[1])},
+      {cudaDevAttrMaxGridDimZ, offsetof(klaraptor_device, max_grid_dim[2])},
+      {cudaDevAttrMaxThreadsPerMultiProcessor, offsetof(klaraptor_device, max_threads_per_sm)},
+      {cudaDevAttrMaxBlocksPerMultiprocessor, offsetof(klaraptor_device, max_blocks_per_sm)},
+      {cudaDevAttrMaxRegistersPerMultiprocessor, offsetof(klaraptor_device, regs_per_sm)},
+      {cudaDevAttrMaxRegistersPerBlock, offsetof(klaraptor_device, regs_per_block)},
+      {cudaDevAttrMaxSharedMemoryPerBlock, offsetof(klaraptor_device, smem_per_block)},
+      {cudaDevAttrMaxSharedMemoryPerBlockOptin, offsetof(klaraptor_device, smem_per_block_optin)},
+      {cudaDevAttrMaxSharedMemoryPerMultiprocessor, offsetof(klaraptor_device, smem_per_sm)},
+      {cudaDevAttrComputeCapabilityMajor, offsetof(klaraptor_device, cc_major)},
+      {cudaDevAttrComputeCapabilityMinor, offsetof(klaraptor_device, cc_minor)},
+  };
+  memset(dev, 0, sizeof *dev);
+  dev->ordinal = ordinal;
+  for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+    int v = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&v, attrs[i].attr, ordinal);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      snprintf(err, errlen, "cudaDeviceGetAttribute(%d) on device %d: %s", (int)attrs[i].attr,
+               ordinal, cudaGetErrorString(e));
+      return -1;
+    }
+    memcpy((char *)dev + attrs[i].off, &v, sizeof v);
+  }
+  /* Only the name is read from cudaDeviceProp. It is the first member in every CUDA
+   * version, but the struct's size is not: the cudart this is linked with may be older or
+   * newer than the headers it was compiled with, so the buffer is far larger than needed. */
+  static union {
+    struct cudaDeviceProp p;
+    char pad[16384];
+  } props; /* under g_lock */
+  memset(&props, 0, sizeof props);
+  cudaError_t e = cudaGetDeviceProperties(&props.p, ordinal);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(err, errlen, "cudaGetDeviceProperties on device %d: %s", ordinal,
+             cudaGetErrorString(e));
+    return -1;
+  }
+  memcpy(dev->name, props.p.name, sizeof dev->name);
+  dev->name[sizeof dev->name - 1] = 0;
+  return 0;
+}
+#define DEFAULT_CURRENT cudart_current
+#define DEFAULT_QUERY cudart_query
+#else
+static int nocudart_current(int *ordinal) {
+  *ordinal = -1;
+  return 35; /* cudaErrorInsufficientDriver: there is no runtime to ask */
+}
+static int nocudart_query(int ordinal, klaraptor_device *dev, char *err, size_t errlen) {
+  (void)ordinal;
+  (void)dev;
+  snprintf(err, errlen, "built without the CUDA runtime");
+  return -1;
+}
+#define DEFAULT_CURRENT nocudart_current
+#define DEFAULT_QUERY nocudart_query
+#endif
+
+static klaraptor_current_device_fn g_current = DEFAULT_CURRENT;
+static klaraptor_query_device_fn g_query = DEFAULT_QUERY;
+
+#define MAX_DEVICES 64
+static klaraptor_device *g_devices[MAX_DEVICES]; /* under g_lock */
+
+/* Under g_lock. Returns NULL (reason in err) when the device cannot be described. */
+static const klaraptor_device *device_locked(int ordinal, char *err, size_t errlen) {
+  static klaraptor_device scratch;
+  if (ordinal >= 0 && ordinal < MAX_DEVICES && g_devices[ordinal]) return g_devices[ordinal];
+  klaraptor_device d;
+  memset(&d, 0, sizeof d);
+  if (g_query(ordinal, &d, err, errlen) != 0) return NULL;
+  d.ordinal = ordinal;
+  d.name[sizeof d.name - 1] = 0;
+  if (ordinal >= 0 && ordinal < MAX_DEVICES) {
+    klaraptor_device *p = malloc(sizeof *p);
+    if (p) {
+      *p = d;
+      g_devices[ordinal] = p;
+      return p;
+    }
+  }
+  scratch = d;
+  return &scratch;
+}
+
+void klaraptor__set_device_query(klaraptor_current_device_fn current,
+                                 klaraptor_query_device_fn query) {
+  pthread_mutex_lock(&g_lock);
+  g_current = current ? current : DEFAULT_CURRENT;
+  g_query = query ? query : DEFAULT_QUERY;
+  for (int i = 0; i < MAX_DEVICES; i++) {
+    free(g_devices[i]);
+    g_devices[i] = NULL;
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shape checks                                                                             */
+
+/* 0 when the block shape can be launched with kernel k on dev; else a reason in sb. */
+static int check_block(const klaraptor_kernel *k, const klaraptor_device *dev,
+                       const uint32_t b[3], sbuf *why) {
+  static const char axis[3] = {'x', 'y', 'z'};
+  for (int i = 0; i < 3; i++) {
+    if (b[i] == 0) {
+      sb_printf(why, "block %c is 0", axis[i]);
+      return -1;
+    }
+    if (i >= k->dim && b[i] != 1) {
+      sb_printf(why, "the kernel is %d-dimensional but block %c is %u", k->dim, axis[i], b[i]);
+      return -1;
+    }
+    if (dev->max_block_dim[i] > 0 && b[i] > (uint32_t)dev->max_block_dim[i]) {
+      sb_printf(why, "block %c %u exceeds the device's limit of %d", axis[i], b[i],
+                dev->max_block_dim[i]);
+      return -1;
+    }
+  }
+  uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
+  if (dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) {
+    sb_printf(why, "%" PRIu64 " threads per block exceed the device's limit of %d", threads,
+              dev->max_threads_per_block);
+    return -1;
+  }
+  if (k->regs_per_thread > 0 && dev->regs_per_block > 0) {
+    /* Registers are allocated per warp, in units of 256. */
+    uint64_t warp = dev->warp_size > 0 ? (uint64_t)dev->warp_size : 32;
+    uint64_t per_warp = ((uint64_t)k->regs_per_thread * warp + 255) / 256 * 256;
+    uint64_t need = per_warp * ((threads + warp - 1) / warp);
+    if (need > (uint64_t)dev->regs_per_block) {
+      sb_printf(why,
+                "%d registers per thread x %" PRIu64 " threads need %" PRIu64
+                " registers, the device has %d per block",
+                k->regs_per_thread, threads, need, dev->regs_per_block);
+      return -1;
+    }
+  }
+  if (k->static_smem > 0 && dev->smem_per_block > 0 && k->static_smem > dev->smem_per_block) {
+    sb_printf(why, "%d bytes of static shared memory exceed the device's %d per block",
+              k->static_smem, dev->smem_per_block);
+    return -1;
+  }
+  return 0;
+}
+
+static int compute_grid(const klaraptor_kernel *k, const klaraptor_device *dev,
+                        const int64_t *data, const uint32_t b[3], uint32_t g[3], sbuf *why) {
+  static const char axis[3] = {'x', 'y', 'z'};
+  g[0] = g[1] = g[2] = 1;
+  if (k->grid(data, b, g) != 0) {
+    sb_printf(why, "the grid formula cannot be evaluated");
+    return -1;
+  }
+  for (int i = 0; i < 3; i++) {
+    if (g[i] == 0) {
+      sb_printf(why, "grid %c is 0", axis[i]);
+      return -1;
+    }
+    if (dev->max_grid_dim[i] > 0 && g[i] > (uint32_t)dev->max_grid_dim[i]) {
+      sb_printf(why, "grid %c %u exceeds the device's limit of %d", axis[i], g[i],
+                dev->max_grid_dim[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Memo                                                                                     */
+
+typedef struct decision {
+  int keep; /* 1: the launch keeps the program's dims */
+  uint32_t block[3], grid[3];
+} decision;
+
+typedef struct memo_node {
+  const kentry *e;
+  int ordinal;
+  int32_t n;
+  uint64_t hash;
+  decision d;
+  int64_t data[];
+} memo_node;
+
+typedef struct memo_table {
+  size_t mask;
+  size_t count;
+  struct memo_table *retired; /* older tables, kept for readers still probing them */
+  memo_node *_Atomic slots[];
+} memo_table;
+
+#define MEMO_MIN_SLOTS 64
+#define MEMO_MAX_ENTRIES ((size_t)1 << 20)
+
+static memo_table *_Atomic g_memo;
+static int g_memo_full_logged; /* under g_lock */
+
+static inline uint64_t memo_hash(const kentry *e, int ordinal, int32_t n, const int64_t *data) {
+  uint64_t h = mix64((uint64_t)(uintptr_t)e ^ ((uint64_t)(uint32_t)ordinal << 40));
+  for (int32_t i = 0; i < n; i++) h = mix64(h ^ (uint64_t)data[i]) + (uint64_t)i;
+  return h;
+}
+
+static inline const memo_node *memo_find(const memo_table *t, uint64_t h, const kentry *e,
+                                         int ordinal, int32_t n, const int64_t *data) {
+  if (!t) return NULL;
+  for (size_t i = (size_t)h & t->mask;; i = (i + 1) & t->mask) {
+    const memo_node *m = atomic_load_explicit(&t->slots[i], memory_order_acquire);
+    if (!m) return NULL;
+    if (m->hash == h && m->e == e && m->ordinal == ordinal &&
+        (n == 0 || memcmp(m->data, data, (size_t)n * sizeof *data) == 0))
+      return m;
+  }
+}
+
+static void memo_place(memo_table *t, memo_node *m) {
+  size_t i = (size_t)m->hash & t->mask;
+  while (atomic_load_explicit(&t->slots[i], memory_order_relaxed)) i = (i + 1) & t->mask;
+  atomic_store_explicit(&t->slots[i], m, memory_order_release);
+  t->count++;
+}
+
+/* Under g_lock. Returns 0 when inserted. */
+static int memo_insert_locked(memo_node *m) {
+  memo_table *t = atomic_load_explicit(&g_memo, memory_order_relaxed);
+  size_t count = t ? t->count : 0;
+  if (count >= MEMO_MAX_ENTRIES) return -1;
+  if (!t || (count + 1) * 2 > t->mask + 1) {
+    size_t slots = t ? (t->mask + 1) * 2 : MEMO_MIN_SLOTS;
+    memo_table *nt = calloc(1, sizeof *nt + slots * sizeof nt->slots[0]);
+    if (!nt) return -1;
+    nt->mask = slots - 1;
+    if (t) {
+      for (size_t i = 0; i <= t->mask; i++) {
+        memo_node *o = atomic_load_explicit(&t->slots[i], memory_order_relaxed);
+        if (o) memo_place(nt, o);
+      }
+    }
+    nt->retired = t;
+    atomic_store_explicit(&g_memo, nt, memory_order_release);
+    t = nt;
+  }
+  memo_place(t, m);
+  return 0;
+}
+
+size_t klaraptor__memo_size(void) {
+  pthread_mutex_lock(&g_lock);
+  memo_table *t = atomic_load_explicit(&g_memo, memory_order_relaxed);
+  size_t n = t ? t->count : 0;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Decisions                                                                                */
+
+typedef struct logged_id {
+  struct logged_id *next;
+  char id[];
+} logged_id;
+static logged_id *g_unknown_logged; /* under g_lock */
+static size_t g_n_unknown_logged;
+
+static void log_line(const char *s, size_t n) {
+  if (g_cfg.log_fd >= 0) write_all(g_cfg.log_fd, s, n);
+}
+
+static void log_unknown(const char *id) {
+  if (g_cfg.log_fd < 0) return;
+  pthread_mutex_lock(&g_lock);
+  int seen = 0;
+  for (logged_id *l = g_unknown_logged; l; l = l->next)
+    if (strcmp(l->id, id) == 0) seen = 1;
+  if (!seen && g_n_unknown_logged < 1024) {
+    size_t n = strlen(id);
+    logged_id *l = malloc(sizeof *l + n + 1);
+    if (l) {
+      memcpy(l->id, id, n + 1);
+      l->next = g_unknown_logged;
+      g_unknown_logged = l;
+      g_n_unknown_logged++;
+    }
+    char buf[1024];
+    int len = snprintf(buf, sizeof buf,
+                       "klaraptor: unknown kernel id %s: the launch keeps its dims\n", id);
+    if (len > (int)sizeof buf - 1) len = (int)sizeof buf - 1;
+    if (len > 0) log_line(buf, (size_t)len);
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+static void log_mismatch(kentry *e, int32_t n_data) {
+  if (g_cfg.log_fd < 0) return;
+  pthread_mutex_lock(&g_lock);
+  if (!e->mismatch_logged) {
+    e->mismatch_logged = 1;
+    char buf[1024];
+    int len = snprintf(buf, sizeof buf,
+                       "klaraptor: %s: the launch passes %d data values, the descriptor "
+                       "declares %d: the launch keeps its dims\n",
+                       kname(e->k), (int)n_data, e->k->n_data);
+    if (len > (int)sizeof buf - 1) len = (int)sizeof buf - 1;
+    if (len > 0) log_line(buf, (size_t)len);
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* Under g_lock. Fills d and the source text; *devp is the device (NULL if unknown). */
+static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_t *data,
+                          decision *d, sbuf *src, const klaraptor_device **devp) {
+  const klaraptor_kernel *k = e->k;
+  char errbuf[512];
+  sbuf why = {errbuf, sizeof errbuf, 0};
+  errbuf[0] = 0;
+  d->keep = 1;
+  *devp = NULL;
+  if (cur_rc != 0) {
+    sb_printf(src, "fallback: no current device (error %d)", cur_rc);
+    return;
+  }
+  const klaraptor_device *dev = device_locked(ordinal, errbuf, sizeof errbuf);
+  if (!dev) {
+    sb_printf(src, "fallback: device query failed: %s", errbuf);
+    return;
+  }
+  *devp = dev;
+  const force_entry *f = forced_for(k);
+  if (f) {
+    uint32_t b[3] = {f->block[0], f->block[1], f->block[2]};
+    if (check_block(k, dev, b, &why) == 0 && compute_grid(k, dev, data, b, d->grid, &why) == 0) {
+      d->keep = 0;
+      memcpy(d->block, b, sizeof b);
+      sb_printf(src, "forced");
+    } else {
+      sb_printf(src, "fallback: forced block %ux%ux%u rejected: %s", b[0], b[1], b[2], errbuf);
+    }
+    return;
+  }
+  if (!k->select) {
+    sb_printf(src, "program");
+    return;
+  }
+  if (!k->model_device || strcmp(k->model_device, dev->name) != 0) {
+    sb_printf(src, "fallback: no model for this device (the model is for %s)",
+              k->model_device ? k->model_device : "no device");
+    return;
+  }
+  uint32_t b[3] = {1, 1, 1};
+  int rc = k->select(data, dev, b);
+  if (rc != 0) {
+    sb_printf(src, "fallback: the model failed (returned %d)", rc);
+    return;
+  }
+  int ok = check_block(k, dev, b, &why) == 0;
+  if (ok && k->allowed && !k->allowed(data, b)) {
+    sb_printf(&why, "it violates the kernel's constraints");
+    ok = 0;
+  }
+  if (!ok || compute_grid(k, dev, data, b, d->grid, &why) != 0) {
+    sb_printf(src, "fallback: model block %ux%ux%u rejected: %s", b[0], b[1], b[2], errbuf);
+    return;
+  }
+  d->keep = 0;
+  memcpy(d->block, b, sizeof b);
+  sb_printf(src, "model");
+}
+
+static void log_decision(const kentry *e, const int64_t *data, const decision *d,
+                         const uint32_t pb[3], const uint32_t pg[3], const char *src,
+                         int ordinal, const klaraptor_device *dev) {
+  char buf[4096];
+  sbuf b = {buf, sizeof buf - 1, 0};
+  const klaraptor_kernel *k = e->k;
+  sb_printf(&b, "klaraptor: %s", kname(k));
+  for (int i = 0; i < k->n_data; i++) {
+    const char *label = k->data_names[i];
+    if (label)
+      sb_printf(&b, " %s=%" PRId64, label, data[i]);
+    else
+      sb_printf(&b, " d%d=%" PRId64, i, data[i]);
+  }
+  const uint32_t *bl = d->keep ? pb : d->block, *gr = d->keep ? pg : d->grid;
+  sb_printf(&b, " block=%ux%ux%u grid=%ux%ux%u source=%s device=%d:%s", bl[0], bl[1], bl[2],
+            gr[0], gr[1], gr[2], src, ordinal, dev ? dev->name : "unknown");
+  buf[b.len++] = '\n';
+  log_line(buf, b.len);
+}
+
+static inline void apply(const decision *d, uint64_t *grid_xy, uint32_t *grid_z,
+                         uint64_t *block_xy, uint32_t *block_z) {
+  if (d->keep) return;
+  *grid_xy = (uint64_t)d->grid[0] | ((uint64_t)d->grid[1] << 32);
+  *grid_z = d->grid[2];
+  *block_xy = (uint64_t)d->block[0] | ((uint64_t)d->block[1] << 32);
+  *block_z = d->block[2];
+}
+
+void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
+                      uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z) {
+  if (!id || !grid_xy || !grid_z || !block_xy || !block_z || n_data < 0 ||
+      (n_data > 0 && !data))
+    return;
+  ensure_init();
+  if (g_cfg.disabled) return;
+  kentry *e = kernel_for_id(id);
+  if (!e) {
+    log_unknown(id);
+    return;
+  }
+  if (n_data != e->k->n_data) {
+    log_mismatch(e, n_data);
+    return;
+  }
+  int ordinal = -1;
+  int cur_rc = g_current(&ordinal);
+  if (cur_rc != 0) ordinal = -1;
+  uint64_t h = memo_hash(e, ordinal, n_data, data);
+  const memo_node *m =
+      memo_find(atomic_load_explicit(&g_memo, memory_order_acquire), h, e, ordinal, n_data, data);
+  if (m) {
+    apply(&m->d, grid_xy, grid_z, block_xy, block_z);
+    return;
+  }
+
+  /* Miss: decide under the lock (once per key, so one log line per new decision). */
+  decision d;
+  pthread_mutex_lock(&g_lock);
+  m = memo_find(atomic_load_explicit(&g_memo, memory_order_relaxed), h, e, ordinal, n_data,
+                data);
+  if (m) {
+    d = m->d;
+  } else {
+    char srcbuf[768];
+    sbuf src = {srcbuf, sizeof srcbuf, 0};
+    srcbuf[0] = 0;
+    const klaraptor_device *dev = NULL;
+    memset(&d, 0, sizeof d);
+    decide_locked(e, cur_rc, ordinal, data, &d, &src, &dev);
+    memo_node *nm = malloc(sizeof *nm + (size_t)n_data * sizeof(int64_t));
+    int stored = 0;
+    if (nm) {
+      nm->e = e;
+      nm->ordinal = ordinal;
+      nm->n = n_data;
+      nm->hash = h;
+      nm->d = d;
+      if (n_data) memcpy(nm->data, data, (size_t)n_data * sizeof(int64_t));
+      stored = memo_insert_locked(nm) == 0;
+      if (!stored) free(nm);
+    }
+    if (stored || !g_memo_full_logged) {
+      uint32_t pb[3] = {(uint32_t)*block_xy, (uint32_t)(*block_xy >> 32), *block_z};
+      uint32_t pg[3] = {(uint32_t)*grid_xy, (uint32_t)(*grid_xy >> 32), *grid_z};
+      log_decision(e, data, &d, pb, pg, srcbuf, ordinal, dev);
+      /* A forced shape that cannot be used is worth a word even without KLARAPTOR_LOG. */
+      if (g_cfg.log_fd < 0 && strncmp(srcbuf, "fallback: forced", 16) == 0)
+        warn("%s: KLARAPTOR_FORCE %s", kname(e->k), srcbuf + strlen("fallback: "));
+    }
+    if (!stored && !g_memo_full_logged) {
+      g_memo_full_logged = 1;
+      static const char msg[] = "klaraptor: the memo is full: later decisions are made at "
+                                "every launch and not logged\n";
+      log_line(msg, sizeof msg - 1);
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+  apply(&d, grid_xy, grid_z, block_xy, block_z);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Test hooks                                                                               */
+
+void klaraptor__reset_for_tests(void) {
+  pthread_mutex_lock(&g_lock);
+  memo_table *t = atomic_load_explicit(&g_memo, memory_order_relaxed);
+  if (t) {
+    for (size_t i = 0; i <= t->mask; i++) free(atomic_load_explicit(&t->slots[i],
+                                                                    memory_order_relaxed));
+  }
+  while (t) {
+    memo_table *r = t->retired;
+    free(t);
+    t = r;
+  }
+  atomic_store_explicit(&g_memo, NULL, memory_order_release);
+  g_memo_full_logged = 0;
+  for (int i = 0; i < MAX_DEVICES; i++) {
+    free(g_devices[i]);
+    g_devices[i] = NULL;
+  }
+  while (g_unknown_logged) {
+    logged_id *n = g_unknown_logged->next;
+    free(g_unknown_logged);
+    g_unknown_logged = n;
+  }
+  g_n_unknown_logged = 0;
+  for (size_t b = 0; b < REG_BUCKETS; b++)
+    for (kentry *e = atomic_load_explicit(&g_reg[b], memory_order_relaxed); e;
+         e = atomic_load_explicit(&e->next, memory_order_relaxed))
+      e->mismatch_logged = 0;
+  if (g_cfg.log_fd_owned) close(g_cfg.log_fd);
+  for (size_t i = 0; i < g_cfg.n_force; i++) free(g_cfg.force[i].kernel);
+  free(g_cfg.force);
+  g_cfg.force = NULL;
+  g_cfg.n_force = 0;
+  g_cfg.log_fd = -1;
+  g_cfg.log_fd_owned = 0;
+  g_cfg.disabled = 0;
+  atomic_store_explicit(&g_inited, 0, memory_order_release);
+  pthread_mutex_unlock(&g_lock);
+}
+
+typedef struct force_query {
+  const char *kernel;
+  unsigned *block;
+  int *found;
+  int bad;
+} force_query;
+
+static void fq_entry(void *ctx, const char *name, size_t n, const unsigned blk[3]) {
+  force_query *q = ctx;
+  if (q->kernel && strlen(q->kernel) == n && memcmp(q->kernel, name, n) == 0) {
+    *q->found = 1;
+    memcpy(q->block, blk, 3 * sizeof *blk);
+  }
+}
+
+static void fq_bad(void *ctx, const char *s, size_t n) {
+  (void)s;
+  (void)n;
+  ((force_query *)ctx)->bad++;
+}
+
+int klaraptor__parse_force(const char *spec, const char *kernel, unsigned block[3], int *found,
+                           int *n_bad) {
+  force_query q = {kernel, block, found, 0};
+  *found = 0;
+  int good = parse_force_spec(spec, fq_entry, fq_bad, &q);
+  *n_bad = q.bad;
+  return good;
+}

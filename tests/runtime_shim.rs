@@ -1,0 +1,440 @@
+//! The C runtime shim (runtime-shim/), tested without a GPU: runtime-shim/tests/test_rt.c is
+//! compiled with the shim and a tiny fake of the five CUDA runtime functions the shim calls
+//! (runtime-shim/tests/fake_cudart.c), with the system C compiler (`$CC`, else `cc`) and
+//! warnings as errors, and run under several KLARAPTOR_* settings; stdout, stderr and the log
+//! files are compared exactly. A ThreadSanitizer build of the concurrency case runs where the
+//! compiler supports it. Also checks the archive build.rs leaves for the driver to embed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const CUDA_INCLUDE: &str = env!("KLARAPTOR_RT_CUDA_INCLUDE");
+
+fn compiler() -> String {
+    std::env::var("CC")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "cc".into())
+}
+
+/// Compiles test_rt with `extra` flags into the test tmpdir; Err(diagnostics) on failure.
+fn build(name: &str, extra: &[&str]) -> Result<PathBuf, String> {
+    let shim = Path::new(ROOT).join("runtime-shim");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtime-shim");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new(compiler())
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC"])
+        .args(extra)
+        .arg("-I")
+        .arg(shim.join("include"))
+        .arg("-I")
+        .arg(shim.join("src"))
+        .arg("-I")
+        .arg(CUDA_INCLUDE)
+        .arg(shim.join("src/klaraptor_rt.c"))
+        .arg(shim.join("tests/test_rt.c"))
+        .arg(shim.join("tests/fake_cudart.c"))
+        .arg("-lpthread")
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("running the C compiler");
+    if out.status.success() {
+        Ok(exe)
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn test_rt() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build("test_rt", &["-O2"]).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// Runs a scenario with exactly the given KLARAPTOR_* variables set.
+fn run(exe: &Path, scenario: &str, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(exe);
+    cmd.arg(scenario);
+    for v in ["KLARAPTOR_FORCE", "KLARAPTOR_DISABLE", "KLARAPTOR_LOG"] {
+        cmd.env_remove(v);
+    }
+    cmd.env("TMPDIR", env!("CARGO_TARGET_TMPDIR"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn assert_ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+}
+
+fn lines(v: &[&str]) -> String {
+    v.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// What `test_rt launch` prints without any KLARAPTOR_* setting.
+const LAUNCH_DEFAULT: &[&str] = &[
+    "mm n=2048 block=32x4x1 grid=64x512x1",
+    "mm n=2048 block=32x4x1 grid=64x512x1",
+    "mm n=100 block=16x16x1 grid=7x7x1",
+    "mm n=7 block=16x16x1 grid=128x128x1",
+    "saxpy n=1000000 block=512x1x1 grid=1954x1x1",
+    "nomodel n=100 m=50 block=32x16x1 grid=4x4x4",
+    "tmpl len=1000 block=128x1x1 grid=8x1x1",
+    "other n=100 block=100x1x1 grid=1x1x1",
+    "unknown block=2x2x2 grid=2x2x2",
+    "mm n_data=2 block=2x2x2 grid=2x2x2",
+    "device1 mm n=2048 block=16x16x1 grid=128x128x1",
+    "device1 other n=100 block=128x1x1 grid=1x1x1",
+    "mm n=2048 block=32x4x1 grid=64x512x1",
+    "memo=9 queries=1,1",
+];
+
+const LAUNCH_DEFAULT_LOG: &[&str] = &[
+    "klaraptor: mm n=2048 block=32x4x1 grid=64x512x1 source=model device=0:NVIDIA H200",
+    "klaraptor: mm n=100 block=16x16x1 grid=7x7x1 source=model device=0:NVIDIA H200",
+    "klaraptor: mm n=7 block=16x16x1 grid=128x128x1 source=fallback: model block 8x1x1 \
+     rejected: it violates the kernel's constraints device=0:NVIDIA H200",
+    "klaraptor: saxpy n=1000000 block=512x1x1 grid=1954x1x1 source=model device=0:NVIDIA H200",
+    "klaraptor: nomodel n=100 m=50 block=32x16x1 grid=4x4x4 source=program \
+     device=0:NVIDIA H200",
+    "klaraptor: ns::tmpl<float, 2> len=1000 d1=5 block=128x1x1 grid=8x1x1 source=program \
+     device=0:NVIDIA H200",
+    "klaraptor: other n=100 block=100x1x1 grid=1x1x1 source=fallback: no model for this device \
+     (the model is for NVIDIA A100-SXM4-80GB) device=0:NVIDIA H200",
+    "klaraptor: unknown kernel id _Z7unknownv: the launch keeps its dims",
+    "klaraptor: mm: the launch passes 2 data values, the descriptor declares 1: the launch \
+     keeps its dims",
+    "klaraptor: mm n=2048 block=16x16x1 grid=128x128x1 source=fallback: no model for this \
+     device (the model is for NVIDIA H200) device=1:NVIDIA A100-SXM4-80GB",
+    "klaraptor: other n=100 block=128x1x1 grid=1x1x1 source=model \
+     device=1:NVIDIA A100-SXM4-80GB",
+];
+
+#[test]
+fn unit_cases() {
+    let o = run(test_rt(), "unit", &[]);
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stdout),
+        lines(&[
+            "ok model_and_grid",
+            "ok registry",
+            "ok force_parse",
+            "ok force",
+            "ok limits",
+            "ok model_fallbacks",
+            "ok memo",
+            "ok disable",
+            "ok log_append",
+            "ok threads",
+            "all unit cases passed",
+        ])
+    );
+    assert_eq!(
+        text(&o.stderr),
+        "klaraptor: warning: ignoring the descriptor of kernel _Z4abi2v: ABI version 2, this \
+         runtime has 1\n"
+    );
+}
+
+#[test]
+fn launch_without_settings() {
+    let o = run(test_rt(), "launch", &[]);
+    assert_ok(&o);
+    assert_eq!(text(&o.stdout), lines(LAUNCH_DEFAULT));
+    assert_eq!(text(&o.stderr), "");
+}
+
+#[test]
+fn launch_log_to_stderr() {
+    for v in ["0", ""] {
+        let o = run(test_rt(), "launch", &[("KLARAPTOR_LOG", v)]);
+        assert_ok(&o);
+        assert_eq!(text(&o.stderr), "", "KLARAPTOR_LOG={v:?}");
+    }
+    let o = run(test_rt(), "launch", &[("KLARAPTOR_LOG", "1")]);
+    assert_ok(&o);
+    assert_eq!(text(&o.stdout), lines(LAUNCH_DEFAULT));
+    assert_eq!(text(&o.stderr), lines(LAUNCH_DEFAULT_LOG));
+}
+
+#[test]
+fn launch_log_to_file_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.log");
+    std::fs::write(&log, "an earlier run\n").unwrap();
+    let logs = log.to_str().unwrap();
+    for _ in 0..2 {
+        let o = run(test_rt(), "launch", &[("KLARAPTOR_LOG", logs)]);
+        assert_ok(&o);
+        assert_eq!(text(&o.stdout), lines(LAUNCH_DEFAULT));
+        assert_eq!(text(&o.stderr), "");
+    }
+    let once = lines(LAUNCH_DEFAULT_LOG);
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        format!("an earlier run\n{once}{once}")
+    );
+
+    // A log file that cannot be opened: a warning, then the lines go to stderr.
+    let bad = dir.path().join("no/such/dir/x.log");
+    let o = run(
+        test_rt(),
+        "launch",
+        &[("KLARAPTOR_LOG", bad.to_str().unwrap())],
+    );
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stderr),
+        format!(
+            "klaraptor: warning: KLARAPTOR_LOG: cannot open {} (No such file or directory); \
+             logging to stderr\n{once}",
+            bad.display()
+        )
+    );
+}
+
+const FORCE: &str =
+    "mm:64x2, _Z5saxpyfPKfPfi:128,nomodel:2048,ns::tmpl<float, 2>:32x1x1,bogus,mm:0x1,other:64";
+
+const FORCE_WARNINGS: &[&str] = &[
+    "klaraptor: warning: KLARAPTOR_FORCE: ignoring malformed entry \"bogus\" (expected \
+     <kernel>:<bx>[x<by>[x<bz>]] with positive integers)",
+    "klaraptor: warning: KLARAPTOR_FORCE: ignoring malformed entry \"mm:0x1\" (expected \
+     <kernel>:<bx>[x<by>[x<bz>]] with positive integers)",
+];
+
+const FORCE_STDOUT: &[&str] = &[
+    "mm n=2048 block=64x2x1 grid=32x1024x1",
+    "mm n=2048 block=64x2x1 grid=32x1024x1",
+    "mm n=100 block=64x2x1 grid=2x50x1",
+    "mm n=7 block=64x2x1 grid=1x4x1",
+    "saxpy n=1000000 block=128x1x1 grid=7813x1x1",
+    "nomodel n=100 m=50 block=32x16x1 grid=4x4x4",
+    "tmpl len=1000 block=32x1x1 grid=32x1x1",
+    "other n=100 block=64x1x1 grid=2x1x1",
+    "unknown block=2x2x2 grid=2x2x2",
+    "mm n_data=2 block=2x2x2 grid=2x2x2",
+    "device1 mm n=2048 block=64x2x1 grid=32x1024x1",
+    "device1 other n=100 block=64x1x1 grid=2x1x1",
+    "mm n=2048 block=64x2x1 grid=32x1024x1",
+    "memo=9 queries=1,1",
+];
+
+#[test]
+fn launch_forced() {
+    // Without a log: the malformed entries and the illegal forced shape are still reported.
+    let o = run(test_rt(), "launch", &[("KLARAPTOR_FORCE", FORCE)]);
+    assert_ok(&o);
+    assert_eq!(text(&o.stdout), lines(FORCE_STDOUT));
+    let mut want = FORCE_WARNINGS.to_vec();
+    want.push(
+        "klaraptor: warning: nomodel: KLARAPTOR_FORCE forced block 2048x1x1 rejected: block x \
+         2048 exceeds the device's limit of 1024",
+    );
+    assert_eq!(text(&o.stderr), lines(&want));
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("force.log");
+    let o = run(
+        test_rt(),
+        "launch",
+        &[
+            ("KLARAPTOR_FORCE", FORCE),
+            ("KLARAPTOR_LOG", log.to_str().unwrap()),
+        ],
+    );
+    assert_ok(&o);
+    assert_eq!(text(&o.stdout), lines(FORCE_STDOUT));
+    assert_eq!(text(&o.stderr), lines(FORCE_WARNINGS));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        lines(&[
+            "klaraptor: mm n=2048 block=64x2x1 grid=32x1024x1 source=forced device=0:NVIDIA H200",
+            "klaraptor: mm n=100 block=64x2x1 grid=2x50x1 source=forced device=0:NVIDIA H200",
+            "klaraptor: mm n=7 block=64x2x1 grid=1x4x1 source=forced device=0:NVIDIA H200",
+            "klaraptor: saxpy n=1000000 block=128x1x1 grid=7813x1x1 source=forced \
+             device=0:NVIDIA H200",
+            "klaraptor: nomodel n=100 m=50 block=32x16x1 grid=4x4x4 source=fallback: forced \
+             block 2048x1x1 rejected: block x 2048 exceeds the device's limit of 1024 \
+             device=0:NVIDIA H200",
+            "klaraptor: ns::tmpl<float, 2> len=1000 d1=5 block=32x1x1 grid=32x1x1 \
+             source=forced device=0:NVIDIA H200",
+            "klaraptor: other n=100 block=64x1x1 grid=2x1x1 source=forced device=0:NVIDIA H200",
+            "klaraptor: unknown kernel id _Z7unknownv: the launch keeps its dims",
+            "klaraptor: mm: the launch passes 2 data values, the descriptor declares 1: the \
+             launch keeps its dims",
+            "klaraptor: mm n=2048 block=64x2x1 grid=32x1024x1 source=forced \
+             device=1:NVIDIA A100-SXM4-80GB",
+            "klaraptor: other n=100 block=64x1x1 grid=2x1x1 source=forced \
+             device=1:NVIDIA A100-SXM4-80GB",
+        ])
+    );
+}
+
+#[test]
+fn launch_disabled() {
+    let program: Vec<&str> = vec![
+        "mm n=2048 block=16x16x1 grid=128x128x1",
+        "mm n=2048 block=16x16x1 grid=128x128x1",
+        "mm n=100 block=16x16x1 grid=128x128x1",
+        "mm n=7 block=16x16x1 grid=128x128x1",
+        "saxpy n=1000000 block=256x1x1 grid=3907x1x1",
+        "nomodel n=100 m=50 block=32x16x1 grid=4x4x4",
+        "tmpl len=1000 block=128x1x1 grid=8x1x1",
+        "other n=100 block=100x1x1 grid=1x1x1",
+        "unknown block=2x2x2 grid=2x2x2",
+        "mm n_data=2 block=2x2x2 grid=2x2x2",
+        "device1 mm n=2048 block=16x16x1 grid=128x128x1",
+        "device1 other n=100 block=100x1x1 grid=1x1x1",
+        "mm n=2048 block=16x16x1 grid=128x128x1",
+        "memo=0 queries=0,0",
+    ];
+    // DISABLE wins over FORCE; no device is ever asked about.
+    for v in ["1", "yes"] {
+        let o = run(
+            test_rt(),
+            "launch",
+            &[
+                ("KLARAPTOR_DISABLE", v),
+                ("KLARAPTOR_FORCE", "mm:64x2"),
+                ("KLARAPTOR_LOG", "1"),
+            ],
+        );
+        assert_ok(&o);
+        assert_eq!(text(&o.stdout), lines(&program));
+        assert_eq!(
+            text(&o.stderr),
+            "klaraptor: KLARAPTOR_DISABLE is set: every launch keeps the program's dims\n"
+        );
+    }
+    let o = run(test_rt(), "launch", &[("KLARAPTOR_DISABLE", "0")]);
+    assert_ok(&o);
+    assert_eq!(text(&o.stdout), lines(LAUNCH_DEFAULT));
+}
+
+#[test]
+fn concurrent_launches() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("threads.log");
+    let o = run(
+        test_rt(),
+        "threads",
+        &[("KLARAPTOR_LOG", log.to_str().unwrap())],
+    );
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stdout),
+        "threads=8 iterations=20000 keys=97 memo=97 mismatches=0\n"
+    );
+    // Every key decided and logged exactly once.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let mut all: Vec<&str> = logged.lines().collect();
+    assert_eq!(all.len(), 97);
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 97);
+    assert!(all.iter().all(|l| l.ends_with(" device=0:NVIDIA H200")));
+    // mm's model picks 8x1 for n=38 (key 1), which its constraints refuse.
+    let model = all.iter().filter(|l| l.contains(" source=model ")).count();
+    assert_eq!(model, 96, "{logged}");
+    assert!(logged.contains(
+        "klaraptor: mm n=38 block=1x1x1 grid=1x1x1 source=fallback: model block 8x1x1 rejected"
+    ));
+}
+
+#[test]
+fn default_device_query_through_cudart() {
+    let o = run(test_rt(), "cudart", &[("KLARAPTOR_LOG", "1")]);
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stdout),
+        lines(&[
+            "probe n=1000 block=96x1x1 grid=11x1x1",
+            "device 0 \"NVIDIA H200\" sms=132 warp=32 threads/block=1024 block=1024x1024x64 \
+             grid=2147483647x65535x65535 threads/sm=2048 blocks/sm=32 regs/sm=65536 \
+             regs/block=65536 smem/block=49152 smem/block-optin=232448 smem/sm=233472 cc=9.0",
+            "device1 probe n=1000 block=1x1x1 grid=1x1x1",
+            "no device probe n=1000 block=1x1x1 grid=1x1x1",
+            "last error after a failed cudaGetDevice: 0",
+            "bad attribute probe n=1000 block=1x1x1 grid=1x1x1",
+            "last error after a failed attribute: 0",
+        ])
+    );
+    assert_eq!(
+        text(&o.stderr),
+        lines(&[
+            "klaraptor: probe n=1000 block=96x1x1 grid=11x1x1 source=model device=0:NVIDIA H200",
+            "klaraptor: probe n=1000 block=1x1x1 grid=1x1x1 source=fallback: no model for this \
+             device (the model is for NVIDIA H200) device=1:NVIDIA A100-SXM4-80GB",
+            "klaraptor: probe n=1000 block=1x1x1 grid=1x1x1 source=fallback: no current device \
+             (error 100) device=-1:unknown",
+            "klaraptor: probe n=1000 block=1x1x1 grid=1x1x1 source=fallback: device query \
+             failed: cudaDeviceGetAttribute(106) on device 0: invalid argument device=0:unknown",
+        ])
+    );
+}
+
+/// The lock-free read paths under ThreadSanitizer, where the compiler has it.
+#[test]
+fn concurrent_launches_under_thread_sanitizer() {
+    let exe = match build("test_rt_tsan", &["-O1", "-g", "-fsanitize=thread"]) {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("skipped: no ThreadSanitizer build here:\n{e}");
+            return;
+        }
+    };
+    let o = run(&exe, "threads", &[]);
+    let err = text(&o.stderr);
+    if err.contains("unexpected memory mapping") {
+        eprintln!("skipped: ThreadSanitizer cannot run here:\n{err}");
+        return;
+    }
+    assert_ok(&o);
+    assert!(!err.contains("ThreadSanitizer"), "{err}");
+    assert_eq!(
+        text(&o.stdout),
+        "threads=8 iterations=20000 keys=97 memo=97 mismatches=0\n"
+    );
+}
+
+/// build.rs leaves the archive the driver embeds; it defines the interface and leaves the
+/// CUDA runtime to the final link.
+#[test]
+fn archive_for_the_driver() {
+    let archive = Path::new(env!("OUT_DIR")).join("libklaraptor_rt.a");
+    assert!(archive.is_file(), "{}", archive.display());
+    let o = Command::new("nm").arg(&archive).output().unwrap();
+    assert!(o.status.success());
+    let syms = text(&o.stdout);
+    for def in [" T klaraptor_select", " T klaraptor_register"] {
+        assert!(syms.contains(def), "{def} missing:\n{syms}");
+    }
+    for undef in [
+        " U cudaGetDevice",
+        " U cudaDeviceGetAttribute",
+        " U cudaGetDeviceProperties",
+    ] {
+        assert!(syms.contains(undef), "{undef} missing:\n{syms}");
+    }
+}
