@@ -24,7 +24,7 @@ fn metric(x: &[f64]) -> f64 {
     (n * n * (bx + 2.0) + 5.0 * n * by + 3.0 * bz * n + 100.0) / (bx * by + 4.0 * bz + 16.0)
 }
 
-fn problem() -> FitProblem {
+fn problem(noise: f64) -> FitProblem {
     let sizes = [64.0, 96.0, 128.0, 192.0, 256.0, 320.0, 384.0, 448.0, 512.0];
     let mut shapes = Vec::new();
     for bz in [1.0, 2.0, 4.0, 8.0] {
@@ -43,8 +43,7 @@ fn problem() -> FitProblem {
         let n = sizes[(splitmix(&mut state) * sizes.len() as f64) as usize];
         let s = &shapes[(splitmix(&mut state) * shapes.len() as f64) as usize];
         let p = vec![n, s[0], s[1], s[2]];
-        // ±2 % multiplicative measurement noise.
-        let v = metric(&p) * (1.0 + 0.02 * (2.0 * splitmix(&mut state) - 1.0));
+        let v = metric(&p) * (1.0 + noise * (2.0 * splitmix(&mut state) - 1.0));
         points.push(p);
         values.push(v);
     }
@@ -133,12 +132,13 @@ fn describe(label: &str, t: &Timing, f: &RationalFn) {
 }
 
 fn main() {
-    let problem = problem();
+    // ±2 % multiplicative measurement noise.
+    let noisy = problem(0.02);
     println!("klaraptor-fitting bench: 300 points, 4 variables (N, bx, by, bz), ±2 % noise,");
     println!("degree bounds 3 per variable for numerator and denominator\n");
 
     let options = FitOptions::uniform(4, 3, 3);
-    let (base, f) = time(&problem, &options, 21);
+    let (base, f) = time(&noisy, &options, 21);
     describe(
         "default (normal-equation screening, denominator total degree <= 3):",
         &base,
@@ -149,7 +149,7 @@ fn main() {
         let mut o = options.clone();
         o.den_max_total_degree = cap;
         let runs = if cap > 4 { 3 } else { 11 };
-        let (t, f) = time(&problem, &o, runs);
+        let (t, f) = time(&noisy, &o, runs);
         describe(
             &format!(
                 "\ndenominator total degree <= {cap}{}:",
@@ -161,10 +161,16 @@ fn main() {
         println!("  ratio to default (wall min): {:.2}", ms(t.min) / ms(base.min));
     }
 
+    // Deterministic counters: no noise, which switches on the refinement and SVD fallback.
+    let exact = problem(0.0);
+    let (t, f) = time(&exact, &options, 11);
+    describe("\nsame problem without noise (near-exact path), cap 3:", &t, &f);
+    println!("  ratio to default (wall min): {:.2}", ms(t.min) / ms(base.min));
+
     if std::env::var_os("BENCH_SKIP_SVD").is_none() {
         let mut o = options.clone();
         o.screening = Screening::Svd;
-        let (t, f) = time(&problem, &o, 3);
+        let (t, f) = time(&noisy, &o, 3);
         describe(
             "\nSVD (with reweighting) of every candidate instead of screening, cap 3:",
             &t,

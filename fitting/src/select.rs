@@ -17,6 +17,10 @@ use crate::FitError;
 pub const MAX_MONOMIALS: usize = 4096;
 /// Most non-constant denominator monomials.
 const MAX_DEN_MONOMIALS: usize = 255;
+/// Best screening score under which the data count as near-exact (see `select`).
+const NEAR_EXACT: f64 = 1e-3;
+/// Candidates the normal equations refuse that are refitted by SVD instead (simplest first).
+const FALLBACK_LIMIT: usize = 32;
 /// Score differences below this are round-off (relative errors of exact fits).
 const SCORE_FLOOR: f64 = 1e-10;
 
@@ -43,6 +47,8 @@ pub fn fit_with_solver(
         solver,
         evaluated: HashMap::new(),
         rejected_denominator: 0,
+        fallback: 0,
+        near_exact: false,
     };
     let (winner, noise, screened) = search.select(&grid)?;
     let chosen = search.evaluated[&winner].clone();
@@ -68,7 +74,11 @@ pub fn fit_with_solver(
         rejected_denominator: search.rejected_denominator,
         screening: match options.screening {
             Screening::NormalEquations => {
-                "normal equations (shared Cholesky factors, one refinement step, pilot reweighting)".into()
+                if search.near_exact {
+                    "normal equations with iterative refinement, SVD for the refused".into()
+                } else {
+                    "normal equations, rows reweighted by a pilot denominator".into()
+                }
             }
             Screening::Svd => format!("SVD of every candidate ({})", solver.name()),
         },
@@ -223,12 +233,16 @@ struct Search<'a> {
     solver: &'a dyn LstsqSolver,
     evaluated: HashMap<Candidate, Evaluation>,
     rejected_denominator: usize,
+    /// SVD fits (without reweighting) done for candidates the screening could not solve.
+    fallback: usize,
+    /// Whether the data were found near-exact (see `select`).
+    near_exact: bool,
 }
 
 impl Search<'_> {
     /// Screening scores of every candidate (indexed like `grid.pairs`). With a `pilot`, rows
     /// are also divided by the pilot's denominator, as one Sanathanan–Koerner step would.
-    fn screen(&self, grid: &CandidateGrid, pilot: Option<&RawFit>) -> Vec<Vec<Option<f64>>> {
+    fn screen(&self, grid: &CandidateGrid, pilot: Option<&RawFit>, refine_below: Option<f64>) -> Vec<Vec<Option<f64>>> {
         match self.options.screening {
             Screening::NormalEquations => {
                 let row_scale: Option<Vec<f64>> = pilot.map(|f| {
@@ -239,6 +253,7 @@ impl Search<'_> {
                     self.split,
                     grid,
                     row_scale.as_deref(),
+                    refine_below,
                     self.options.extrapolation_weight,
                 )
             }
@@ -309,6 +324,38 @@ impl Search<'_> {
         }
     }
 
+    fn budget_left(&self) -> bool {
+        self.evaluated.len() < self.options.refit_limit.max(1)
+    }
+
+    /// The normal equations refuse candidates whose condition number exceeds about 3·10⁷.
+    /// Such a candidate only matters when the data resolve its nearly dependent terms, i.e.
+    /// when it is nearly exact, and then it is typically a simple model with a small rational
+    /// correction (`bx/N + 2N·bx`). The simplest `FALLBACK_LIMIT` of them are fitted by SVD
+    /// instead, and their held-out score takes the place of the screening score.
+    fn fill_refused(&mut self, grid: &CandidateGrid, screened: &mut [Vec<Option<f64>>]) {
+        let mut refused: Vec<(usize, usize)> = grid
+            .pairs
+            .iter()
+            .enumerate()
+            .flat_map(|(ni, ds)| (0..ds.len()).map(move |slot| (ni, slot)))
+            .filter(|&(ni, slot)| screened[ni][slot].is_none())
+            .collect();
+        refused.sort_by_cached_key(|&(ni, slot)| {
+            let c = grid.candidate(ni, grid.pairs[ni][slot]);
+            (c.unknowns(), c.num.total() + c.den.total(), c.den, c.num)
+        });
+        for (ni, slot) in refused.into_iter().take(FALLBACK_LIMIT) {
+            let cand = grid.candidate(ni, grid.pairs[ni][slot]);
+            self.fallback += 1;
+            let o = self.options;
+            screened[ni][slot] = fit_on_rows(self.prep, &self.split.train, &cand, 0, o.rcond, self.solver)
+                .ok()
+                .filter(RawFit::full_rank)
+                .map(|fit| score(self.heldout_errors(&fit).into_iter(), o.extrapolation_weight));
+        }
+    }
+
     /// Screened candidates, best score first (ties: simplest first); the constant is always
     /// among them.
     fn rank(&self, grid: &CandidateGrid, screened: &[Vec<Option<f64>>]) -> Vec<(f64, Candidate)> {
@@ -330,7 +377,7 @@ impl Search<'_> {
         let mut best: Option<(f64, Candidate)> = None;
         let mut admissible = 0;
         for (_, cand) in ranked {
-            if admissible >= self.options.top_k.max(1) || self.evaluated.len() >= self.options.refit_limit.max(1) {
+            if admissible >= self.options.top_k.max(1) || !self.budget_left() {
                 break;
             }
             if let Some(s) = self.score_of(cand) {
@@ -346,20 +393,34 @@ impl Search<'_> {
     /// The selection rule. Returns the winner, the noise level used, and how many candidates
     /// the (last) screening pass could solve.
     fn select(&mut self, grid: &CandidateGrid) -> Result<(Candidate, Option<f64>, usize), FitError> {
-        // 1. Screen everything, refit the best few by SVD with reweighting. With normal-equation
-        //    screening, screen again with the rows reweighted by the best refit's denominator:
-        //    the first pass weights row k by q(x_k) (p − v·q = q·(p/q − v)), which can vary by
-        //    orders of magnitude over the block shapes and blur the ranking of rational models.
-        let mut screened = self.screen(grid, None);
+        // 1. Screen everything, refit the best few by SVD with reweighting.
+        let normal = self.options.screening == Screening::NormalEquations;
+        let mut screened = self.screen(grid, None, None);
+        // On near-exact data (deterministic counters) the normal equations' error, about κ²·ε
+        // relative, can exceed the differences between candidates: screen again with iterative
+        // refinement, and fit the simplest refused candidates by SVD. On noisy data neither
+        // changes the ranking, and both are skipped.
+        let best_screened = screened.iter().flatten().flatten().cloned().fold(f64::INFINITY, f64::min);
+        let near_exact = normal && best_screened < NEAR_EXACT;
+        self.near_exact = near_exact;
+        if near_exact {
+            // Every plausible contender is refined: scores within a factor 100 of the best.
+            screened = self.screen(grid, None, Some((100.0 * best_screened).max(1e-4)));
+            self.fill_refused(grid, &mut screened);
+        }
         let mut ranked = self.rank(grid, &screened);
         let mut best = self.refit_top(&ranked);
-        if self.options.screening == Screening::NormalEquations {
+        // On noisy data, screen again with the rows divided by the best refit's denominator: the
+        // first pass weights row k by q(x_k) (p − v·q = q·(p/q − v)), which can vary by orders
+        // of magnitude over the block shapes and blur the ranking of rational models. (On exact
+        // data the right model fits exactly under any weights.)
+        if normal && !near_exact {
             let pilot = best.as_ref().and_then(|(_, c)| match &self.evaluated[c] {
                 Evaluation::Admissible { fit, .. } if !fit.den.is_constant() => Some(fit.clone()),
                 _ => None,
             });
             if let Some(pilot) = pilot {
-                screened = self.screen(grid, Some(&pilot));
+                screened = self.screen(grid, Some(&pilot), None);
                 ranked = self.rank(grid, &screened);
                 if let Some((s, c)) = self.refit_top(&ranked) {
                     if best.as_ref().map_or(true, |(b, _)| s < *b) {
@@ -406,7 +467,7 @@ impl Search<'_> {
         pool.dedup();
         let mut current_best = best_score;
         for cand in pool {
-            if !self.evaluated.contains_key(&cand) && self.evaluated.len() >= self.options.refit_limit.max(1) {
+            if !self.evaluated.contains_key(&cand) && !self.budget_left() {
                 continue;
             }
             if let Some(s) = self.score_of(&cand) {
