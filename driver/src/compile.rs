@@ -22,7 +22,11 @@ use anyhow::{Context, Result};
 use klaraptor_passes::clang::ClangConfig;
 use klaraptor_passes::frontend::{self, Analysis, FrontendError, Outcome};
 
+use klaraptor_passes::inject::InjectReport;
+
+use crate::instrument::{compile_unit, needs_runtime, HostTools, Unit};
 use crate::nvcc_args::{self, Arg, CommandLine, KlOption, Phase, Role};
+use crate::runtime;
 use crate::toolchain::Toolchain;
 
 /// An invocation of `klaraptor-cc`, split into the nvcc that runs and its arguments.
@@ -103,8 +107,22 @@ impl Invocation {
         }
         let annotated = self.annotated_sources()?;
         if annotated.is_empty() {
-            self.say("no annotated kernels: compiling exactly as nvcc");
-            return Err(self.exec_nvcc(&self.cl.to_args()));
+            let mut args = self.cl.to_args();
+            if matches!(self.view.phase(), Phase::Link | Phase::Run)
+                && !self.cl.has_kl(&KlOption::Off)
+                && self.view.inputs().any(needs_runtime)
+            {
+                // Objects instrumented by an earlier `klaraptor-cc -c` call the runtime.
+                self.say("linking instrumented objects: adding the klaraptor runtime");
+                let dir = tempfile::Builder::new().prefix("klaraptor-").tempdir()?;
+                args.push(runtime::archive(dir.path())?.display().to_string());
+                let status = Command::new(&self.toolchain.nvcc).args(&args).status()?;
+                return Ok(status.code().unwrap_or(1));
+            }
+            self.say(
+                "nothing for klaraptor in this command: running exactly the nvcc command given",
+            );
+            return Err(self.exec_nvcc(&args));
         }
         let cfg = self.clang_config();
         let mut analyses = Vec::new();
@@ -202,13 +220,49 @@ impl Invocation {
         cfg
     }
 
-    /// Compiles with nvcc, the annotated sources replaced by their prepared copies.
+    /// Builds a command with annotated sources: instrumented when the command compiles to
+    /// objects (`-c`) or links, else (`-rdc`, `-lib`, `-ptx`, …) compiled from the prepared
+    /// copies with the program's own launch dimensions.
     fn compile_annotated(&self, analyses: &[(PathBuf, Analysis)]) -> Result<i32> {
         let work = tempfile::Builder::new()
             .prefix("klaraptor-")
             .tempdir()
             .context("creating a temporary directory")?;
-        let mut replaced: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let phase = self.view.phase();
+        let code = if matches!(phase, Phase::Compile | Phase::Link | Phase::Run) && !self.view.rdc()
+        {
+            self.compile_instrumented(analyses, work.path())?
+        } else {
+            for (src, _) in analyses {
+                eprintln!(
+                    "klaraptor-cc: warning: {}: launches are not instrumented in this mode ({}); \
+                     kernels keep the program's own launch dimensions",
+                    src.display(),
+                    if self.view.rdc() {
+                        "relocatable device code".to_string()
+                    } else {
+                        format!("{phase:?}")
+                    }
+                );
+            }
+            self.compile_prepared(analyses, work.path())?
+        };
+        if self.cl.has_kl(&KlOption::Keep) {
+            let kept = work.keep();
+            eprintln!(
+                "klaraptor-cc: kept intermediate files in {}",
+                kept.display()
+            );
+        }
+        Ok(code)
+    }
+
+    /// Compiles each annotated source through the IO-builder pass, then lets nvcc do the
+    /// rest of the command (other sources, the link) with the instrumented objects.
+    fn compile_instrumented(&self, analyses: &[(PathBuf, Analysis)], work: &Path) -> Result<i32> {
+        let tools = HostTools::discover();
+        let link = self.view.phase() != Phase::Compile;
+        let mut objects: Vec<(PathBuf, PathBuf)> = Vec::new();
         for (i, (src, a)) in analyses.iter().enumerate() {
             for s in &a.specs {
                 self.say(format!(
@@ -219,7 +273,123 @@ impl Invocation {
                     s.annotated_at
                 ));
             }
-            let dir = work.path().join(i.to_string());
+            let object = if link {
+                work.join(format!("{i}.o"))
+            } else {
+                match self.view.output() {
+                    Some(o) => PathBuf::from(o),
+                    None => PathBuf::from(src.file_name().unwrap_or_default()).with_extension("o"),
+                }
+            };
+            let deps_file = (!link && self.view.has_any_deps_with_compile()).then(|| {
+                self.view
+                    .values(Role::DepsFile)
+                    .last()
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| object.with_extension("d"))
+            });
+            let target = self
+                .view
+                .values(Role::DepsTarget)
+                .last()
+                .map(str::to_string)
+                .unwrap_or_else(|| object.display().to_string());
+            let unit = Unit {
+                source: src,
+                analysis: a,
+                work: work.join(format!("tu{i}")),
+            };
+            let deps = deps_file.as_deref().map(|f| (f, target.as_str()));
+            match compile_unit(
+                &self.toolchain.nvcc,
+                &tools,
+                &self.view,
+                &unit,
+                &object,
+                deps,
+                self.verbose(),
+            ) {
+                Ok(report) => self.report(src, a, &report),
+                Err(e) => {
+                    eprintln!("klaraptor-cc: error: {}: {e:#}", src.display());
+                    return Ok(1);
+                }
+            }
+            if deps_file.is_some() {
+                self.fix_dependency_files(
+                    &[(
+                        src.clone(),
+                        unit.work.join(src.file_name().unwrap_or_default()),
+                    )],
+                    deps_file.as_deref(),
+                )?;
+            }
+            objects.push((src.clone(), object));
+        }
+        let mut args: Vec<String> = Vec::new();
+        let mut inputs_left = false;
+        for arg in &self.cl.args {
+            match arg {
+                Arg::Input(p) => match objects.iter().find(|(o, _)| o == p) {
+                    Some((_, obj)) if link => args.push(obj.display().to_string()),
+                    Some(_) => {}
+                    None => {
+                        inputs_left = true;
+                        args.push(p.display().to_string());
+                    }
+                },
+                other => args.extend(other.tokens()),
+            }
+        }
+        if !link && !inputs_left {
+            return Ok(0);
+        }
+        if link {
+            args.push(runtime::archive(work)?.display().to_string());
+        }
+        self.say(format!(
+            "running {} {}",
+            self.toolchain.nvcc.display(),
+            shell_words(&args)
+        ));
+        let status = Command::new(&self.toolchain.nvcc)
+            .args(&args)
+            .status()
+            .with_context(|| format!("cannot run {}", self.toolchain.nvcc.display()))?;
+        Ok(status.code().unwrap_or(1))
+    }
+
+    /// Warns about annotated kernels whose launches the pass could not instrument.
+    fn report(&self, src: &Path, a: &Analysis, r: &InjectReport) {
+        for (k, f) in &r.instrumented {
+            self.say(format!("instrumented a launch of {k} in {f}"));
+        }
+        for l in &r.refused {
+            eprintln!(
+                "klaraptor-cc: warning: {}: a launch of {} in {} is not instrumented: {}",
+                src.display(),
+                l.kernel,
+                l.function,
+                l.reason
+            );
+        }
+        for m in &r.missing {
+            let s = a.specs.iter().find(|s| s.mangled.contains(m));
+            eprintln!(
+                "klaraptor-cc: warning: kernel {} (annotated at {}) has no <<<>>> launch in {} that klaraptor \
+                 could instrument; launches elsewhere keep their own dimensions",
+                s.map_or(m.as_str(), |s| s.name.as_str()),
+                s.map_or("?".to_string(), |s| s.annotated_at.to_string()),
+                src.display()
+            );
+        }
+    }
+
+    /// Compiles with nvcc, the annotated sources replaced by their prepared copies.
+    fn compile_prepared(&self, analyses: &[(PathBuf, Analysis)], work: &Path) -> Result<i32> {
+        let mut replaced: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (i, (src, a)) in analyses.iter().enumerate() {
+            let dir = work.join(i.to_string());
             std::fs::create_dir_all(&dir)?;
             let copy = dir.join(src.file_name().context("source has no file name")?);
             let line = format!(
@@ -231,8 +401,6 @@ impl Invocation {
             );
             std::fs::write(&copy, line + &a.stripped)
                 .with_context(|| format!("writing {}", copy.display()))?;
-            let specs: String = a.specs.iter().map(|s| s.to_toml() + "\n").collect();
-            std::fs::write(dir.join("kernels.toml"), specs)?;
             replaced.push((src.clone(), copy));
         }
         let mut args: Vec<String> = Vec::new();
@@ -262,26 +430,23 @@ impl Invocation {
             .args(&args)
             .status()
             .with_context(|| format!("cannot run {}", self.toolchain.nvcc.display()))?;
-        if status.success() {
-            self.fix_dependency_files(&replaced)?;
-        }
-        if self.cl.has_kl(&KlOption::Keep) {
-            let kept = work.keep();
-            eprintln!(
-                "klaraptor-cc: kept intermediate files in {}",
-                kept.display()
-            );
+        if status.success() && self.view.has_any_deps_with_compile() {
+            self.fix_dependency_files(&replaced, None)?;
         }
         Ok(status.code().unwrap_or(1))
     }
 
     /// `-MD`/`-MMD` dependency files name the prepared copy; make them name the original.
-    fn fix_dependency_files(&self, replaced: &[(PathBuf, PathBuf)]) -> Result<()> {
-        if !self.view.has(Role::Deps(nvcc_args::DepsKind::WithCompile)) {
-            return Ok(());
-        }
-        let file = match self.view.values(Role::DepsFile).last() {
-            Some(f) => PathBuf::from(f),
+    fn fix_dependency_files(
+        &self,
+        replaced: &[(PathBuf, PathBuf)],
+        file: Option<&Path>,
+    ) -> Result<()> {
+        let file = match file
+            .map(Path::to_path_buf)
+            .or_else(|| self.view.values(Role::DepsFile).last().map(PathBuf::from))
+        {
+            Some(f) => f,
             None => {
                 let base = match self.view.output() {
                     Some(o) => PathBuf::from(o),

@@ -9,6 +9,9 @@
 //! What it is not: no analysis, model or numerical code lives here; the driver only wires
 //! the stages together and maps their errors to messages and exit codes.
 
+pub mod codegen;
 pub mod compile;
+pub mod instrument;
 pub mod nvcc_args;
+pub mod runtime;
 pub mod toolchain;

@@ -666,6 +666,11 @@ impl CommandLine {
             .collect()
     }
 
+    /// Whether dependencies are written beside the compile (`-MD` or `-MMD`).
+    pub fn has_any_deps_with_compile(&self) -> bool {
+        self.has(Deps(DepsKind::WithCompile))
+    }
+
     /// Whether relocatable device code is requested (`-rdc=true` or `-dc`).
     pub fn rdc(&self) -> bool {
         self.phase() == Phase::CompileRdc || self.values(Rdc).last().is_some_and(|v| v == "true")
