@@ -265,3 +265,48 @@ int main(void) {
     }
     std::fs::remove_dir_all(kept).unwrap();
 }
+
+/// bench/gpu/launch_check.cu launches from `main`, which has C++ cleanups (std::vector), so
+/// clang emits the launches as `invoke`s, and at -O2 it would inline the small launch stubs:
+/// the pass runs before optimisation and handles `invoke`. Every annotated launch (templates,
+/// a loop, a stream with dynamic shared memory) is instrumented; the unannotated one is not.
+#[test]
+fn launches_in_a_function_with_cleanups_at_o2() {
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/gpu/launch_check.cu"),
+    )
+    .unwrap();
+    let d = project(&[("launch_check.cu", &src)]);
+    let o = run(
+        d.path(),
+        &klaraptor_cc(),
+        &[
+            "-O2",
+            "-arch=sm_90",
+            "launch_check.cu",
+            "-o",
+            "lc",
+            "--kl-verbose",
+        ],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let launches: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("klaraptor-cc: instrumented a launch of "))
+        .collect();
+    for k in [
+        "_Z5scalePffiPj in main",
+        "_Z4axpyIfEvT_PKS0_PS0_iPj in main",
+        "_Z4axpyIdEvT_PKS0_PS0_iPj in main",
+        "_Z6rowsumPKfPfiPj in main",
+        "_Z5emptyi in main",
+    ] {
+        assert!(launches.contains(&k), "{k} not instrumented:\n{err}");
+    }
+    assert_eq!(launches.len(), 6, "{err}");
+    assert!(
+        !err.contains("unannotated") && !err.contains("warning"),
+        "{err}"
+    );
+}

@@ -172,12 +172,17 @@ pub fn compile_unit(
     }
     run(&mut cmd, verbose, "nvcc -cuda (host translation)")?;
 
+    // The pass runs on unoptimised IR, before the inliner can fold a kernel's launch stub
+    // into its caller; the user's optimisation level applies when the instrumented IR is
+    // compiled (`optnone` is kept off so that it can).
     let ll = w.join("host.ll");
     let codegen_flags = host_codegen_flags(view);
+    let unoptimised: Vec<String> = codegen_flags.iter().filter(|f| !f.starts_with("-O")).cloned().collect();
     run(
         Command::new(&tools.clang)
             .args(["-S", "-emit-llvm", "-Wno-unused-command-line-argument"])
-            .args(&codegen_flags)
+            .args(&unoptimised)
+            .args(["-O0", "-Xclang", "-disable-O0-optnone"])
             .arg(&ii)
             .arg("-o")
             .arg(&ll),

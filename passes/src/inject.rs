@@ -85,6 +85,7 @@ use inkwell::context::{Context, ContextRef};
 use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::BasicTypeEnum;
+use inkwell::values::AsValueRef as _;
 use inkwell::values::{
     AnyValueEnum, BasicValue, BasicValueEnum, CallSiteValue, FunctionValue, GlobalValue,
     InstructionOpcode, InstructionValue, Operand, PointerValue,
@@ -275,6 +276,9 @@ pub fn instrument_module(
 /// A launch found after a push: the push, the stub call and its kernel.
 struct Launch<'ctx> {
     push: InstructionValue<'ctx>,
+    /// The block holding the test of the push's result: the push's own block for a `call`,
+    /// its normal destination for an `invoke` (a launch in a function with cleanups).
+    test_block: BasicBlock<'ctx>,
     stub_call: InstructionValue<'ctx>,
     kernel: String,
 }
@@ -307,7 +311,20 @@ fn callee<'ctx>(i: InstructionValue<'ctx>) -> Option<FunctionValue<'ctx>> {
     ) {
         return None;
     }
-    CallSiteValue::try_from(i).ok()?.get_called_fn_value()
+    call_site(i)?.get_called_fn_value()
+}
+
+/// A `call` or an `invoke` as a call site. inkwell converts only `call`; LLVM's call-site
+/// functions (callee, attributes) take any `CallBase`, `invoke` included, which is what a
+/// launch in a function with cleanups (C++ objects with destructors) is.
+fn call_site<'ctx>(i: InstructionValue<'ctx>) -> Option<CallSiteValue<'ctx>> {
+    match i.get_opcode() {
+        // SAFETY: `i` is an LLVM CallBase (call or invoke), which is what a CallSiteValue wraps.
+        InstructionOpcode::Call | InstructionOpcode::Invoke => {
+            Some(unsafe { CallSiteValue::new(i.as_value_ref()) })
+        }
+        _ => None,
+    }
 }
 
 fn callee_name(i: InstructionValue<'_>) -> Option<String> {
@@ -542,9 +559,9 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         &self,
         push: InstructionValue<'ctx>,
     ) -> Result<Option<Launch<'ctx>>, (Option<String>, String)> {
-        let Some(block) = push.get_parent() else {
+        if push.get_parent().is_none() {
             return Ok(None);
-        };
+        }
         // The success block: the push's result compared with 0 and branched on.
         let mut success = None;
         let mut use_ = push.get_first_use();
@@ -552,14 +569,14 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             if let AnyValueEnum::IntValue(c) = u.get_user() {
                 if let Some(cmp) = c.as_instruction() {
                     if let Some(s) = self.success_block(push, cmp) {
-                        success = Some(s);
+                        success = cmp.get_parent().map(|t| (t, s));
                         break;
                     }
                 }
             }
             use_ = u.get_next_use();
         }
-        let Some(success) = success else {
+        let Some((test_block, success)) = success else {
             return Ok(None);
         };
         let mut stub = None;
@@ -573,7 +590,7 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             return Ok(None);
         };
         let preds = self.predecessors(success);
-        if preds.len() != 1 || preds[0] != block {
+        if preds.len() != 1 || preds[0] != test_block {
             return Err((
                 Some(kernel),
                 "the block calling the kernel stub has other predecessors than the push".into(),
@@ -587,6 +604,7 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         }
         Ok(Some(Launch {
             push,
+            test_block,
             stub_call,
             kernel,
         }))
@@ -608,7 +626,20 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         push: InstructionValue<'ctx>,
         cmp: InstructionValue<'ctx>,
     ) -> Option<BasicBlock<'ctx>> {
-        if cmp.get_opcode() != InstructionOpcode::ICmp || cmp.get_parent() != push.get_parent() {
+        if cmp.get_opcode() != InstructionOpcode::ICmp {
+            return None;
+        }
+        let push_block = push.get_parent()?;
+        let cmp_block = cmp.get_parent()?;
+        // After an `invoke`, the test sits in the normal destination, which only the invoke
+        // reaches.
+        let follows_invoke = push.get_opcode() == InstructionOpcode::Invoke
+            && push
+                .get_operand(push.get_num_operands() - 3)
+                .and_then(|o| o.block())
+                == Some(cmp_block)
+            && self.predecessors(cmp_block) == [push_block];
+        if cmp_block != push_block && !follows_invoke {
             return None;
         }
         let pred = cmp.get_icmp_predicate()?;
@@ -665,7 +696,7 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
     ) -> Result<Result<(), String>, InjectError> {
         let push = launch.push;
         let function = push_function(push).expect("push call in a function");
-        let stub = CallSiteValue::try_from(launch.stub_call).expect("a call");
+        let stub = call_site(launch.stub_call).expect("a call or an invoke");
         let arity = stub.count_arguments() as usize;
 
         // Check every data argument and find its value before the push, before changing
@@ -833,15 +864,26 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         }
     }
 
-    /// The instructions strictly between the push and `until`, in order.
+    /// The instructions strictly between the push and `until`, in order: the rest of the
+    /// push's block, then the test block (when the push is an `invoke`), then the stub's
+    /// block.
     fn between(
         &self,
         launch: &Launch<'ctx>,
         until: InstructionValue<'ctx>,
     ) -> Vec<InstructionValue<'ctx>> {
+        let mut blocks = Vec::new();
+        for b in [Some(launch.test_block), launch.stub_call.get_parent()]
+            .into_iter()
+            .flatten()
+        {
+            if Some(b) != launch.push.get_parent() && !blocks.contains(&b) {
+                blocks.push(b);
+            }
+        }
         let mut out = Vec::new();
         let mut cur = launch.push.get_next_instruction();
-        let stub_block = launch.stub_call.get_parent();
+        let mut next_block = blocks.into_iter();
         loop {
             match cur {
                 Some(i) if i == until => break,
@@ -849,21 +891,10 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
                     out.push(i);
                     cur = i.get_next_instruction();
                 }
-                None => {
-                    // Continue from the push block into the stub block, once.
-                    let at_push_block = out
-                        .last()
-                        .and_then(|l| l.get_parent())
-                        .zip(launch.push.get_parent())
-                        .is_some_and(|(a, b)| a == b)
-                        || out.is_empty();
-                    match (at_push_block, stub_block) {
-                        (true, Some(sb)) if sb != launch.push.get_parent().expect("block") => {
-                            cur = sb.get_first_instruction();
-                        }
-                        _ => break,
-                    }
-                }
+                None => match next_block.next() {
+                    Some(b) => cur = b.get_first_instruction(),
+                    None => break,
+                },
             }
         }
         out
