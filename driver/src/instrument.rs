@@ -177,7 +177,11 @@ pub fn compile_unit(
     // compiled (`optnone` is kept off so that it can).
     let ll = w.join("host.ll");
     let codegen_flags = host_codegen_flags(view);
-    let unoptimised: Vec<String> = codegen_flags.iter().filter(|f| !f.starts_with("-O")).cloned().collect();
+    let unoptimised: Vec<String> = codegen_flags
+        .iter()
+        .filter(|f| !f.starts_with("-O"))
+        .cloned()
+        .collect();
     run(
         Command::new(&tools.clang)
             .args(["-S", "-emit-llvm", "-Wno-unused-command-line-argument"])
