@@ -15,22 +15,20 @@ fn symbols(path: &Path) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn sample_files() -> Vec<(String, String)> {
+/// A scratch copy of samples/matmul.
+fn sample_project() -> tempfile::TempDir {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/matmul");
-    ["Makefile", "kernels.h", "main.cu", "mm.cu", "saxpy.cu"]
+    let files: Vec<(&str, String)> = ["Makefile", "kernels.h", "main.cu", "mm.cu", "saxpy.cu"]
         .iter()
-        .map(|n| (n.to_string(), std::fs::read_to_string(dir.join(n)).unwrap()))
-        .collect()
+        .map(|n| (*n, std::fs::read_to_string(dir.join(n)).unwrap()))
+        .collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (*a, b.as_str())).collect();
+    project(&refs)
 }
 
 #[test]
 fn separate_compile_then_link_instruments_and_adds_the_runtime() {
-    let files = sample_files();
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    let d = project(&refs);
+    let d = sample_project();
     let o = Command::new("make")
         .arg(format!("NVCC={} --kl-verbose", klaraptor_cc().display()))
         .current_dir(d.path())
@@ -66,12 +64,7 @@ fn separate_compile_then_link_instruments_and_adds_the_runtime() {
 
 #[test]
 fn one_step_compile_and_link() {
-    let files = sample_files();
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    let d = project(&refs);
+    let d = sample_project();
     let o = run(
         d.path(),
         &klaraptor_cc(),

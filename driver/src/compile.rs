@@ -24,7 +24,7 @@ use klaraptor_passes::frontend::{self, Analysis, FrontendError, Outcome};
 
 use klaraptor_passes::inject::InjectReport;
 
-use crate::instrument::{compile_unit, needs_runtime, HostTools, Unit};
+use crate::instrument::{compile_unit, needs_runtime, write_prepared_copy, HostTools, Unit};
 use crate::nvcc_args::{self, Arg, CommandLine, KlOption, Phase, Role};
 use crate::runtime;
 use crate::toolchain::Toolchain;
@@ -89,6 +89,19 @@ impl Invocation {
         anyhow::anyhow!(err).context(format!("cannot run {}", self.toolchain.nvcc.display()))
     }
 
+    /// Runs nvcc on `args` as a child process and waits for it.
+    fn run_nvcc(&self, args: &[String]) -> Result<std::process::ExitStatus> {
+        self.say(format!(
+            "running {} {}",
+            self.toolchain.nvcc.display(),
+            shell_words(args)
+        ));
+        Command::new(&self.toolchain.nvcc)
+            .args(args)
+            .status()
+            .with_context(|| format!("cannot run {}", self.toolchain.nvcc.display()))
+    }
+
     /// Runs the whole driver; returns the exit status to report.
     pub fn run(self) -> Result<i32> {
         if self.cl.has(Role::Version) {
@@ -116,7 +129,7 @@ impl Invocation {
                 self.say("linking instrumented objects: adding the klaraptor runtime");
                 let dir = tempfile::Builder::new().prefix("klaraptor-").tempdir()?;
                 args.push(runtime::archive(dir.path())?.display().to_string());
-                let status = Command::new(&self.toolchain.nvcc).args(&args).status()?;
+                let status = self.run_nvcc(&args)?;
                 return Ok(status.code().unwrap_or(1));
             }
             self.say(
@@ -347,15 +360,7 @@ impl Invocation {
         if link {
             args.push(runtime::archive(work)?.display().to_string());
         }
-        self.say(format!(
-            "running {} {}",
-            self.toolchain.nvcc.display(),
-            shell_words(&args)
-        ));
-        let status = Command::new(&self.toolchain.nvcc)
-            .args(&args)
-            .status()
-            .with_context(|| format!("cannot run {}", self.toolchain.nvcc.display()))?;
+        let status = self.run_nvcc(&args)?;
         Ok(status.code().unwrap_or(1))
     }
 
@@ -389,18 +394,7 @@ impl Invocation {
     fn compile_prepared(&self, analyses: &[(PathBuf, Analysis)], work: &Path) -> Result<i32> {
         let mut replaced: Vec<(PathBuf, PathBuf)> = Vec::new();
         for (i, (src, a)) in analyses.iter().enumerate() {
-            let dir = work.join(i.to_string());
-            std::fs::create_dir_all(&dir)?;
-            let copy = dir.join(src.file_name().context("source has no file name")?);
-            let line = format!(
-                "#line 1 \"{}\"\n",
-                src.display()
-                    .to_string()
-                    .replace('\\', "\\\\")
-                    .replace('"', "\\\"")
-            );
-            std::fs::write(&copy, line + &a.stripped)
-                .with_context(|| format!("writing {}", copy.display()))?;
+            let copy = write_prepared_copy(src, a, &work.join(i.to_string()))?;
             replaced.push((src.clone(), copy));
         }
         let mut args: Vec<String> = Vec::new();
@@ -421,15 +415,7 @@ impl Invocation {
                 .unwrap_or(Path::new("."));
             args.push(format!("-Xcompiler=-iquote,{}", dir.display()));
         }
-        self.say(format!(
-            "running {} {}",
-            self.toolchain.nvcc.display(),
-            shell_words(&args)
-        ));
-        let status = Command::new(&self.toolchain.nvcc)
-            .args(&args)
-            .status()
-            .with_context(|| format!("cannot run {}", self.toolchain.nvcc.display()))?;
+        let status = self.run_nvcc(&args)?;
         if status.success() && self.view.has_any_deps_with_compile() {
             self.fix_dependency_files(&replaced, None)?;
         }

@@ -136,18 +136,7 @@ pub fn compile_unit(
     verbose: bool,
 ) -> Result<InjectReport> {
     let w = &unit.work;
-    std::fs::create_dir_all(w)?;
-    let name = unit.source.file_name().context("source has no file name")?;
-    let copy = w.join(name);
-    let line = format!(
-        "#line 1 \"{}\"\n",
-        unit.source
-            .display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-    );
-    std::fs::write(&copy, line + &unit.analysis.stripped)?;
+    let copy = write_prepared_copy(unit.source, unit.analysis, w)?;
     let dir = unit
         .source
         .parent()
@@ -244,6 +233,23 @@ pub fn compile_unit(
     r?;
     std::fs::rename(&tmp, object).with_context(|| format!("writing {}", object.display()))?;
     Ok(report)
+}
+
+/// Writes the source the compiler sees into `dir`: the user's text with klaraptor's pragma
+/// lines blank, after a `#line` directive naming the original (so diagnostics, `__FILE__`
+/// and dependency files name the user's file). Keeps the file name: nvcc derives default
+/// output names from it.
+pub fn write_prepared_copy(source: &Path, a: &Analysis, dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let copy = dir.join(source.file_name().context("source has no file name")?);
+    let quoted = source
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(&copy, format!("#line 1 \"{quoted}\"\n{}", a.stripped))
+        .with_context(|| format!("writing {}", copy.display()))?;
+    Ok(copy)
 }
 
 /// Whether an object or archive was instrumented by klaraptor (it calls the runtime).

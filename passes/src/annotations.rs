@@ -106,22 +106,17 @@ pub fn scan(file: &Path, text: &str) -> Result<Scanned, Diagnostics> {
         let result = if word == "klaraptor" {
             parse_klaraptor(&body[word_end..], &|off| at(word_end + off), at(0))
                 .map(|a| out.annotations.push(a))
-        } else if let Some(kernel) = word.strip_prefix(CLASSIC_SIZE) {
+        } else if let Some((kernel, is_size)) = word
+            .strip_prefix(CLASSIC_SIZE)
+            .map(|k| (k, true))
+            .or_else(|| word.strip_prefix(CLASSIC_DIM).map(|k| (k, false)))
+        {
             parse_classic(
                 kernel,
                 &body[word_end..],
                 &|off| at(word_end + off),
                 at(0),
-                true,
-            )
-            .map(|c| classic.push(c))
-        } else if let Some(kernel) = word.strip_prefix(CLASSIC_DIM) {
-            parse_classic(
-                kernel,
-                &body[word_end..],
-                &|off| at(word_end + off),
-                at(0),
-                false,
+                is_size,
             )
             .map(|c| classic.push(c))
         } else {

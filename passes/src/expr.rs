@@ -64,6 +64,20 @@ pub enum CmpOp {
     Ge,
 }
 
+impl CmpOp {
+    /// The operator as written in the expression language (and in C).
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+}
+
 /// A parse or type error, at a byte offset into the expression text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExprError {
@@ -648,14 +662,7 @@ impl fmt::Display for BoolExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BoolExpr::Cmp(op, a, b) => {
-                let s = match op {
-                    CmpOp::Eq => "==",
-                    CmpOp::Ne => "!=",
-                    CmpOp::Lt => "<",
-                    CmpOp::Le => "<=",
-                    CmpOp::Gt => ">",
-                    CmpOp::Ge => ">=",
-                };
+                let s = op.symbol();
                 write!(f, "({a} {s} {b})")
             }
             BoolExpr::And(a, b) => write!(f, "({a} && {b})"),
@@ -722,14 +729,7 @@ impl BoolExpr {
     pub fn to_c(&self, var: &dyn Fn(&str) -> String, err: &str) -> String {
         match self {
             BoolExpr::Cmp(op, a, b) => {
-                let s = match op {
-                    CmpOp::Eq => "==",
-                    CmpOp::Ne => "!=",
-                    CmpOp::Lt => "<",
-                    CmpOp::Le => "<=",
-                    CmpOp::Gt => ">",
-                    CmpOp::Ge => ">=",
-                };
+                let s = op.symbol();
                 format!("({} {s} {})", a.to_c(var, err), b.to_c(var, err))
             }
             BoolExpr::And(a, b) => format!("({} && {})", a.to_c(var, err), b.to_c(var, err)),
