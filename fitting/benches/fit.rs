@@ -111,8 +111,14 @@ fn describe(label: &str, t: &Timing, f: &RationalFn) {
     let at = [8192.0, 32.0, 4.0, 2.0];
     println!("{label}");
     println!(
-        "  {} candidate degree tuples, {} solvable in screening, {} refitted by SVD",
-        s.candidates, s.screened, s.refit
+        "  {} tuples within the bounds: {} pruned, {} screened ({} solvable, {} by SVD fallback), \
+         {} refitted by SVD",
+        s.candidates + s.pruned,
+        s.pruned,
+        s.candidates,
+        s.screened,
+        s.svd_fallback,
+        s.refit
     );
     println!(
         "  chosen numerator {:?} / denominator {:?}; held-out median {:.2e}, max {:.2e}; \
@@ -127,7 +133,8 @@ fn describe(label: &str, t: &Timing, f: &RationalFn) {
         "  wall min {:.1} ms, median {:.1} ms; thread CPU median {}",
         ms(t.min),
         ms(t.median),
-        t.cpu_median.map_or("n/a".into(), |c| format!("{:.1} ms", ms(c)))
+        t.cpu_median
+            .map_or("n/a".into(), |c| format!("{:.1} ms", ms(c)))
     );
 }
 
@@ -158,14 +165,24 @@ fn main() {
             &t,
             &f,
         );
-        println!("  ratio to default (wall min): {:.2}", ms(t.min) / ms(base.min));
+        println!(
+            "  ratio to default (wall min): {:.2}",
+            ms(t.min) / ms(base.min)
+        );
     }
 
     // Deterministic counters: no noise, which switches on the refinement and SVD fallback.
     let exact = problem(0.0);
     let (t, f) = time(&exact, &options, 11);
-    describe("\nsame problem without noise (near-exact path), cap 3:", &t, &f);
-    println!("  ratio to default (wall min): {:.2}", ms(t.min) / ms(base.min));
+    describe(
+        "\nsame problem without noise (near-exact path), cap 3:",
+        &t,
+        &f,
+    );
+    println!(
+        "  ratio to default (wall min): {:.2}",
+        ms(t.min) / ms(base.min)
+    );
 
     if std::env::var_os("BENCH_SKIP_SVD").is_none() {
         let mut o = options.clone();
@@ -176,6 +193,9 @@ fn main() {
             &t,
             &f,
         );
-        println!("  ratio to default (wall min): {:.1}", ms(t.min) / ms(base.min));
+        println!(
+            "  ratio to default (wall min): {:.1}",
+            ms(t.min) / ms(base.min)
+        );
     }
 }

@@ -105,31 +105,40 @@ pub(crate) fn check_denominator(
     let mut scale = 0.0_f64;
     for t in fit_points_scaled {
         let q = den.eval_scaled(t);
-        if !(q > 0.0) {
-            return Err(format!("denominator {q:e} at a fitting point (scaled {t:?})"));
+        if q.is_nan() || q <= 0.0 {
+            return Err(format!(
+                "denominator {q:e} at a fitting point (scaled {t:?})"
+            ));
         }
         scale = scale.max(q);
     }
     let margin = VANISHING * scale.max(f64::MIN_POSITIVE);
     for t in fit_points_scaled {
         if den.eval_scaled(t) <= margin {
-            return Err(format!("denominator vanishes at a fitting point (scaled {t:?})"));
+            return Err(format!(
+                "denominator vanishes at a fitting point (scaled {t:?})"
+            ));
         }
     }
-    let to_t = |x: &[f64]| -> Vec<f64> { x.iter().zip(scalings).map(|(x, s)| s.apply(*x)).collect() };
+    let to_t =
+        |x: &[f64]| -> Vec<f64> { x.iter().zip(scalings).map(|(x, s)| s.apply(*x)).collect() };
     match domain {
         Domain::Points(points) => {
             for p in points {
                 let q = den.eval_scaled(&to_t(p));
-                if !(q > margin) {
+                if q.is_nan() || q <= margin {
                     return Err(format!("denominator {q:e} at domain point {p:?}"));
                 }
             }
             Ok(())
         }
         Domain::Grid { shapes, data } => {
-            let block: Vec<usize> = (0..vars.len()).filter(|&i| vars[i].kind == VarKind::Block).collect();
-            let dvars: Vec<usize> = (0..vars.len()).filter(|&i| vars[i].kind == VarKind::Data).collect();
+            let block: Vec<usize> = (0..vars.len())
+                .filter(|&i| vars[i].kind == VarKind::Block)
+                .collect();
+            let dvars: Vec<usize> = (0..vars.len())
+                .filter(|&i| vars[i].kind == VarKind::Data)
+                .collect();
             let empty = [Vec::new()];
             let shapes: &[Vec<f64>] = if shapes.is_empty() { &empty } else { shapes };
             let boxes: Vec<(f64, f64)> = dvars
@@ -217,7 +226,11 @@ fn positive_on_box(coeffs: &[f64], degs: &[u32], boxes: &[(f64, f64)], margin: f
                 })
                 .collect();
             (0..=d)
-                .map(|i| (0..=i).map(|l| binomial(i, l) / binomial(d, l) * shifted[l]).sum())
+                .map(|i| {
+                    (0..=i)
+                        .map(|l| binomial(i, l) / binomial(d, l) * shifted[l])
+                        .sum()
+                })
                 .collect()
         });
     }
@@ -228,7 +241,13 @@ fn positive_on_box(coeffs: &[f64], degs: &[u32], boxes: &[(f64, f64)], margin: f
     bernstein_positive(&bern, &dims, MAX_DEPTH, &mut budget, margin)
 }
 
-fn bernstein_positive(b: &[f64], dims: &[usize], depth: u32, budget: &mut usize, margin: f64) -> Verdict {
+fn bernstein_positive(
+    b: &[f64],
+    dims: &[usize],
+    depth: u32,
+    budget: &mut usize,
+    margin: f64,
+) -> Verdict {
     if b.iter().all(|&x| x > margin) {
         return Verdict::Positive;
     }
@@ -297,8 +316,18 @@ mod tests {
 
     fn identity() -> Vec<Scaling> {
         vec![
-            Scaling { lo: -1.0, hi: 1.0, center: 0.0, scale: 1.0 },
-            Scaling { lo: -1.0, hi: 1.0, center: 0.0, scale: 1.0 },
+            Scaling {
+                lo: -1.0,
+                hi: 1.0,
+                center: 0.0,
+                scale: 1.0,
+            },
+            Scaling {
+                lo: -1.0,
+                hi: 1.0,
+                center: 0.0,
+                scale: 1.0,
+            },
         ]
     }
 
@@ -313,7 +342,10 @@ mod tests {
 
     #[test]
     fn accepts_positive_and_rejects_sign_change() {
-        let grid = |hi: f64| Domain::Grid { shapes: vec![vec![0.5], vec![-0.5]], data: vec![[-1.0, hi]] };
+        let grid = |hi: f64| Domain::Grid {
+            shapes: vec![vec![0.5], vec![-0.5]],
+            data: vec![[-1.0, hi]],
+        };
         let fit = vec![vec![0.0, 0.0]];
         // q = 1 + 0.4 N: positive up to N = 2, vanishes at N = −2.5.
         let q = poly(&[1, 0], &[(&[0, 0], 1.0), (&[1, 0], 0.4)]);
@@ -322,9 +354,15 @@ mod tests {
         let q2 = poly(&[2, 0], &[(&[0, 0], 1.0), (&[1, 0], -2.1), (&[2, 0], 1.0)]);
         assert!(check_denominator(&q2, &identity(), &vars(), &fit, &grid(2.0)).is_err());
         // Positive but with an interior dip no vertex sees: q = (N − 0.5)^2 + 0.001.
-        let q3 = poly(&[2, 0], &[(&[0, 0], 0.251), (&[1, 0], -1.0), (&[2, 0], 1.0)]);
+        let q3 = poly(
+            &[2, 0],
+            &[(&[0, 0], 0.251), (&[1, 0], -1.0), (&[2, 0], 1.0)],
+        );
         assert!(check_denominator(&q3, &identity(), &vars(), &fit, &grid(2.0)).is_ok());
-        let q4 = poly(&[2, 0], &[(&[0, 0], 0.249), (&[1, 0], -1.0), (&[2, 0], 1.0)]);
+        let q4 = poly(
+            &[2, 0],
+            &[(&[0, 0], 0.249), (&[1, 0], -1.0), (&[2, 0], 1.0)],
+        );
         assert!(check_denominator(&q4, &identity(), &vars(), &fit, &grid(2.0)).is_err());
         // Sign change in the block variable, at a listed shape.
         let q5 = poly(&[0, 1], &[(&[0, 0], 1.0), (&[0, 1], 2.5)]);

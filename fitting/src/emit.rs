@@ -10,10 +10,43 @@ use crate::vars::VarKind;
 use crate::FitError;
 
 const C_KEYWORDS: &[&str] = &[
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
-    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict",
-    "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
-    "unsigned", "void", "volatile", "while", "_Bool", "_Complex", "_Imaginary",
+    "auto",
+    "break",
+    "case",
+    "char",
+    "const",
+    "continue",
+    "default",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "extern",
+    "float",
+    "for",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "register",
+    "restrict",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "struct",
+    "switch",
+    "typedef",
+    "union",
+    "unsigned",
+    "void",
+    "volatile",
+    "while",
+    "_Bool",
+    "_Complex",
+    "_Imaginary",
 ];
 
 fn check_identifier(name: &str) -> Result<(), FitError> {
@@ -68,7 +101,11 @@ impl HornerAlgebra for CHorner<'_> {
     fn constant(&mut self, c: f64) -> CExpr {
         CExpr {
             text: literal(c),
-            form: if c.is_sign_negative() { Form::Negative } else { Form::Atom },
+            form: if c.is_sign_negative() {
+                Form::Negative
+            } else {
+                Form::Atom
+            },
         }
     }
 
@@ -144,6 +181,7 @@ impl RationalFn {
     /// multiply-add contraction the C returns bit-for-bit what `eval` returns.
     pub fn to_c(&self, fn_name: &str) -> Result<String, FitError> {
         check_identifier(fn_name)?;
+        self.check_consistent()?;
         let n = self.vars.len();
         let tnames: Vec<String> = self.vars.iter().map(|v| format!("t_{}", v.name)).collect();
         let mut reserved: Vec<String> = vec!["num".into(), "den".into(), fn_name.into()];
@@ -168,7 +206,11 @@ impl RationalFn {
 
         let mut out = String::new();
         self.write_comment(&mut out, fn_name);
-        let params: Vec<String> = self.vars.iter().map(|v| format!("double {}", v.name)).collect();
+        let params: Vec<String> = self
+            .vars
+            .iter()
+            .map(|v| format!("double {}", v.name))
+            .collect();
         let _ = writeln!(out, "static double {fn_name}({})\n{{", params.join(", "));
         for (i, v) in self.vars.iter().enumerate() {
             if used[i] {
@@ -182,7 +224,11 @@ impl RationalFn {
                     literal(s.scale)
                 );
             } else {
-                let _ = writeln!(out, "    (void){}; /* the fit does not depend on it */", v.name);
+                let _ = writeln!(
+                    out,
+                    "    (void){}; /* the fit does not depend on it */",
+                    v.name
+                );
             }
         }
         emit_poly(&mut out, &self.num, "num", "p", &tnames);
@@ -204,9 +250,18 @@ impl RationalFn {
         } else {
             "rational function"
         };
-        let _ = writeln!(out, "/*\n * {fn_name}: {kind} fitted by klaraptor-fitting (SVD least squares).");
-        let _ = writeln!(out, " *   f = num(t) / den(t), t = (x - center) * scale maps the fitted range onto [-1, 1]");
-        let _ = writeln!(out, " *   variable   kind   fitted range                num deg  den deg");
+        let _ = writeln!(
+            out,
+            "/*\n * {fn_name}: {kind} fitted by klaraptor-fitting (SVD least squares)."
+        );
+        let _ = writeln!(
+            out,
+            " *   f = num(t) / den(t), t = (x - center) * scale maps the fitted range onto [-1, 1]"
+        );
+        let _ = writeln!(
+            out,
+            " *   variable   kind   fitted range                num deg  den deg"
+        );
         for (i, v) in self.vars.iter().enumerate() {
             let s = &self.scalings[i];
             let kind = match v.kind {
@@ -247,7 +302,10 @@ impl RationalFn {
                     sci(h.max_rel_error),
                     h.points
                 );
-                if let (Some(m), Some(x)) = (h.extrapolation_median_rel_error, h.extrapolation_max_rel_error) {
+                if let (Some(m), Some(x)) = (
+                    h.extrapolation_median_rel_error,
+                    h.extrapolation_max_rel_error,
+                ) {
                     let _ = writeln!(
                         out,
                         " *     at the largest data sizes ({} points): median {}, max {}",
@@ -258,7 +316,10 @@ impl RationalFn {
                 }
             }
             None => {
-                let _ = writeln!(out, " *   no held-out validation (degrees given, or too few points)");
+                let _ = writeln!(
+                    out,
+                    " *   no held-out validation (degrees given, or too few points)"
+                );
             }
         }
         let _ = writeln!(
@@ -274,7 +335,8 @@ impl RationalFn {
                 s.candidates,
                 s.screening,
                 s.refit,
-                d.noise_estimate.map_or(String::new(), |x| format!(", noise estimate {}", sci(x)))
+                d.noise_estimate
+                    .map_or(String::new(), |x| format!(", noise estimate {}", sci(x)))
             );
         }
         if !d.refit_on_all_points {

@@ -51,26 +51,32 @@ pub trait LstsqSolver {
 pub struct NalgebraSvd;
 
 /// Convergence tolerances tried, in order, for nalgebra's implicit-shift QR on the
-/// bidiagonal. Its default is `5ε`. Either value alone has been seen to stop early and return,
-/// with no error, a decomposition that reconstructs its matrix to only ~1e-8: `5ε` on one
-/// 88×5 relative-error system, `ε` on another (both kept as fixtures in
-/// `solver-compare/fixtures`). Each decomposition is therefore checked, and the next
-/// tolerance, then the SVD of the whole matrix instead of its QR factor, tried if it fails.
+/// bidiagonal. Its default is `5ε`. With either value, nalgebra 0.33 sometimes stops early
+/// and returns, with no error, a decomposition that reconstructs its matrix only to somewhere
+/// between 1e-12 and 1e-4 (about 0.7 % of the solves of 1000 whole fits; two 88×5 cases are
+/// kept as fixtures in `solver-compare/fixtures`, one failing with `5ε`, the other with `ε`).
+/// Each decomposition is therefore checked, and the next tolerance, then the SVD of the whole
+/// matrix instead of its QR factor, tried if it fails.
 const SVD_TOLERANCES: [f64; 2] = [5.0 * f64::EPSILON, f64::EPSILON];
 const SVD_MAX_ITERATIONS: usize = 10_000;
-/// A decomposition is accepted when `‖U·Σ·Vᵀ − M‖_F ≤ RECONSTRUCTION·‖M‖_F`; a converged SVD
-/// gives a few ε.
-const RECONSTRUCTION: f64 = 1e-13;
+/// A decomposition is accepted when `‖U·Σ·Vᵀ − M‖_F ≤ RECONSTRUCTION·‖M‖_F`. A converged SVD
+/// gives a few ε; the early stops range continuously from 1e-13 up, so the line is drawn
+/// where the solution error (up to κ times this) still leaves exact recovery at 1e-9 for the
+/// condition numbers seen here.
+const RECONSTRUCTION: f64 = 1e-12;
 
 static SVD_RETRIES: AtomicUsize = AtomicUsize::new(0);
 static SVD_SOLVES: AtomicUsize = AtomicUsize::new(0);
+static SVD_FAILURES: AtomicUsize = AtomicUsize::new(0);
 
-/// `(solves, rejected decompositions)` of [`NalgebraSvd`] in this process so far: how often
-/// the reconstruction check caught an inaccurate nalgebra SVD (for the solver comparison).
-pub fn nalgebra_svd_check_counts() -> (usize, usize) {
+/// `(solves, rejected decompositions, solves where every attempt was rejected)` of
+/// [`NalgebraSvd`] in this process so far: how often the reconstruction check caught an
+/// inaccurate nalgebra SVD (for the solver comparison).
+pub fn nalgebra_svd_check_counts() -> (usize, usize, usize) {
     (
         SVD_SOLVES.load(Ordering::Relaxed),
         SVD_RETRIES.load(Ordering::Relaxed),
+        SVD_FAILURES.load(Ordering::Relaxed),
     )
 }
 
@@ -90,7 +96,8 @@ fn svd_solve(core: &DMatrix<f64>, rhs: &DVector<f64>, rcond: f64) -> Option<Lsts
         for (mut col, &sv) in us.column_iter_mut().zip(s.iter()) {
             col *= sv;
         }
-        if !((us * v_t - core).norm() <= RECONSTRUCTION * norm) {
+        let error = (us * v_t - core).norm();
+        if error.is_nan() || error > RECONSTRUCTION * norm {
             SVD_RETRIES.fetch_add(1, Ordering::Relaxed);
             continue;
         }
@@ -146,7 +153,10 @@ impl LstsqSolver for NalgebraSvd {
                 return Ok(sol);
             }
         }
-        svd_solve(a, b, rcond).ok_or(FitError::SvdDidNotConverge { rows: m, cols: n })
+        svd_solve(a, b, rcond).ok_or_else(|| {
+            SVD_FAILURES.fetch_add(1, Ordering::Relaxed);
+            FitError::SvdDidNotConverge { rows: m, cols: n }
+        })
     }
 }
 

@@ -188,7 +188,8 @@ impl Poly {
         self.coeffs[0]
     }
 
-    /// `p(t)` in the scaled variables, by the Horner scheme of [`horner_fold`].
+    /// `p(t)` in the scaled variables, in Horner form (outermost in variable 0, each
+    /// coefficient a polynomial in the following variables; zero coefficients skipped).
     pub fn eval_scaled(&self, t: &[f64]) -> f64 {
         let mut alg = F64Horner { t };
         horner_fold(&self.coeffs, &self.degrees.0, 0, &mut alg).unwrap_or(0.0)

@@ -110,7 +110,10 @@ impl FitOptions {
     }
 
     fn validate(&self, nvars: usize) -> Result<(), FitError> {
-        for (what, b) in [("num_bounds", &self.num_bounds), ("den_bounds", &self.den_bounds)] {
+        for (what, b) in [
+            ("num_bounds", &self.num_bounds),
+            ("den_bounds", &self.den_bounds),
+        ] {
             if b.nvars() != nvars {
                 return Err(FitError::Dimension {
                     what: format!("{what} (one degree per variable)"),
@@ -120,13 +123,15 @@ impl FitOptions {
             }
         }
         let fractions = [
-            ("extrapolation_holdout", self.extrapolation_holdout),
-            ("interior_holdout", self.interior_holdout),
-            ("extrapolation_weight", self.extrapolation_weight),
+            ("extrapolation_holdout", self.extrapolation_holdout, 0.9),
+            ("interior_holdout", self.interior_holdout, 0.9),
+            ("extrapolation_weight", self.extrapolation_weight, 1.0),
         ];
-        for (what, f) in fractions {
-            if !(0.0..=0.9).contains(&f) && !(what == "extrapolation_weight" && f == 1.0) {
-                return Err(FitError::Options(format!("{what} = {f} is outside [0, 0.9]")));
+        for (what, f, max) in fractions {
+            if !(0.0..=max).contains(&f) {
+                return Err(FitError::Options(format!(
+                    "{what} = {f} is outside [0, {max}]"
+                )));
             }
         }
         let positive = [
@@ -213,7 +218,10 @@ impl<'a> Prepared<'a> {
         let scalings: Vec<Scaling> = (0..nvars)
             .map(|i| {
                 let lo = points.iter().map(|p| p[i]).fold(f64::INFINITY, f64::min);
-                let hi = points.iter().map(|p| p[i]).fold(f64::NEG_INFINITY, f64::max);
+                let hi = points
+                    .iter()
+                    .map(|p| p[i])
+                    .fold(f64::NEG_INFINITY, f64::max);
                 Scaling::from_range(lo, hi)
             })
             .collect();
@@ -275,7 +283,11 @@ impl<'a> Prepared<'a> {
         // Data size of a group: sum of its scaled data coordinates (unit-free, monotone in
         // every data variable).
         if !data.is_empty() && options.extrapolation_holdout > 0.0 {
-            let size = |g: usize| -> f64 { data.iter().map(|&i| self.scaled[self.groups[g][0]][i]).sum() };
+            let size = |g: usize| -> f64 {
+                data.iter()
+                    .map(|&i| self.scaled[self.groups[g][0]][i])
+                    .sum()
+            };
             let mut sizes: Vec<f64> = (0..ngroups).map(size).collect();
             sizes.sort_by(|a, b| b.total_cmp(a));
             sizes.dedup();
@@ -284,9 +296,9 @@ impl<'a> Prepared<'a> {
                 let target = options.extrapolation_holdout * n as f64;
                 let mut held = 0usize;
                 for &s in sizes.iter().take(max_sizes) {
-                    for g in 0..ngroups {
+                    for (g, r) in role.iter_mut().enumerate() {
                         if size(g) == s {
-                            role[g] = Role::Extrapolation;
+                            *r = Role::Extrapolation;
                             held += self.groups[g].len();
                         }
                     }
@@ -306,7 +318,12 @@ impl<'a> Prepared<'a> {
         };
         let mut draw: Vec<(u64, usize)> = rest
             .iter()
-            .map(|&g| (splitmix64(options.seed ^ (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)), g))
+            .map(|&g| {
+                (
+                    splitmix64(options.seed ^ (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                    g,
+                )
+            })
             .collect();
         draw.sort_unstable();
         for &(_, g) in draw.iter().take(n_interior) {
@@ -330,7 +347,10 @@ impl<'a> Prepared<'a> {
     pub fn distinct_values(&self, rows: &[usize]) -> Vec<usize> {
         (0..self.vars.len())
             .map(|i| {
-                let mut v: Vec<u64> = rows.iter().map(|&k| (self.scaled[k][i] + 0.0).to_bits()).collect();
+                let mut v: Vec<u64> = rows
+                    .iter()
+                    .map(|&k| (self.scaled[k][i] + 0.0).to_bits())
+                    .collect();
                 v.sort_unstable();
                 v.dedup();
                 v.len()

@@ -5,17 +5,44 @@ use serde::{Deserialize, Serialize};
 
 use crate::poly::{DegreeBounds, Poly};
 use crate::vars::{Scaling, Variable};
+use crate::FitError;
 
 /// A rational function `p(t)/q(t)` of the variables `x`, with `t_i = (x_i − center_i)·scale_i`.
 /// `num` and `den` hold monomial coefficients in `t`; for a polynomial `den` is the constant 1.
 /// The denominator is positive on the fitting points and on the domain given to the fit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RationalFnRepr")]
 pub struct RationalFn {
     pub vars: Vec<Variable>,
     pub scalings: Vec<Scaling>,
     pub num: Poly,
     pub den: Poly,
     pub diagnostics: Diagnostics,
+}
+
+/// The serialised form, checked for consistency on the way in.
+#[derive(Deserialize)]
+struct RationalFnRepr {
+    vars: Vec<Variable>,
+    scalings: Vec<Scaling>,
+    num: Poly,
+    den: Poly,
+    diagnostics: Diagnostics,
+}
+
+impl TryFrom<RationalFnRepr> for RationalFn {
+    type Error = FitError;
+    fn try_from(r: RationalFnRepr) -> Result<Self, FitError> {
+        let f = RationalFn {
+            vars: r.vars,
+            scalings: r.scalings,
+            num: r.num,
+            den: r.den,
+            diagnostics: r.diagnostics,
+        };
+        f.check_consistent()?;
+        Ok(f)
+    }
 }
 
 /// How a model was chosen and how well it did.
@@ -69,10 +96,16 @@ pub struct HeldOut {
 /// Counts of the degree search.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SearchStats {
-    /// Candidate (numerator, denominator) degree tuples enumerated.
+    /// Candidate (numerator, denominator) degree tuples enumerated and screened.
     pub candidates: usize,
+    /// Tuples within the bounds dropped before screening: degrees the training data cannot
+    /// identify (a variable with `k` distinct training values supports `d_num + d_den ≤ k − 1`)
+    /// or more unknowns than `distinct training points / min_points_per_unknown`.
+    pub pruned: usize,
     /// Of which, solvable in the screening pass (the others were numerically rank-deficient).
     pub screened: usize,
+    /// Candidates the normal equations refused, fitted by SVD instead (near-exact data only).
+    pub svd_fallback: usize,
     /// Candidates refitted by SVD (with reweighting) and checked on the domain.
     pub refit: usize,
     /// Candidates rejected because the denominator vanished or changed sign.
@@ -112,6 +145,28 @@ impl RationalFn {
         } else {
             p / self.den.eval_scaled(t)
         }
+    }
+
+    /// One variable at least, and as many scalings and polynomial variables as variables.
+    pub fn check_consistent(&self) -> Result<(), FitError> {
+        let n = self.vars.len();
+        if n == 0 {
+            return Err(FitError::Empty("a rational function without variables"));
+        }
+        for (what, found) in [
+            ("scalings", self.scalings.len()),
+            ("numerator variables", self.num.nvars()),
+            ("denominator variables", self.den.nvars()),
+        ] {
+            if found != n {
+                return Err(FitError::Dimension {
+                    what: what.into(),
+                    expected: n,
+                    found,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `q = 1`.

@@ -16,10 +16,10 @@
 //! `10⁶`), and only the ranking of candidates depends on this pass: the returned model is always
 //! refitted by the truncated SVD of its own system.
 
+use crate::linalg::{backward_substitute_transposed, cholesky_in_place, forward_substitute};
 use crate::poly::{dense_index, DegreeBounds, Monomial};
 use crate::problem::{Prepared, Split};
 use crate::solve::{basis_value, chebyshev_table, Candidate};
-use crate::linalg::{backward_substitute_transposed, cholesky_in_place, forward_substitute};
 
 /// Relative pivot under which a column counts as dependent on the previous ones.
 const PIVOT_TOLERANCE: f64 = 1e-12;
@@ -41,6 +41,10 @@ pub(crate) struct CandidateGrid {
     pub num_max: DegreeBounds,
     /// Denominator monomials other than the constant used by some denominator tuple.
     pub den_cols: Vec<Monomial>,
+    /// Tuples within the option bounds (and the denominator total-degree cap) that were
+    /// dropped before screening: degrees the training data cannot identify, or more unknowns
+    /// than the training points allow.
+    pub pruned: usize,
 }
 
 impl CandidateGrid {
@@ -168,7 +172,11 @@ pub(crate) fn screen_normal_equations(
     let den_sets: Vec<Vec<usize>> = grid
         .den_tuples
         .iter()
-        .map(|d| (0..nq_all).filter(|&j| d.contains(&grid.den_cols[j])).collect())
+        .map(|d| {
+            (0..nq_all)
+                .filter(|&j| d.contains(&grid.den_cols[j]))
+                .collect()
+        })
         .collect();
 
     // Score of a solution `x` (normalised coefficients of the global columns `cols`).
@@ -196,7 +204,8 @@ pub(crate) fn screen_normal_equations(
         Some(score(errors, extrapolation_weight))
     };
 
-    let mut scores: Vec<Vec<Option<f64>>> = grid.pairs.iter().map(|ds| vec![None; ds.len()]).collect();
+    let mut scores: Vec<Vec<Option<f64>>> =
+        grid.pairs.iter().map(|ds| vec![None; ds.len()]).collect();
     for (ni, dens) in grid.pairs.iter().enumerate() {
         if dens.is_empty() {
             continue;
@@ -220,7 +229,10 @@ pub(crate) fn screen_normal_equations(
         }
 
         // Denominator columns any paired tuple uses; their bordering rows W = L⁻¹ G_{P,j}.
-        let mut needed: Vec<usize> = dens.iter().flat_map(|&di| den_sets[di].iter().copied()).collect();
+        let mut needed: Vec<usize> = dens
+            .iter()
+            .flat_map(|&di| den_sets[di].iter().copied())
+            .collect();
         needed.sort_unstable();
         needed.dedup();
         let wrows: Vec<Vec<f64>> = needed
@@ -235,7 +247,9 @@ pub(crate) fn screen_normal_equations(
         let mut z: Vec<f64> = p.iter().map(|&c| g[c]).collect();
         forward_substitute(&l, np, &mut z);
         let nn = needed.len();
-        let s: Vec<f64> = (0..nn).map(|a_| g[np_all + needed[a_]] - dot(&wrows[a_], &z)).collect();
+        let s: Vec<f64> = (0..nn)
+            .map(|a_| g[np_all + needed[a_]] - dot(&wrows[a_], &z))
+            .collect();
         let mut schur = vec![0.0; nn * nn];
         for a_ in 0..nn {
             let ca = np_all + needed[a_];
@@ -298,14 +312,17 @@ pub(crate) fn screen_normal_equations(
                             *r -= a * f;
                         }
                     }
-                    let h: Vec<f64> = cols.iter().map(|&c| dscale[c] * dot(column(c), &res)).collect();
+                    let h: Vec<f64> = cols
+                        .iter()
+                        .map(|&c| dscale[c] * dot(column(c), &res))
+                        .collect();
                     let delta = factor.solve(&h);
                     let step = delta.iter().map(|d| d * d).sum::<f64>().sqrt();
                     for (xi, d) in x.iter_mut().zip(&delta) {
                         *xi += d;
                     }
                     let size = x.iter().map(|v| v * v).sum::<f64>().sqrt();
-                    if !(step <= REFINED * size) {
+                    if step.is_nan() || step > REFINED * size {
                         continue;
                     }
                     converged = true;
@@ -361,7 +378,9 @@ impl Bordered<'_> {
 
 /// Smallest squared pivot `l_jj²` of a Cholesky factor (1 for an empty one).
 fn min_pivot(l: &[f64], n: usize) -> f64 {
-    (0..n).map(|j| l[j * n + j] * l[j * n + j]).fold(1.0, f64::min)
+    (0..n)
+        .map(|j| l[j * n + j] * l[j * n + j])
+        .fold(1.0, f64::min)
 }
 
 /// Dot product with four independent accumulators, so that it vectorises.

@@ -61,15 +61,26 @@ pub fn fit_with_solver(
         unreachable!("the winner is admissible");
     };
     let rows = prep.all_rows();
-    let refit = fit_on_rows(&prep, &rows, &winner, options.sk_iterations, options.rcond, solver)
-        .ok()
-        .filter(|f| f.full_rank() && admissible(&prep, f).is_ok());
+    let refit = fit_on_rows(
+        &prep,
+        &rows,
+        &winner,
+        options.sk_iterations,
+        options.rcond,
+        solver,
+    )
+    .ok()
+    .filter(|f| f.full_rank() && admissible(&prep, f).is_ok());
     let refit_on_all_points = refit.is_some();
     let final_fit = refit.unwrap_or(split_fit);
-    let heldout = split.has_heldout().then(|| held_out_summary(&errors, winner_score));
+    let heldout = split
+        .has_heldout()
+        .then(|| held_out_summary(&errors, winner_score));
     let stats = SearchStats {
         candidates: grid.len(),
+        pruned: grid.pruned,
         screened,
+        svd_fallback: search.fallback,
         refit: search.evaluated.len(),
         rejected_denominator: search.rejected_denominator,
         screening: match options.screening {
@@ -83,7 +94,14 @@ pub fn fit_with_solver(
             Screening::Svd => format!("SVD of every candidate ({})", solver.name()),
         },
     };
-    Ok(finish(&prep, final_fit, heldout, noise, Some(stats), refit_on_all_points))
+    Ok(finish(
+        &prep,
+        final_fit,
+        heldout,
+        noise,
+        Some(stats),
+        refit_on_all_points,
+    ))
 }
 
 /// Fit the given numerator and denominator degree bounds on every point, with no selection.
@@ -140,13 +158,24 @@ pub fn fit_degrees_with_solver(
         });
     }
     let rows = prep.all_rows();
-    let fit = fit_on_rows(&prep, &rows, &cand, options.sk_iterations, options.rcond, solver)?;
+    let fit = fit_on_rows(
+        &prep,
+        &rows,
+        &cand,
+        options.sk_iterations,
+        options.rcond,
+        solver,
+    )?;
     admissible(&prep, &fit).map_err(FitError::NoAdmissibleModel)?;
     Ok(finish(&prep, fit, None, None, None, true))
 }
 
 /// The candidate grid of the crate documentation.
-fn candidate_grid(prep: &Prepared, split: &Split, options: &FitOptions) -> Result<CandidateGrid, FitError> {
+fn candidate_grid(
+    prep: &Prepared,
+    split: &Split,
+    options: &FitOptions,
+) -> Result<CandidateGrid, FitError> {
     let nvars = prep.vars.len();
     let distinct = prep.distinct_values(&split.train);
     let cap = |b: &DegreeBounds| -> DegreeBounds {
@@ -172,15 +201,20 @@ fn candidate_grid(prep: &Prepared, split: &Split, options: &FitOptions) -> Resul
         });
     }
     let total_cap = options.den_max_total_degree;
-    let den_tuples: Vec<DegreeBounds> = if den_max.monomial_count().unwrap_or(usize::MAX) > MAX_MONOMIALS {
-        return Err(FitError::TooManyMonomials {
-            bounds: den_max.0,
-            monomials: usize::MAX,
-            limit: MAX_MONOMIALS,
-        });
-    } else {
-        den_max.sub_bounds().into_iter().filter(|d| d.total() <= total_cap).collect()
-    };
+    let den_tuples: Vec<DegreeBounds> =
+        if den_max.monomial_count().unwrap_or(usize::MAX) > MAX_MONOMIALS {
+            return Err(FitError::TooManyMonomials {
+                bounds: den_max.0,
+                monomials: usize::MAX,
+                limit: MAX_MONOMIALS,
+            });
+        } else {
+            den_max
+                .sub_bounds()
+                .into_iter()
+                .filter(|d| d.total() <= total_cap)
+                .collect()
+        };
     let den_cols: Vec<Monomial> = den_max
         .monomials()
         .filter(|m| !m.is_constant() && m.degree() <= total_cap)
@@ -193,27 +227,60 @@ fn candidate_grid(prep: &Prepared, split: &Split, options: &FitOptions) -> Resul
         });
     }
     let num_tuples = num_max.sub_bounds();
-    let max_unknowns = ((split.train_groups as f64 / options.min_points_per_unknown).floor() as usize).max(1);
-    let pairs = num_tuples
+    let max_unknowns =
+        ((split.train_groups as f64 / options.min_points_per_unknown).floor() as usize).max(1);
+    let pairs: Vec<Vec<usize>> = num_tuples
         .iter()
         .map(|n| {
             (0..den_tuples.len())
                 .filter(|&di| {
                     let d = &den_tuples[di];
-                    let identifiable = n.0.iter().zip(&d.0).zip(&distinct).all(|((a, b), &k)| (a + b) as usize + 1 <= k.max(1));
-                    let c = Candidate { num: n.clone(), den: d.clone() };
+                    let identifiable =
+                        n.0.iter()
+                            .zip(&d.0)
+                            .zip(&distinct)
+                            .all(|((a, b), &k)| ((a + b) as usize) < k.max(1));
+                    let c = Candidate {
+                        num: n.clone(),
+                        den: d.clone(),
+                    };
                     identifiable && c.unknowns() <= max_unknowns
                 })
                 .collect()
         })
         .collect();
+    let kept: usize = pairs.iter().map(Vec::len).sum();
+    let within_bounds = options
+        .num_bounds
+        .monomial_count()
+        .unwrap_or(usize::MAX)
+        .saturating_mul(capped_tuple_count(&options.den_bounds, total_cap));
     Ok(CandidateGrid {
         num_tuples,
         den_tuples,
         pairs,
         num_max,
         den_cols,
+        pruned: within_bounds.saturating_sub(kept),
     })
+}
+
+/// Number of tuples `d ≤ bounds` with `Σ d_i ≤ cap`.
+fn capped_tuple_count(bounds: &DegreeBounds, cap: u32) -> usize {
+    let cap = cap as usize;
+    // ways[s] = tuples of the variables so far with total s.
+    let mut ways = vec![0usize; cap + 1];
+    ways[0] = 1;
+    for &b in &bounds.0 {
+        let mut next = vec![0usize; cap + 1];
+        for (s, &w) in ways.iter().enumerate() {
+            for d in 0..=(b as usize).min(cap - s) {
+                next[s + d] = next[s + d].saturating_add(w);
+            }
+        }
+        ways = next;
+    }
+    ways.iter().fold(0usize, |a, &w| a.saturating_add(w))
 }
 
 #[derive(Clone, Debug)]
@@ -242,11 +309,20 @@ struct Search<'a> {
 impl Search<'_> {
     /// Screening scores of every candidate (indexed like `grid.pairs`). With a `pilot`, rows
     /// are also divided by the pilot's denominator, as one Sanathanan–Koerner step would.
-    fn screen(&self, grid: &CandidateGrid, pilot: Option<&RawFit>, refine_below: Option<f64>) -> Vec<Vec<Option<f64>>> {
+    fn screen(
+        &self,
+        grid: &CandidateGrid,
+        pilot: Option<&RawFit>,
+        refine_below: Option<f64>,
+    ) -> Vec<Vec<Option<f64>>> {
         match self.options.screening {
             Screening::NormalEquations => {
                 let row_scale: Option<Vec<f64>> = pilot.map(|f| {
-                    self.prep.scaled.iter().map(|t| 1.0 / f.den.eval_scaled(t)).collect()
+                    self.prep
+                        .scaled
+                        .iter()
+                        .map(|t| 1.0 / f.den.eval_scaled(t))
+                        .collect()
                 });
                 screen_normal_equations(
                     self.prep,
@@ -266,10 +342,21 @@ impl Search<'_> {
                         .map(|&di| {
                             let cand = grid.candidate(ni, di);
                             let o = self.options;
-                            let fit = fit_on_rows(self.prep, &self.split.train, &cand, o.sk_iterations, o.rcond, self.solver)
-                                .ok()?;
-                            fit.full_rank()
-                                .then(|| score(self.heldout_errors(&fit).into_iter(), o.extrapolation_weight))
+                            let fit = fit_on_rows(
+                                self.prep,
+                                &self.split.train,
+                                &cand,
+                                o.sk_iterations,
+                                o.rcond,
+                                self.solver,
+                            )
+                            .ok()?;
+                            fit.full_rank().then(|| {
+                                score(
+                                    self.heldout_errors(&fit).into_iter(),
+                                    o.extrapolation_weight,
+                                )
+                            })
                         })
                         .collect()
                 })
@@ -297,7 +384,14 @@ impl Search<'_> {
     fn evaluate(&mut self, cand: &Candidate) -> &Evaluation {
         if !self.evaluated.contains_key(cand) {
             let o = self.options;
-            let result = fit_on_rows(self.prep, &self.split.train, cand, o.sk_iterations, o.rcond, self.solver);
+            let result = fit_on_rows(
+                self.prep,
+                &self.split.train,
+                cand,
+                o.sk_iterations,
+                o.rcond,
+                self.solver,
+            );
             let evaluation = match result {
                 Ok(fit) if fit.full_rank() => match admissible(self.prep, &fit) {
                     Ok(()) => {
@@ -349,10 +443,16 @@ impl Search<'_> {
             let cand = grid.candidate(ni, grid.pairs[ni][slot]);
             self.fallback += 1;
             let o = self.options;
-            screened[ni][slot] = fit_on_rows(self.prep, &self.split.train, &cand, 0, o.rcond, self.solver)
-                .ok()
-                .filter(RawFit::full_rank)
-                .map(|fit| score(self.heldout_errors(&fit).into_iter(), o.extrapolation_weight));
+            screened[ni][slot] =
+                fit_on_rows(self.prep, &self.split.train, &cand, 0, o.rcond, self.solver)
+                    .ok()
+                    .filter(RawFit::full_rank)
+                    .map(|fit| {
+                        score(
+                            self.heldout_errors(&fit).into_iter(),
+                            o.extrapolation_weight,
+                        )
+                    });
         }
     }
 
@@ -368,7 +468,10 @@ impl Search<'_> {
         if !ranked.iter().any(|(_, c)| *c == constant) {
             ranked.push((f64::INFINITY, constant));
         }
-        ranked.sort_by(|(a, ca), (b, cb)| a.total_cmp(b).then_with(|| ca.simplicity().cmp(&cb.simplicity())));
+        ranked.sort_by(|(a, ca), (b, cb)| {
+            a.total_cmp(b)
+                .then_with(|| ca.simplicity().cmp(&cb.simplicity()))
+        });
         ranked
     }
 
@@ -392,7 +495,10 @@ impl Search<'_> {
 
     /// The selection rule. Returns the winner, the noise level used, and how many candidates
     /// the (last) screening pass could solve.
-    fn select(&mut self, grid: &CandidateGrid) -> Result<(Candidate, Option<f64>, usize), FitError> {
+    fn select(
+        &mut self,
+        grid: &CandidateGrid,
+    ) -> Result<(Candidate, Option<f64>, usize), FitError> {
         // 1. Screen everything, refit the best few by SVD with reweighting.
         let normal = self.options.screening == Screening::NormalEquations;
         let mut screened = self.screen(grid, None, None);
@@ -400,7 +506,12 @@ impl Search<'_> {
         // relative, can exceed the differences between candidates: screen again with iterative
         // refinement, and fit the simplest refused candidates by SVD. On noisy data neither
         // changes the ranking, and both are skipped.
-        let best_screened = screened.iter().flatten().flatten().cloned().fold(f64::INFINITY, f64::min);
+        let best_screened = screened
+            .iter()
+            .flatten()
+            .flatten()
+            .cloned()
+            .fold(f64::INFINITY, f64::min);
         let near_exact = normal && best_screened < NEAR_EXACT;
         self.near_exact = near_exact;
         if near_exact {
@@ -436,17 +547,22 @@ impl Search<'_> {
             best = self.score_of(&constant).map(|s| (s, constant.clone()));
         }
         let Some((best_score, best_cand)) = best else {
-            return Err(FitError::NoAdmissibleModel("even the constant model failed".into()));
+            return Err(FitError::NoAdmissibleModel(
+                "even the constant model failed".into(),
+            ));
         };
 
         // 2. The noise level and the band of models "within noise" of the best.
-        let noise = self.options.noise.or_else(|| match &self.evaluated[&best_cand] {
-            Evaluation::Admissible { errors, .. } if !errors.is_empty() => {
-                let mut e: Vec<f64> = errors.iter().map(|(e, _)| e.min(1.0)).collect();
-                Some(1.4826 * median(&mut e))
-            }
-            _ => None,
-        });
+        let noise = self
+            .options
+            .noise
+            .or_else(|| match &self.evaluated[&best_cand] {
+                Evaluation::Admissible { errors, .. } if !errors.is_empty() => {
+                    let mut e: Vec<f64> = errors.iter().map(|(e, _)| e.min(1.0)).collect();
+                    Some(1.4826 * median(&mut e))
+                }
+                _ => None,
+            });
         let band = |best: f64| {
             best + (self.options.rel_tolerance * best)
                 .max(self.options.noise_tolerance * noise.unwrap_or(0.0))
@@ -483,7 +599,13 @@ impl Search<'_> {
 
 /// Rank is full and the denominator is positive on every fitting point and on the domain.
 fn admissible(prep: &Prepared, fit: &RawFit) -> Result<(), String> {
-    check_denominator(&fit.den, &prep.scalings, prep.vars, &prep.scaled, prep.domain)
+    check_denominator(
+        &fit.den,
+        &prep.scalings,
+        prep.vars,
+        &prep.scaled,
+        prep.domain,
+    )
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -509,7 +631,11 @@ fn finite_or_max(x: f64) -> f64 {
 
 fn held_out_summary(errors: &[(f64, bool)], score: f64) -> HeldOut {
     let mut all: Vec<f64> = errors.iter().map(|(e, _)| finite_or_max(*e)).collect();
-    let mut extrapolation: Vec<f64> = errors.iter().filter(|(_, x)| *x).map(|(e, _)| finite_or_max(*e)).collect();
+    let mut extrapolation: Vec<f64> = errors
+        .iter()
+        .filter(|(_, x)| *x)
+        .map(|(e, _)| finite_or_max(*e))
+        .collect();
     let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
     HeldOut {
         points: all.len(),
@@ -517,7 +643,8 @@ fn held_out_summary(errors: &[(f64, bool)], score: f64) -> HeldOut {
         max_rel_error: max(&all),
         median_rel_error: median(&mut all),
         extrapolation_max_rel_error: (!extrapolation.is_empty()).then(|| max(&extrapolation)),
-        extrapolation_median_rel_error: (!extrapolation.is_empty()).then(|| median(&mut extrapolation)),
+        extrapolation_median_rel_error: (!extrapolation.is_empty())
+            .then(|| median(&mut extrapolation)),
         score,
     }
 }

@@ -28,8 +28,10 @@ impl Candidate {
     /// Unknown coefficients: every numerator coefficient and every denominator coefficient
     /// but the normalised constant.
     pub fn unknowns(&self) -> usize {
-        self.num.monomial_count().unwrap_or(usize::MAX)
-            + self.den.monomial_count().unwrap_or(usize::MAX)
+        self.num
+            .monomial_count()
+            .unwrap_or(usize::MAX)
+            .saturating_add(self.den.monomial_count().unwrap_or(usize::MAX))
             - 1
     }
 
@@ -135,7 +137,10 @@ pub(crate) fn fit_on_rows(
         }
     }
     let values: Vec<f64> = rows.iter().map(|&k| prep.values[k]).collect();
-    let base: Vec<f64> = values.iter().map(|v| 1.0 / v.abs().max(prep.floor)).collect();
+    let base: Vec<f64> = values
+        .iter()
+        .map(|v| 1.0 / v.abs().max(prep.floor))
+        .collect();
     let mut w = base.clone();
     let mut result = None;
     for iteration in 0..=sk_iterations {
@@ -172,7 +177,7 @@ pub(crate) fn fit_on_rows(
             .map(|r| 1.0 + (0..nq).map(|c| x[np + c] * phi_q[(r, c)]).sum::<f64>())
             .collect();
         result = Some((x, sol.rank, sol.condition_number()));
-        if nq == 0 || iteration == sk_iterations || q.iter().any(|q| !(*q > 0.0)) {
+        if nq == 0 || iteration == sk_iterations || q.iter().any(|&q| q.is_nan() || q <= 0.0) {
             break;
         }
         for r in 0..m {

@@ -5,12 +5,16 @@ mod common;
 
 use common::{families, rel, Rng, SIZES};
 use klaraptor_fitting::{
-    fit, fit_degrees, DegreeBounds, Domain, FitError, FitOptions, FitProblem, RationalFn,
-    Variable,
+    fit, fit_degrees, DegreeBounds, Domain, FitError, FitOptions, FitProblem, RationalFn, Variable,
 };
 
 fn assert_finite(f: &RationalFn) {
-    assert!(f.num.coeffs().iter().chain(f.den.coeffs()).all(|c| c.is_finite()));
+    assert!(f
+        .num
+        .coeffs()
+        .iter()
+        .chain(f.den.coeffs())
+        .all(|c| c.is_finite()));
     let d = &f.diagnostics;
     assert!(d.condition_number.is_finite() && d.fit_max_rel_error.is_finite());
 }
@@ -71,7 +75,11 @@ fn constant_column_gets_degree_zero() {
             Variable::block("by"),
             Variable::block("bz"),
         ],
-        points: base.points.iter().map(|p| vec![p[0], p[1], p[2], 1.0]).collect(),
+        points: base
+            .points
+            .iter()
+            .map(|p| vec![p[0], p[1], p[2], 1.0])
+            .collect(),
         values: base.values.clone(),
         domain: Domain::Grid {
             shapes: fam.shapes.iter().map(|s| vec![s[0], s[1], 1.0]).collect(),
@@ -126,7 +134,17 @@ fn fewer_points_than_unknowns_lowers_the_degree() {
         &FitOptions::uniform(1, 3, 3),
     )
     .unwrap_err();
-    assert!(matches!(err, FitError::Underdetermined { unknowns: 5, distinct_points: 3, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FitError::Underdetermined {
+                unknowns: 5,
+                distinct_points: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -161,11 +179,17 @@ fn malformed_problems_are_errors() {
 
     let mut short = linear_problem(&SIZES);
     short.values.pop();
-    assert!(matches!(fit(&short, &options), Err(FitError::Dimension { .. })));
+    assert!(matches!(
+        fit(&short, &options),
+        Err(FitError::Dimension { .. })
+    ));
 
     let mut ragged = linear_problem(&SIZES);
     ragged.points[2].push(1.0);
-    assert!(matches!(fit(&ragged, &options), Err(FitError::Dimension { .. })));
+    assert!(matches!(
+        fit(&ragged, &options),
+        Err(FitError::Dimension { .. })
+    ));
 
     let problem = linear_problem(&SIZES);
     assert!(matches!(
@@ -178,13 +202,22 @@ fn malformed_problems_are_errors() {
         shapes: vec![],
         data: vec![[1.0, f64::NAN]],
     };
-    assert!(matches!(fit(&bad_domain, &options), Err(FitError::Domain(_))));
+    assert!(matches!(
+        fit(&bad_domain, &options),
+        Err(FitError::Domain(_))
+    ));
     bad_domain.domain = Domain::Points(vec![vec![1.0, 2.0]]);
-    assert!(matches!(fit(&bad_domain, &options), Err(FitError::Domain(_))));
+    assert!(matches!(
+        fit(&bad_domain, &options),
+        Err(FitError::Domain(_))
+    ));
 
     let mut bad_options = FitOptions::uniform(1, 3, 3);
     bad_options.rcond = -1.0;
-    assert!(matches!(fit(&problem, &bad_options), Err(FitError::Options(_))));
+    assert!(matches!(
+        fit(&problem, &bad_options),
+        Err(FitError::Options(_))
+    ));
 }
 
 /// `1000/(700 − N)` fitted on N ≤ 512 is exact with a pole at N = 700. On the domain

@@ -40,11 +40,9 @@ fn coeffs(len: usize) -> impl Strategy<Value = Vec<f64>> {
 
 fn random_function() -> impl Strategy<Value = Random> {
     (0usize..=2, 0usize..=1, 0usize..=1, 0usize..=1).prop_flat_map(|(dn, db, en, eb)| {
-        (coeffs((dn + 1) * (db + 1)), coeffs((en + 1) * (eb + 1))).prop_map(move |(c, d)| {
-            Random {
-                num: (dn, db, c),
-                den: (en, eb, d),
-            }
+        (coeffs((dn + 1) * (db + 1)), coeffs((en + 1) * (eb + 1))).prop_map(move |(c, d)| Random {
+            num: (dn, db, c),
+            den: (en, eb, d),
         })
     })
 }

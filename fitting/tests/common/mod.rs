@@ -62,7 +62,13 @@ pub struct Family {
 
 pub fn families() -> Vec<Family> {
     let n_bx = || vec![Variable::data("N"), Variable::block("bx")];
-    let n_bx_by = || vec![Variable::data("N"), Variable::block("bx"), Variable::block("by")];
+    let n_bx_by = || {
+        vec![
+            Variable::data("N"),
+            Variable::block("bx"),
+            Variable::block("by"),
+        ]
+    };
     vec![
         Family {
             name: "(N^2 + 3N)/bx",
