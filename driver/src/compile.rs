@@ -105,17 +105,19 @@ impl Invocation {
     /// Runs the whole driver; returns the exit status to report.
     pub fn run(self) -> Result<i32> {
         if self.cl.has(Role::Version) {
-            println!(
-                "klaraptor-cc {} (commit {})",
+            use std::io::Write;
+            // A closed pipe (`klaraptor-cc --version | head -1`) is not an error of ours.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
+                "klaraptor-cc {} (commit {})\nwrapping nvcc at {} ({})",
                 env!("CARGO_PKG_VERSION"),
-                env!("KLARAPTOR_COMMIT")
-            );
-            println!(
-                "wrapping nvcc at {} ({})",
+                env!("KLARAPTOR_COMMIT"),
                 self.toolchain.nvcc.display(),
                 self.toolchain.origin
             );
-            std::io::Write::flush(&mut std::io::stdout())?;
+            let _ = out.flush();
+            drop(out);
             return Err(self.exec_nvcc(&self.cl.to_args()));
         }
         let annotated = self.annotated_sources()?;
