@@ -58,7 +58,10 @@ pub fn fit_with_solver(
         score: winner_score,
     } = chosen
     else {
-        unreachable!("the winner is admissible");
+        // `select` only returns candidates whose evaluation was admissible.
+        return Err(FitError::NoAdmissibleModel(
+            "internal: the selected candidate was not admissible".into(),
+        ));
     };
     let rows = prep.all_rows();
     let refit = fit_on_rows(

@@ -95,6 +95,25 @@ fn constant_column_gets_degree_zero() {
 }
 
 #[test]
+fn negative_and_zero_values() {
+    // Negative everywhere: relative errors do not care about the sign.
+    let fam = &families()[0];
+    let mut problem = fam.problem(0.0, &mut Rng(1));
+    problem.values.iter_mut().for_each(|v| *v = -*v);
+    let f = fit(&problem, &FitOptions::uniform(2, 3, 3)).unwrap();
+    assert_eq!(f.diagnostics.num_degrees, fam.num);
+    let x = [8192.0, 16.0];
+    assert!(rel(f.eval(&x), -(fam.f)(&x)) < 1e-9);
+
+    // Values crossing zero (4N − 1000 vanishes at N = 250, between two profiled sizes).
+    let mut problem = linear_problem(&SIZES);
+    problem.values = SIZES.iter().map(|n| 4.0 * n - 1000.0).collect();
+    let f = fit(&problem, &FitOptions::uniform(1, 3, 3)).unwrap();
+    assert_finite(&f);
+    assert!(rel(f.eval(&[8192.0]), 4.0 * 8192.0 - 1000.0) < 1e-9);
+}
+
+#[test]
 fn constant_values_give_a_constant() {
     let mut problem = linear_problem(&SIZES);
     problem.values.iter_mut().for_each(|v| *v = 2.5);

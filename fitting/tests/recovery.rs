@@ -23,6 +23,10 @@ fn noiseless_families_are_recovered_exactly() {
         );
         assert_eq!(d.num_degrees, fam.num, "{}: numerator degrees", fam.name);
         assert_eq!(d.den_degrees, fam.den, "{}: denominator degrees", fam.name);
+        // A polynomial is exactly that: q = 1, and the C has no division.
+        if fam.den.iter().all(|&d| d == 0) {
+            assert!(f.is_polynomial() && f.to_c("m").unwrap().contains("return num;"));
+        }
         let mut worst = 0.0_f64;
         for p in fam.points(&SIZES).iter().chain(&fam.points(&FAR_SIZES)) {
             worst = worst.max(rel(f.eval(p), (fam.f)(p)));
