@@ -8,5 +8,7 @@
 //! What it is not: the model or the fit (see `klaraptor-fitting`), nor the driver that
 //! decides when to profile (see the `klaraptor` driver crate).
 //!
-//! Nothing is implemented here yet: the collector, calibration and database arrive with
-//! the Profiling issue. The crate exists so the layout is the architecture from day one.
+//! Layout: [`record`] is the profile-record format shared by the collector, the ncu
+//! importer, the database and the fit.
+
+pub mod record;
