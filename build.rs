@@ -5,10 +5,14 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const SHIM_SOURCES: &[&str] = &["runtime-shim/src/klaraptor_rt.c"];
+const SHIM_SOURCES: &[&str] = &[
+    "runtime-shim/src/klaraptor_rt.c",
+    "runtime-shim/src/klaraptor_prof.c",
+];
 const SHIM_HEADERS: &[&str] = &[
     "runtime-shim/include/klaraptor.h",
     "runtime-shim/src/klaraptor_internal.h",
+    "runtime-shim/include/klaraptor_collect.h",
 ];
 
 fn main() {

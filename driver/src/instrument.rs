@@ -201,9 +201,23 @@ pub fn compile_unit(
     std::fs::create_dir_all(&inc)?;
     std::fs::write(inc.join("klaraptor.h"), codegen::KLARAPTOR_H)?;
     let desc_c = w.join("kernels.c");
+    let hash = crate::linkspec::code_hash(
+        &std::fs::read_to_string(&ii).with_context(|| format!("reading {}", ii.display()))?,
+    );
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let link_specs: Vec<_> = unit
+        .analysis
+        .specs
+        .iter()
+        .flat_map(|s| crate::linkspec::LinkSpec::from_spec(s, &hash, &cwd))
+        .collect();
     std::fs::write(
         &desc_c,
-        codegen::descriptors(&unit.source.display().to_string(), &unit.analysis.specs),
+        format!(
+            "{}\n{}",
+            codegen::descriptors(&unit.source.display().to_string(), &unit.analysis.specs),
+            crate::linkspec::c_section(&link_specs)?
+        ),
     )?;
     let desc_o = w.join("kernels.o");
     run(

@@ -12,6 +12,8 @@
 pub mod codegen;
 pub mod compile;
 pub mod instrument;
+pub mod linkspec;
 pub mod nvcc_args;
+pub mod profiling;
 pub mod runtime;
 pub mod toolchain;

@@ -417,6 +417,15 @@ pub enum KlOption {
     Keep,
     /// `--kl-off`: behave exactly as nvcc (ignore annotations).
     Off,
+    /// `--kl-require-model`: a link that cannot give every annotated kernel a rational
+    /// program (no profile and no GPU to make one) fails instead of warning.
+    RequireModel,
+    /// `--kl-no-profile`: never profile during the link, even with a GPU present; kernels
+    /// without a profile keep the program's own dims.
+    NoProfile,
+    /// `--kl-profiling-variant=<path>`: also link the profiling variant of the program to
+    /// `<path>` and write its sampling plan to `<path>.plan` (to profile elsewhere).
+    ProfilingVariant(PathBuf),
 }
 
 /// What went wrong reading the command line.
@@ -433,7 +442,8 @@ impl fmt::Display for ArgError {
             ArgError::MissingValue(o) => write!(f, "option '{o}' needs a value"),
             ArgError::UnknownKlOption(o) => write!(
                 f,
-                "unknown klaraptor option '{o}' (known: --kl-verbose, --kl-keep, --kl-off)"
+                "unknown klaraptor option '{o}' (known: --kl-verbose, --kl-keep, --kl-off, \
+                 --kl-require-model, --kl-no-profile, --kl-profiling-variant=<path>)"
             ),
             ArgError::OptionsFile { path, message } => {
                 write!(
@@ -502,7 +512,12 @@ impl CommandLine {
                     "verbose" => KlOption::Verbose,
                     "keep" => KlOption::Keep,
                     "off" => KlOption::Off,
-                    _ => return Err(ArgError::UnknownKlOption(w.clone())),
+                    "require-model" => KlOption::RequireModel,
+                    "no-profile" => KlOption::NoProfile,
+                    _ => match kl.strip_prefix("profiling-variant=") {
+                        Some(p) if !p.is_empty() => KlOption::ProfilingVariant(PathBuf::from(p)),
+                        _ => return Err(ArgError::UnknownKlOption(w.clone())),
+                    },
                 });
                 continue;
             }
@@ -617,6 +632,14 @@ impl CommandLine {
 
     pub fn has_kl(&self, o: &KlOption) -> bool {
         self.kl.contains(o)
+    }
+
+    /// The path of `--kl-profiling-variant=<path>`, the last one given.
+    pub fn profiling_variant(&self) -> Option<&Path> {
+        self.kl.iter().rev().find_map(|o| match o {
+            KlOption::ProfilingVariant(p) => Some(p.as_path()),
+            _ => None,
+        })
     }
 
     /// The phase nvcc will stop after. When several mode options are given nvcc takes the

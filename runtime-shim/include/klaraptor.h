@@ -64,6 +64,23 @@ typedef struct klaraptor_kernel {
 /* Called by generated constructors. A second registration of the same id is ignored. */
 void klaraptor_register(const klaraptor_kernel *k);
 
+/* A rational program: what klaraptor-cc generates at link time for one kernel and one device
+ * (app.klaraptor/<kernel>.<device>.c). Registered from that file's constructor; the shim uses
+ * the model whose device name equals the name of the device current at the launch. */
+typedef struct klaraptor_model {
+  int abi_version;          /* KLARAPTOR_ABI_VERSION */
+  const char *id;           /* the kernel's mangled name */
+  const char *device;       /* the device name the model was made for, e.g. "NVIDIA H200" */
+  /* Picks block[0..3) for data on dev; returns 0, or nonzero when it cannot decide. The
+   * predicted time in microseconds goes to *predicted_us when it is not NULL. */
+  int (*select)(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
+                double *predicted_us);
+  const char *source;       /* path of the generated C, for logs and `klaraptor inspect` */
+} klaraptor_model;
+
+/* A second registration of the same (id, device) is ignored. */
+void klaraptor_register_model(const klaraptor_model *m);
+
 /* Called before each instrumented launch; may rewrite the four dims in place. */
 void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
                       uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z);

@@ -47,6 +47,18 @@ size_t klaraptor__memo_size(void);
 int klaraptor__parse_force(const char *spec, const char *kernel, unsigned block[3], int *found,
                            int *n_bad);
 
+/* The profiling runtime (klaraptor_prof.c): told of each launch of an annotated kernel by
+ * klaraptor_select, after the decision, with the dims the launch will use. */
+typedef void (*klaraptor_profile_note_fn)(const klaraptor_kernel *k, const int64_t *data,
+                                          uint64_t grid_xy, uint32_t grid_z, uint64_t block_xy,
+                                          uint32_t block_z);
+void klaraptor__set_profile_note(klaraptor_profile_note_fn fn);
+
+/* 0 when block b can be launched with kernel k at data on the current device (limits and
+ * the kernel's constraints) and its grid g is computed; else -1 with the reason in why. */
+int klaraptor__shape_ok(const klaraptor_kernel *k, const int64_t *data, const uint32_t b[3],
+                        uint32_t g[3], char *why, size_t whylen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -154,6 +154,53 @@ void klaraptor_register(const klaraptor_kernel *k) {
   pthread_mutex_unlock(&g_lock);
 }
 
+/* Models: a list, newest first, published like the registry buckets. There are a handful
+ * per program and the list is walked once per decision (a memo miss), never on a hit. */
+typedef struct mentry {
+  const klaraptor_model *m;
+  struct mentry *_Atomic next;
+} mentry;
+static mentry *_Atomic g_models;
+
+void klaraptor_register_model(const klaraptor_model *m) {
+  if (!m) return;
+  if (m->abi_version != KLARAPTOR_ABI_VERSION || !m->id || !m->device || !m->select) {
+    warn("ignoring a malformed rational program for kernel %s", m->id ? m->id : "(null)");
+    return;
+  }
+  pthread_mutex_lock(&g_lock);
+  int dup = 0;
+  for (mentry *e = atomic_load_explicit(&g_models, memory_order_relaxed); e;
+       e = atomic_load_explicit(&e->next, memory_order_relaxed))
+    if (strcmp(e->m->id, m->id) == 0 && strcmp(e->m->device, m->device) == 0) dup = 1;
+  if (!dup) {
+    mentry *e = calloc(1, sizeof *e);
+    if (e) {
+      e->m = m;
+      atomic_store_explicit(&e->next, atomic_load_explicit(&g_models, memory_order_relaxed),
+                            memory_order_relaxed);
+      atomic_store_explicit(&g_models, e, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* The model of kernel `id` for device `dev`; *others counts the models of that kernel made
+ * for other devices, and *other names one of them. */
+static const klaraptor_model *model_for(const char *id, const char *dev, int *others,
+                                        const char **other) {
+  *others = 0;
+  *other = NULL;
+  for (mentry *e = atomic_load_explicit(&g_models, memory_order_acquire); e;
+       e = atomic_load_explicit(&e->next, memory_order_acquire)) {
+    if (strcmp(e->m->id, id) != 0) continue;
+    if (strcmp(e->m->device, dev) == 0) return e->m;
+    (*others)++;
+    *other = e->m->device;
+  }
+  return NULL;
+}
+
 /* id pointer -> entry. The pass passes a constant string per call site; the same id from
  * another translation unit is another pointer and gets its own slot. */
 typedef struct idnode {
@@ -711,17 +758,26 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
     }
     return;
   }
-  if (!k->select) {
-    sb_printf(src, "program");
+  int others = 0;
+  const char *other = NULL;
+  const klaraptor_model *model = model_for(k->id, dev->name, &others, &other);
+  int (*select)(const int64_t *, const klaraptor_device *, uint32_t[3], double *) =
+      model ? model->select : NULL;
+  if (!select && !k->select) {
+    if (others)
+      sb_printf(src, "fallback: no model for this device (the model is for %s)", other);
+    else
+      sb_printf(src, "program");
     return;
   }
-  if (!k->model_device || strcmp(k->model_device, dev->name) != 0) {
+  if (!select && (!k->model_device || strcmp(k->model_device, dev->name) != 0)) {
     sb_printf(src, "fallback: no model for this device (the model is for %s)",
               k->model_device ? k->model_device : "no device");
     return;
   }
   uint32_t b[3] = {1, 1, 1};
-  int rc = k->select(data, dev, b);
+  double predicted = -1;
+  int rc = select ? select(data, dev, b, &predicted) : k->select(data, dev, b);
   if (rc != 0) {
     sb_printf(src, "fallback: the model failed (returned %d)", rc);
     return;
@@ -737,7 +793,10 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
   }
   d->keep = 0;
   memcpy(d->block, b, sizeof b);
-  sb_printf(src, "model");
+  if (predicted >= 0)
+    sb_printf(src, "model predicted_us=%.3g", predicted);
+  else
+    sb_printf(src, "model");
 }
 
 static void log_decision(const kentry *e, const int64_t *data, const decision *d,
@@ -770,6 +829,43 @@ static inline void apply(const decision *d, uint64_t *grid_xy, uint32_t *grid_z,
   *block_z = d->block[2];
 }
 
+/* Set by the profiling runtime (klaraptor_prof.c) when it is linked in: told of each
+ * launch of an annotated kernel, after the decision, with the dims the launch will use. */
+static klaraptor_profile_note_fn _Atomic g_profile_note;
+
+void klaraptor__set_profile_note(klaraptor_profile_note_fn fn) {
+  atomic_store_explicit(&g_profile_note, fn, memory_order_release);
+}
+
+int klaraptor__shape_ok(const klaraptor_kernel *k, const int64_t *data, const uint32_t b[3],
+                        uint32_t g[3], char *why, size_t whylen) {
+  sbuf w = {why, whylen, 0};
+  if (whylen) why[0] = 0;
+  int ordinal = -1;
+  int rc = g_current(&ordinal);
+  if (rc != 0) {
+    sb_printf(&w, "no current device (error %d)", rc);
+    return -1;
+  }
+  pthread_mutex_lock(&g_lock);
+  const klaraptor_device *dev = device_locked(ordinal, why, whylen);
+  int ok = dev && check_block(k, dev, b, &w) == 0;
+  if (ok && k->allowed && !k->allowed(data, b)) {
+    sb_printf(&w, "it violates the kernel's constraints");
+    ok = 0;
+  }
+  if (ok) ok = compute_grid(k, dev, data, b, g, &w) == 0;
+  pthread_mutex_unlock(&g_lock);
+  return ok ? 0 : -1;
+}
+
+static void note_profile(const kentry *e, const int64_t *data, const uint64_t *grid_xy,
+                         const uint32_t *grid_z, const uint64_t *block_xy,
+                         const uint32_t *block_z) {
+  klaraptor_profile_note_fn fn = atomic_load_explicit(&g_profile_note, memory_order_acquire);
+  if (fn) fn(e->k, data, *grid_xy, *grid_z, *block_xy, *block_z);
+}
+
 void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
                       uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z) {
   if (!id || !grid_xy || !grid_z || !block_xy || !block_z || n_data < 0 ||
@@ -794,6 +890,7 @@ void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint6
       memo_find(atomic_load_explicit(&g_memo, memory_order_acquire), h, e, ordinal, n_data, data);
   if (m) {
     apply(&m->d, grid_xy, grid_z, block_xy, block_z);
+    note_profile(e, data, grid_xy, grid_z, block_xy, block_z);
     return;
   }
 
@@ -840,6 +937,7 @@ void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint6
   }
   pthread_mutex_unlock(&g_lock);
   apply(&d, grid_xy, grid_z, block_xy, block_z);
+  note_profile(e, data, grid_xy, grid_z, block_xy, block_z);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -1,0 +1,447 @@
+//! Profiling at link time: the sampling plan, the profiling variant's runs, and turning
+//! what they leave (the collector's JSON lines, or an ncu report joined with the launch log)
+//! into profile records (`klaraptor_profiler::record`).
+//!
+//! The profiling variant is the user's program linked with `--wrap=__cudaLaunchKernel` and
+//! the profiling runtime (runtime-shim/src/klaraptor_prof.c): every launch of an annotated
+//! kernel at a new data size is swept over the plan's block shapes before the program's own
+//! launch. The recipe of the annotation (`profile(run="./app {N}", sizes=[…])`) says how to
+//! run the program at each profiling size.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use klaraptor_profiler::record::{Counters, Plan, Sample};
+use serde::Deserialize;
+
+use crate::linkspec::LinkSpec;
+
+/// Linker options that make a link the profiling variant (with the runtime archive).
+pub const WRAP_FLAGS: &[&str] = &["-Xlinker", "--wrap=__cudaLaunchKernel"];
+
+/// The block shapes profiled for a kernel of dimensionality `dim`: powers of two in every
+/// dimension the kernel uses, at most 1024 threads. In 1-D that is every candidate (1 … 1024,
+/// eleven shapes, plus the multiples of 32 that are not powers of two up to 384, so the fit
+/// sees shapes between the powers where occupancy steps); in 2-D all 66 power-of-two shapes;
+/// in 3-D the 286 of them are thinned to bz ≤ 8 and at least 8 threads. Tiny blocks stay:
+/// they are legal and the fit needs to see them. Shapes the device or the kernel's
+/// constraints reject are recorded as failed by the runtime, not silently dropped.
+pub fn plan_shapes(dim: u8) -> Vec<[u32; 3]> {
+    let p2 = |e: u32| 1u32 << e;
+    let mut out = Vec::new();
+    match dim {
+        1 => {
+            for e in 0..=10 {
+                out.push([p2(e), 1, 1]);
+            }
+            for m in [96, 160, 192, 224, 288, 320, 352, 384] {
+                out.push([m, 1, 1]);
+            }
+            out.sort();
+        }
+        2 => {
+            for ey in 0..=10 {
+                for ex in 0..=(10 - ey) {
+                    out.push([p2(ex), p2(ey), 1]);
+                }
+            }
+        }
+        _ => {
+            for ez in 0..=3 {
+                for ey in 0..=(10 - ez) {
+                    for ex in 0..=(10 - ez - ey) {
+                        if ex + ey + ez >= 3 {
+                            out.push([p2(ex), p2(ey), p2(ez)]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The plan file the profiling runtime reads: one line per kernel, its id then its shapes.
+pub fn plan_file(specs: &[LinkSpec]) -> String {
+    let mut s = String::from("# klaraptor sampling plan: <kernel id> <bx>x<by>x<bz> ...\n");
+    for spec in specs {
+        s.push_str(&spec.mangled);
+        for b in plan_shapes(spec.dim) {
+            s.push_str(&format!(" {}x{}x{}", b[0], b[1], b[2]));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The plan record of `spec`.
+pub fn plan_record(spec: &LinkSpec, runs: u32, warmup: u32) -> Plan {
+    Plan {
+        sizes: spec.profile_sizes.clone(),
+        shapes: plan_shapes(spec.dim),
+        runs,
+        warmup,
+        note: format!(
+            "every power-of-two block shape of a {}-D kernel (see driver/src/profiling.rs), at \
+             the annotation's profile sizes; the fit extrapolates in data size from these",
+            spec.dim
+        ),
+    }
+}
+
+/// The recipe's command for one size: `{LABEL}` replaced by the value.
+pub fn recipe_command(spec: &LinkSpec, size: &[i64]) -> Result<String> {
+    let Some(run) = &spec.profile_run else {
+        bail!(
+            "kernel {} (annotated at {}) has no profile recipe: add \
+             profile(run=\"./app {{N}}\", sizes=[…]) to its annotation",
+            spec.name,
+            spec.annotated_at
+        );
+    };
+    let mut cmd = run.clone();
+    for (label, v) in spec.data.iter().zip(size) {
+        cmd = cmd.replace(&format!("{{{label}}}"), &v.to_string());
+    }
+    Ok(cmd)
+}
+
+/// The file name stem the profiling runtime uses for a kernel (FNV-1a 64 of its id, as in
+/// klaraptor_prof.c).
+pub fn kernel_stem(id: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Where and how the profiling variant runs.
+pub struct RunEnv<'a> {
+    /// The directory the runtime writes into.
+    pub out_dir: &'a Path,
+    pub plan: &'a Path,
+    /// The collector library, or "launch" (only launch each shape once: for ncu).
+    pub collector: &'a str,
+    pub runs: u32,
+    pub warmup: u32,
+    pub verbose: bool,
+}
+
+/// Runs the recipe of `spec` at each of its sizes (the program must already be linked where
+/// the recipe expects it). Returns the wall time of the runs.
+pub fn run_recipe(spec: &LinkSpec, env: &RunEnv) -> Result<std::time::Duration> {
+    let start = std::time::Instant::now();
+    for (i, size) in spec.profile_sizes.iter().enumerate() {
+        let cmd = recipe_command(spec, size)?;
+        eprintln!(
+            "klaraptor-cc: profiling {} at {} ({}/{}), {} shapes: {cmd}",
+            spec.name,
+            fmt_size(&spec.data, size),
+            i + 1,
+            spec.profile_sizes.len(),
+            plan_shapes(spec.dim).len()
+        );
+        let t = std::time::Instant::now();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .current_dir(&spec.build_dir)
+            .env("KLARAPTOR_PROFILE_OUT", env.out_dir)
+            .env("KLARAPTOR_PROFILE_PLAN", env.plan)
+            .env("KLARAPTOR_COLLECTOR", env.collector)
+            .env("KLARAPTOR_PROFILE_RUNS", env.runs.to_string())
+            .env("KLARAPTOR_PROFILE_WARMUP", env.warmup.to_string())
+            .env_remove("KLARAPTOR_FORCE")
+            .env_remove("KLARAPTOR_DISABLE")
+            .output()
+            .with_context(|| format!("cannot run the profile recipe `{cmd}`"))?;
+        if env.verbose || !out.status.success() {
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        }
+        if !out.status.success() {
+            bail!(
+                "the profile recipe of {} (annotated at {}) failed ({}): `{cmd}` in {}",
+                spec.name,
+                spec.annotated_at,
+                out.status,
+                spec.build_dir.display()
+            );
+        }
+        eprintln!("klaraptor-cc:   done in {:.2} s", t.elapsed().as_secs_f64());
+    }
+    Ok(start.elapsed())
+}
+
+fn fmt_size(labels: &[String], size: &[i64]) -> String {
+    labels
+        .iter()
+        .zip(size)
+        .map(|(l, v)| format!("{l}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The samples the collector wrote for kernel `id` into `out_dir`.
+pub fn read_samples(out_dir: &Path, id: &str) -> Result<Vec<Sample>> {
+    let path = out_dir.join(format!("{}.jsonl", kernel_stem(id)));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str::<Sample>(l)
+                .with_context(|| format!("{}:{}: not a profile sample", path.display(), i + 1))
+        })
+        .collect()
+}
+
+/// One line of the launch log the runtime writes in "launch" mode.
+#[derive(Debug, Deserialize)]
+struct LaunchLine {
+    #[serde(default)]
+    own: bool,
+    sizes: Vec<i64>,
+    block: [u32; 3],
+    grid: [u32; 3],
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Splits one CSV record (RFC 4180 quoting).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
+/// The ncu metric names that give each counter, most specific first. ncu must be run with
+/// `--csv --page raw --print-units base --print-kernel-base mangled`.
+pub const NCU_METRICS: &[(&str, &[&str])] = &[
+    ("inst_executed", &["smsp__inst_executed.sum"]),
+    (
+        "inst_global_ld",
+        &[
+            "smsp__sass_inst_executed_op_global_ld.sum",
+            "smsp__inst_executed_op_global_ld.sum",
+        ],
+    ),
+    (
+        "inst_global_st",
+        &[
+            "smsp__sass_inst_executed_op_global_st.sum",
+            "smsp__inst_executed_op_global_st.sum",
+        ],
+    ),
+    (
+        "inst_shared_ld",
+        &[
+            "smsp__sass_inst_executed_op_shared_ld.sum",
+            "smsp__inst_executed_op_shared_ld.sum",
+        ],
+    ),
+    (
+        "inst_shared_st",
+        &[
+            "smsp__sass_inst_executed_op_shared_st.sum",
+            "smsp__inst_executed_op_shared_st.sum",
+        ],
+    ),
+    (
+        "inst_barrier",
+        &[
+            "smsp__inst_executed_op_barrier.sum",
+            "smsp__sass_inst_executed_op_barrier.sum",
+            "smsp__inst_executed_op_bar.sum",
+        ],
+    ),
+    (
+        "gld_requests",
+        &["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"],
+    ),
+    (
+        "gst_requests",
+        &["l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"],
+    ),
+    (
+        "gld_sectors",
+        &["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"],
+    ),
+    (
+        "gst_sectors",
+        &["l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"],
+    ),
+    ("dram_bytes_read", &["dram__bytes_read.sum"]),
+    ("dram_bytes_write", &["dram__bytes_write.sum"]),
+    (
+        "achieved_active_warps",
+        &["sm__warps_active.avg.per_cycle_active"],
+    ),
+    ("time_ns", &["gpu__time_duration.sum"]),
+    ("regs_per_thread", &["launch__registers_per_thread"]),
+    ("smem_static", &["launch__shared_mem_per_block_static"]),
+    ("smem_dynamic", &["launch__shared_mem_per_block_dynamic"]),
+    ("block_x", &["launch__block_dim_x"]),
+    ("block_y", &["launch__block_dim_y"]),
+    ("block_z", &["launch__block_dim_z"]),
+];
+
+/// Counters whose metric may be missing on a GPU (recorded as 0, and said so).
+const OPTIONAL: &[&str] = &["inst_barrier"];
+
+/// Joins an ncu raw-page CSV with the runtime's launch log for kernel `id`: the n-th ncu row
+/// of the kernel is the n-th logged launch. Rows of other kernels are skipped; the program's
+/// own launches (logged with `"own": true`) are skipped after the join. Returns the samples
+/// and the names of optional counters that were missing.
+pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, Vec<String>)> {
+    let mut lines = csv
+        .lines()
+        .skip_while(|l| !l.starts_with("\"ID\""))
+        .map(csv_fields);
+    let header = lines
+        .next()
+        .context("the ncu CSV has no header row (run ncu with --csv --page raw)")?;
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let name_col = col("Kernel Name").context("the ncu CSV has no \"Kernel Name\" column")?;
+    let mut cols: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut missing_optional = Vec::new();
+    for (field, names) in NCU_METRICS {
+        match names.iter().find_map(|n| col(n)) {
+            Some(c) => {
+                cols.insert(field, c);
+            }
+            None if OPTIONAL.contains(field) => missing_optional.push(field.to_string()),
+            None => bail!(
+                "the ncu CSV has no column for {field} (looked for {})",
+                names.join(", ")
+            ),
+        }
+    }
+    let rows: Vec<Vec<String>> = lines
+        .filter(|r| r.get(name_col).is_some_and(|n| n == id))
+        .collect();
+    let logged: Vec<LaunchLine> = launches
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("launch log line {}", i + 1)))
+        .collect::<Result<_>>()?;
+    let ok_launches: Vec<&LaunchLine> = logged.iter().filter(|l| l.error.is_none()).collect();
+    if rows.len() != ok_launches.len() {
+        bail!(
+            "ncu profiled {} launches of {id} but the runtime logged {}: profile every launch \
+             (no --launch-count / --launch-skip)",
+            rows.len(),
+            ok_launches.len()
+        );
+    }
+    let num = |row: &[String], field: &str| -> Result<f64> {
+        let Some(&c) = cols.get(field) else {
+            return Ok(0.0);
+        };
+        let raw = row.get(c).map(String::as_str).unwrap_or("");
+        let clean: String = raw.chars().filter(|c| *c != ',').collect();
+        clean
+            .trim()
+            .parse::<f64>()
+            .with_context(|| format!("ncu value of {field} is not a number: {raw:?}"))
+    };
+    let mut samples = Vec::new();
+    let mut it = rows.iter();
+    for l in &logged {
+        if let Some(err) = &l.error {
+            if !l.own {
+                samples.push(Sample {
+                    sizes: l.sizes.clone(),
+                    block: l.block,
+                    grid: l.grid,
+                    error: Some(err.clone()),
+                    counters: None,
+                });
+            }
+            continue;
+        }
+        let row = it.next().expect("counted above");
+        let block = [
+            num(row, "block_x")? as u32,
+            num(row, "block_y")? as u32,
+            num(row, "block_z")? as u32,
+        ];
+        if block != l.block {
+            bail!(
+                "ncu row and launch log disagree: ncu saw block {:?}, the runtime launched {:?}",
+                block,
+                l.block
+            );
+        }
+        if l.own {
+            continue;
+        }
+        let u = |f: &str| num(row, f).map(|v| v.round().max(0.0) as u64);
+        let time_ms = num(row, "time_ns")? / 1e6;
+        samples.push(Sample {
+            sizes: l.sizes.clone(),
+            block: l.block,
+            grid: l.grid,
+            error: None,
+            counters: Some(Counters {
+                inst_executed: u("inst_executed")?,
+                inst_global_ld: u("inst_global_ld")?,
+                inst_global_st: u("inst_global_st")?,
+                inst_shared_ld: u("inst_shared_ld")?,
+                inst_shared_st: u("inst_shared_st")?,
+                inst_barrier: u("inst_barrier")?,
+                gld_requests: u("gld_requests")?,
+                gst_requests: u("gst_requests")?,
+                gld_sectors: u("gld_sectors")?,
+                gst_sectors: u("gst_sectors")?,
+                dram_bytes_read: u("dram_bytes_read")?,
+                dram_bytes_write: u("dram_bytes_write")?,
+                achieved_active_warps: num(row, "achieved_active_warps")?,
+                time_ms,
+                time_runs_ms: vec![time_ms],
+                regs_per_thread: u("regs_per_thread")? as u32,
+                smem_static: u("smem_static")? as u32,
+                smem_dynamic: u("smem_dynamic")? as u32,
+            }),
+        });
+    }
+    Ok((samples, missing_optional))
+}
+
+/// The ncu `--metrics` list: the first candidate of each counter.
+pub fn ncu_metric_list() -> String {
+    NCU_METRICS
+        .iter()
+        .map(|(_, names)| names[0])
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A scratch directory for one profiling session.
+pub fn scratch(work: &Path) -> Result<PathBuf> {
+    let d = work.join("profile");
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(d)
+}

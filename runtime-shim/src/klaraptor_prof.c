@@ -1,0 +1,393 @@
+/* klaraptor profiling runtime: linked only into the profiling variant of a program.
+ *
+ * In that variant the IO-builder pass also renames the calls of `__cudaLaunchKernel` (the
+ * entry point nvcc's host stubs launch through) to klaraptor_profile_launch, which has the
+ * same signature. klaraptor_select tells this file (through klaraptor__set_profile_note) of
+ * each launch of an annotated kernel; the launch that follows on the same thread with the
+ * same dims is that kernel's. For the first few distinct data sizes of each kernel, the
+ * launch is swept over the block shapes of the sampling plan before the program's own
+ * launch is made, so the program continues as it would.
+ *
+ * Environment (set by klaraptor-cc when it runs the profiling variant):
+ *   KLARAPTOR_PROFILE_OUT  a directory; per kernel, <fnv64(id)>.jsonl gets one JSON line per
+ *                          shape, and kernels.tsv maps the file names to the kernels.
+ *   KLARAPTOR_PROFILE_PLAN a file of lines "<mangled id> <bx>x<by>x<bz> ..." (the shapes).
+ *   KLARAPTOR_COLLECTOR    the collector library (libklaraptor_collector.so), or "launch"
+ *                          to only launch each shape once and log it (for running under
+ *                          ncu, which then does the measuring).
+ *   KLARAPTOR_PROFILE_RUNS, KLARAPTOR_PROFILE_WARMUP  timed and warm-up runs (default 5, 1).
+ *   KLARAPTOR_PROFILE_MAX_SIZES  distinct data sizes profiled per kernel per run (default 4).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klaraptor.h"
+#include "klaraptor_collect.h"
+#include "klaraptor_internal.h"
+
+/* The launch entry point of nvcc 13's host stubs (defined by the static CUDA runtime). The
+ * dims are passed packed as in the host IR: x | y << 32, then z. */
+extern int __cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
+                              uint64_t block_xy, uint32_t block_z, void **args, size_t shmem,
+                              void *stream);
+
+int klaraptor_profile_launch(void *kernel, uint64_t grid_xy, uint32_t grid_z,
+                             uint64_t block_xy, uint32_t block_z, void **args, size_t shmem,
+                             void *stream);
+
+static void perr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void perr(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "klaraptor-profile: %s\n", buf);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* What klaraptor_select told us (per thread)                                               */
+
+typedef struct pending {
+  const klaraptor_kernel *k;
+  int64_t data[16];
+  uint64_t grid_xy, block_xy;
+  uint32_t grid_z, block_z;
+} pending;
+
+static _Thread_local pending t_pending;
+static _Thread_local int t_inside; /* set while sweeping: our own launches pass through */
+
+static void note(const klaraptor_kernel *k, const int64_t *data, uint64_t grid_xy,
+                 uint32_t grid_z, uint64_t block_xy, uint32_t block_z) {
+  if (t_inside || k->n_data > 16) return;
+  t_pending.k = k;
+  if (k->n_data) memcpy(t_pending.data, data, (size_t)k->n_data * sizeof *data);
+  t_pending.grid_xy = grid_xy;
+  t_pending.grid_z = grid_z;
+  t_pending.block_xy = block_xy;
+  t_pending.block_z = block_z;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Configuration                                                                            */
+
+typedef struct plan_kernel {
+  char *id;
+  uint32_t (*shapes)[3];
+  int n_shapes;
+  int64_t (*done)[16]; /* data tuples already profiled */
+  int n_done;
+} plan_kernel;
+
+static pthread_mutex_t g_plock = PTHREAD_MUTEX_INITIALIZER;
+static plan_kernel *g_plan;
+static int g_n_plan;
+static const char *g_out;
+static const char *g_collector;
+static klaraptor_collect_fn g_collect;
+static int g_runs = 5, g_warmup = 1, g_max_sizes = 4;
+static int g_broken; /* the collector could not be loaded: no more attempts */
+
+static int env_int(const char *name, int dflt, int lo, int hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end || x < lo || x > hi) {
+    perr("%s=%s is not an integer in [%d, %d]; using %d", name, v, lo, hi, dflt);
+    return dflt;
+  }
+  return (int)x;
+}
+
+static int parse_shape(const char *s, uint32_t out[3]) {
+  unsigned a = 1, b = 1, c = 1;
+  int n = sscanf(s, "%ux%ux%u", &a, &b, &c);
+  if (n < 1 || a == 0 || b == 0 || c == 0) return -1;
+  out[0] = a;
+  out[1] = b;
+  out[2] = c;
+  return 0;
+}
+
+static void load_plan(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    perr("cannot read the plan %s: %s", path, strerror(errno));
+    return;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int lineno = 0;
+  while (getline(&line, &cap, f) > 0) {
+    lineno++;
+    char *save = NULL;
+    char *tok = strtok_r(line, " \t\r\n", &save);
+    if (!tok || tok[0] == '#') continue;
+    plan_kernel pk = {0};
+    pk.id = strdup(tok);
+    while ((tok = strtok_r(NULL, " \t\r\n", &save))) {
+      uint32_t sh[3];
+      if (parse_shape(tok, sh) != 0) {
+        perr("%s:%d: bad shape '%s' (expected <bx>x<by>x<bz>)", path, lineno, tok);
+        continue;
+      }
+      void *p = realloc(pk.shapes, (size_t)(pk.n_shapes + 1) * sizeof *pk.shapes);
+      if (!p) break;
+      pk.shapes = p;
+      memcpy(pk.shapes[pk.n_shapes++], sh, sizeof sh);
+    }
+    void *p = realloc(g_plan, (size_t)(g_n_plan + 1) * sizeof *g_plan);
+    if (!p) break;
+    g_plan = p;
+    g_plan[g_n_plan++] = pk;
+  }
+  free(line);
+  fclose(f);
+}
+
+__attribute__((constructor)) static void prof_init(void) {
+  g_out = getenv("KLARAPTOR_PROFILE_OUT");
+  g_collector = getenv("KLARAPTOR_COLLECTOR");
+  const char *plan = getenv("KLARAPTOR_PROFILE_PLAN");
+  g_runs = env_int("KLARAPTOR_PROFILE_RUNS", 5, 1, 1000);
+  g_warmup = env_int("KLARAPTOR_PROFILE_WARMUP", 1, 0, 1000);
+  g_max_sizes = env_int("KLARAPTOR_PROFILE_MAX_SIZES", 4, 1, 1000);
+  if (!g_out || !*g_out || !plan || !*plan) return; /* not profiling: launches pass through */
+  load_plan(plan);
+  klaraptor__set_profile_note(note);
+}
+
+static plan_kernel *plan_for(const char *id) {
+  for (int i = 0; i < g_n_plan; i++)
+    if (strcmp(g_plan[i].id, id) == 0) return &g_plan[i];
+  return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Output                                                                                   */
+
+static uint64_t fnv64(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static void out_path(char *buf, size_t n, const char *id, const char *suffix) {
+  snprintf(buf, n, "%s/%016" PRIx64 "%s", g_out, fnv64(id), suffix);
+}
+
+static void index_kernel(const klaraptor_kernel *k) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/kernels.tsv", g_out);
+  FILE *f = fopen(p, "a");
+  if (!f) {
+    perr("cannot write %s: %s", p, strerror(errno));
+    return;
+  }
+  fprintf(f, "%016" PRIx64 "\t%s\t%s\n", fnv64(k->id), k->id, k->name ? k->name : k->id);
+  fclose(f);
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static void json_sizes(FILE *f, const klaraptor_kernel *k, const int64_t *data) {
+  fputc('[', f);
+  for (int i = 0; i < k->n_data; i++) fprintf(f, "%s%" PRId64, i ? "," : "", data[i]);
+  fputc(']', f);
+}
+
+/* A shape that could not be launched: the sample says why. */
+static void record_rejected(const klaraptor_kernel *k, const int64_t *data, const uint32_t b[3],
+                            const char *why) {
+  char p[4096];
+  out_path(p, sizeof p, k->id, ".jsonl");
+  FILE *f = fopen(p, "a");
+  if (!f) return;
+  fputs("{\"sizes\":", f);
+  json_sizes(f, k, data);
+  fprintf(f, ",\"block\":[%u,%u,%u],\"grid\":[0,0,0],\"error\":", b[0], b[1], b[2]);
+  json_str(f, why);
+  fputs("}\n", f);
+  fclose(f);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The sweep                                                                                */
+
+typedef struct launch_ctx {
+  void *kernel;
+  void **args;
+  size_t shmem;
+  void *stream;
+  const uint32_t *blocks, *grids;
+  FILE *log; /* "launch" mode: one line per launch */
+  const klaraptor_kernel *k;
+  const int64_t *data;
+} launch_ctx;
+
+static int launch_shape(void *vctx, int i) {
+  launch_ctx *c = vctx;
+  const uint32_t *b = c->blocks + 3 * i, *g = c->grids + 3 * i;
+  int rc = __cudaLaunchKernel(c->kernel, (uint64_t)g[0] | ((uint64_t)g[1] << 32), g[2],
+                              (uint64_t)b[0] | ((uint64_t)b[1] << 32), b[2], c->args, c->shmem,
+                              c->stream);
+  if (c->log) {
+    fputs("{\"sizes\":", c->log);
+    json_sizes(c->log, c->k, c->data);
+    fprintf(c->log, ",\"block\":[%u,%u,%u],\"grid\":[%u,%u,%u]", b[0], b[1], b[2], g[0], g[1],
+            g[2]);
+    if (rc != 0) fprintf(c->log, ",\"error\":\"launch failed with CUDA error %d\"", rc);
+    fputs("}\n", c->log);
+    fflush(c->log);
+  }
+  return rc;
+}
+
+static int load_collector(void) {
+  if (g_collect) return 0;
+  if (g_broken) return -1;
+  if (!g_collector || !*g_collector) {
+    perr("KLARAPTOR_COLLECTOR is not set: nothing to measure with");
+    g_broken = 1;
+    return -1;
+  }
+  void *h = dlopen(g_collector, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    perr("cannot load the collector %s: %s", g_collector, dlerror());
+    g_broken = 1;
+    return -1;
+  }
+  g_collect = (klaraptor_collect_fn)dlsym(h, "klaraptor_collect");
+  if (!g_collect) {
+    perr("%s has no klaraptor_collect: %s", g_collector, dlerror());
+    g_broken = 1;
+    return -1;
+  }
+  return 0;
+}
+
+/* Under g_plock. */
+static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args, size_t shmem,
+                  void *stream) {
+  const klaraptor_kernel *k = pd->k;
+  int n = pk->n_shapes;
+  uint32_t *blocks = calloc((size_t)n * 3, sizeof *blocks);
+  uint32_t *grids = calloc((size_t)n * 3, sizeof *grids);
+  if (!blocks || !grids) {
+    free(blocks);
+    free(grids);
+    return;
+  }
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    uint32_t g[3];
+    char why[512];
+    if (klaraptor__shape_ok(k, pd->data, pk->shapes[i], g, why, sizeof why) != 0) {
+      record_rejected(k, pd->data, pk->shapes[i], why);
+      continue;
+    }
+    memcpy(blocks + 3 * m, pk->shapes[i], 3 * sizeof *blocks);
+    memcpy(grids + 3 * m, g, sizeof g);
+    m++;
+  }
+  char path[4096];
+  int launch_only = strcmp(g_collector ? g_collector : "", "launch") == 0;
+  out_path(path, sizeof path, k->id, launch_only ? ".launches.jsonl" : ".jsonl");
+  launch_ctx c = {kernel, args, shmem, stream, blocks, grids, NULL, k, pd->data};
+  if (launch_only) {
+    c.log = fopen(path, "a");
+    if (!c.log) perr("cannot write %s: %s", path, strerror(errno));
+    for (int i = 0; i < m && c.log; i++) launch_shape(&c, i);
+    if (c.log) fclose(c.log);
+  } else if (load_collector() == 0) {
+    klaraptor_collect_request req;
+    memset(&req, 0, sizeof req);
+    req.abi_version = KLARAPTOR_COLLECT_ABI;
+    req.kernel_id = k->id;
+    req.kernel_name = k->name ? k->name : k->id;
+    req.n_data = k->n_data;
+    req.data = pd->data;
+    req.n_shapes = m;
+    req.blocks = blocks;
+    req.grids = grids;
+    req.kernel = kernel;
+    req.stream = stream;
+    req.dynamic_smem = shmem;
+    req.runs = g_runs;
+    req.warmup = g_warmup;
+    req.out_path = path;
+    req.ctx = &c;
+    req.launch = launch_shape;
+    if (g_collect(&req) != 0) perr("the collector failed on %s", req.kernel_name);
+  }
+  free(blocks);
+  free(grids);
+}
+
+int klaraptor_profile_launch(void *kernel, uint64_t grid_xy, uint32_t grid_z,
+                             uint64_t block_xy, uint32_t block_z, void **args, size_t shmem,
+                             void *stream) {
+  pending pd = t_pending;
+  t_pending.k = NULL;
+  if (!t_inside && pd.k && pd.grid_xy == grid_xy && pd.grid_z == grid_z &&
+      pd.block_xy == block_xy && pd.block_z == block_z) {
+    pthread_mutex_lock(&g_plock);
+    plan_kernel *pk = plan_for(pd.k->id);
+    int todo = pk && pk->n_shapes > 0 && pk->n_done < g_max_sizes;
+    for (int i = 0; todo && i < pk->n_done; i++)
+      if (memcmp(pk->done[i], pd.data, (size_t)pd.k->n_data * sizeof(int64_t)) == 0) todo = 0;
+    if (todo) {
+      void *p = realloc(pk->done, (size_t)(pk->n_done + 1) * sizeof *pk->done);
+      if (p) {
+        pk->done = p;
+        memset(pk->done[pk->n_done], 0, sizeof pk->done[0]);
+        memcpy(pk->done[pk->n_done], pd.data, (size_t)pd.k->n_data * sizeof(int64_t));
+        if (pk->n_done++ == 0) index_kernel(pd.k);
+        t_inside = 1;
+        sweep(pk, &pd, kernel, args, shmem, stream);
+        t_inside = 0;
+      }
+    }
+    pthread_mutex_unlock(&g_plock);
+    if (pk && strcmp(g_collector ? g_collector : "", "launch") == 0) {
+      /* Log every own launch of a planned kernel too, so the log lines up with ncu's. */
+      char path[4096];
+      out_path(path, sizeof path, pd.k->id, ".launches.jsonl");
+      FILE *f = fopen(path, "a");
+      if (f) {
+        fputs("{\"own\":true,\"sizes\":", f);
+        json_sizes(f, pd.k, pd.data);
+        fprintf(f, ",\"block\":[%u,%u,%u],\"grid\":[%u,%u,%u]}\n", (uint32_t)block_xy,
+                (uint32_t)(block_xy >> 32), block_z, (uint32_t)grid_xy,
+                (uint32_t)(grid_xy >> 32), grid_z);
+        fclose(f);
+      }
+    }
+  }
+  return __cudaLaunchKernel(kernel, grid_xy, grid_z, block_xy, block_z, args, shmem, stream);
+}
