@@ -1,0 +1,622 @@
+//! The occupancy calculation and the MWP-CWP model in C99, for the rational programs.
+//!
+//! [`C_MODEL`] is one self-contained C99 source: the structures `kl_device`, `kl_launch`,
+//! `kl_metrics`, `kl_occupancy_result`, `kl_prediction` and the functions
+//! `kl_occupancy(...)` and `kl_predict(...)`. Every function is `static` and every name
+//! starts with `kl_`/`KL_`, so each generated rational program includes its own copy and
+//! any number of them link together; an include guard (`KL_MODEL_C_INCLUDED`) makes a
+//! second inclusion in one translation unit harmless. It needs only `<stdint.h>` and
+//! `<math.h>` (for `HUGE_VAL`; nothing from libm is called, no `-lm` needed), and compiles
+//! cleanly with `cc -std=c99 -Wall -Wextra -Werror -pedantic` (tested).
+//!
+//! The C code follows the Rust of [`crate::occupancy`] and [`crate::mwp_cwp`] operation for
+//! operation (same expressions, same order, IEEE double), so both give the same bits on
+//! x86-64; `tests/differential.rs` checks 100 000 random cases. Every equation is
+//! documented in the Rust; the C says where.
+//!
+//! [`device_to_c`] writes a device as `static const kl_device <ident> = {...};`.
+
+use crate::device::Device;
+
+/// The C99 model (see the module doc for the interface).
+pub const C_MODEL: &str = r##"/*
+ * klaraptor: occupancy and the MWP-CWP performance model, C99.
+ *
+ * Emitted by klaraptor-model (model/src/c_emit.rs). It is the operation-for-operation
+ * transcription of model/src/occupancy.rs and model/src/mwp_cwp.rs, whose documentation
+ * gives every equation and its source (Hong & Kim 2009, Sim et al. 2012, DESIGN.md, and
+ * our own corrections). Everything is static and prefixed kl_: each rational program
+ * carries its own copy.
+ */
+#ifndef KL_MODEL_C_INCLUDED
+#define KL_MODEL_C_INCLUDED
+
+#include <math.h>
+#include <stdint.h>
+
+#define KL_MAX_CARVEOUTS 16
+
+/* Occupancy limiters (kl_occupancy_result.limiter). */
+#define KL_OCC_WARPS 1
+#define KL_OCC_BLOCKS 2
+#define KL_OCC_REGISTERS 3
+#define KL_OCC_SHARED_MEMORY 4
+
+/* What bounds a prediction (kl_prediction.limiter). 9..11: the launch cannot run. */
+#define KL_LIMIT_MEMORY_LATENCY 1
+#define KL_LIMIT_MEMORY_BANDWIDTH 2
+#define KL_LIMIT_COMPUTE 3
+#define KL_LIMIT_OCCUPANCY_WARPS 4
+#define KL_LIMIT_OCCUPANCY_BLOCKS 5
+#define KL_LIMIT_OCCUPANCY_REGISTERS 6
+#define KL_LIMIT_OCCUPANCY_SHARED_MEMORY 7
+#define KL_LIMIT_TOO_FEW_BLOCKS 8
+#define KL_LIMIT_EXCEEDS_LIMITS 9
+#define KL_LIMIT_EXCEEDS_REGISTERS 10
+#define KL_LIMIT_EXCEEDS_SHARED_MEMORY 11
+
+/* Carveout preference for kl_occupancy: the driver's default (largest shared memory). */
+#define KL_CARVEOUT_DEFAULT (-1)
+
+#define KL_SECTOR_BYTES 32.0
+#define KL_COALESCED_SECTORS 4.0
+#define KL_UNCOAL_PER_MW 32.0
+#define KL_METRIC_CAP 1e30
+
+/* One GPU (model/src/device.rs documents every field; device_to_c writes these). */
+typedef struct kl_device {
+    const char *name;
+    const char *uuid;
+    uint32_t cc_major, cc_minor;
+    uint32_t sm_count;
+    double sm_clock_mhz;
+    uint32_t warp_size;
+    uint32_t sub_partitions;
+    uint32_t max_threads_per_block;
+    uint32_t max_threads_per_sm;
+    uint32_t max_blocks_per_sm;
+    uint32_t max_block_dim[3];
+    uint32_t max_grid_dim[3];
+    uint32_t regs_per_sm, regs_per_block, max_regs_per_thread, reg_alloc_unit;
+    uint32_t smem_per_sm, smem_per_block, smem_per_block_optin;
+    uint32_t smem_reserved_per_block, smem_alloc_unit;
+    uint32_t n_carveouts;
+    uint32_t carveout_bytes[KL_MAX_CARVEOUTS]; /* ascending */
+    double mem_latency_cycles;
+    double l2_latency_cycles;
+    double departure_delay_coalesced_cycles;
+    double departure_delay_uncoalesced_cycles; /* per 32-byte transaction */
+    double dram_bandwidth_gbs;
+    double issue_cycles;        /* per warp instruction, per warp scheduler */
+    double shared_issue_cycles; /* per shared-memory warp instruction, per scheduler */
+} kl_device;
+
+/* One launch: shared memory is static + dynamic bytes per block. */
+typedef struct kl_launch {
+    uint32_t block[3];
+    uint32_t grid[3];
+    uint32_t regs_per_thread;
+    uint32_t smem_per_block;
+} kl_launch;
+
+/* Per-warp metrics, averaged over the warps of the grid. */
+typedef struct kl_metrics {
+    double inst;
+    double gld_inst, gst_inst;
+    double shared_inst;
+    double sync_inst;
+    double gld_sectors_per_req, gst_sectors_per_req; /* 4 = coalesced, 32 = diverged */
+    double dram_bytes;
+} kl_metrics;
+
+typedef struct kl_occupancy_result {
+    uint32_t blocks_per_sm; /* 0: the block cannot launch */
+    uint32_t warps_per_sm;
+    uint32_t warps_per_block;
+    int limiter; /* KL_OCC_* */
+    uint32_t by_warps, by_blocks, by_registers, by_shared_memory; /* UINT32_MAX: none */
+} kl_occupancy_result;
+
+typedef struct kl_prediction {
+    double cycles;  /* HUGE_VAL when the launch cannot run */
+    double time_us; /* HUGE_VAL when the launch cannot run */
+    double mwp, cwp; /* of one warp scheduler, first wave */
+    uint32_t active_warps_per_sm, active_blocks_per_sm;
+    uint64_t waves;
+    int limiter; /* KL_LIMIT_* */
+    const char *limiter_name;
+} kl_prediction;
+
+static uint64_t kl_div_ceil(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+static uint64_t kl_round_up(uint64_t a, uint64_t unit)
+{
+    return kl_div_ceil(a, unit) * unit;
+}
+
+static uint32_t kl_clamp_u32(uint64_t v)
+{
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+static double kl_min(double a, double b)
+{
+    return a < b ? a : b;
+}
+
+static double kl_max(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+/* Metrics from fitted functions may leave their range: clamp to [0, 1e30], NaN -> 0. */
+static double kl_clean(double x)
+{
+    if (x > 0.0) {
+        return x < KL_METRIC_CAP ? x : KL_METRIC_CAP;
+    }
+    return 0.0;
+}
+
+/* The smallest carveout holding `bytes`; `fallback` when none does. */
+static uint64_t kl_snap_carveout(const kl_device *d, uint64_t bytes, uint64_t fallback)
+{
+    uint32_t i;
+    for (i = 0; i < d->n_carveouts && i < KL_MAX_CARVEOUTS; i++) {
+        if ((uint64_t)d->carveout_bytes[i] >= bytes) {
+            return d->carveout_bytes[i];
+        }
+    }
+    return fallback;
+}
+
+/* Resident blocks per SM, as cudaOccupancyMaxActiveBlocksPerMultiprocessor computes them
+ * (model/src/occupancy.rs). carveout_pct: KL_CARVEOUT_DEFAULT or 0..100. */
+static void kl_occupancy(const kl_device *d, uint32_t threads_per_block,
+                         uint32_t regs_per_thread, uint32_t smem_per_block,
+                         int carveout_pct, kl_occupancy_result *out)
+{
+    uint64_t warp = d->warp_size;
+    uint64_t threads = threads_per_block;
+    uint64_t wpb = kl_div_ceil(threads, warp);
+    uint64_t by_warps, by_blocks, by_registers, by_smem, blocks;
+    uint64_t parts = d->sub_partitions;
+    uint64_t regs_per_warp;
+    uint64_t block_bytes;
+    uint64_t limits[4];
+    int codes[4];
+    int i;
+
+    /* 1. warp slots */
+    if (threads == 0 || threads > d->max_threads_per_block) {
+        by_warps = 0;
+    } else {
+        by_warps = ((uint64_t)d->max_threads_per_sm / warp) / wpb;
+    }
+
+    /* 2. resident-block slots */
+    by_blocks = d->max_blocks_per_sm;
+
+    /* 3. registers: per warp, within one sub-partition's share of the file */
+    regs_per_warp = kl_round_up((uint64_t)regs_per_thread * warp, d->reg_alloc_unit);
+    if (regs_per_thread > d->max_regs_per_thread
+        || regs_per_warp * wpb > d->regs_per_block
+        || regs_per_warp * kl_round_up(wpb, parts) > d->regs_per_block) {
+        by_registers = 0;
+    } else if (regs_per_warp == 0) {
+        by_registers = UINT32_MAX;
+    } else if (wpb == 0) {
+        by_registers = 0;
+    } else {
+        uint64_t warps_per_part = ((uint64_t)d->regs_per_sm / parts) / regs_per_warp;
+        by_registers = (warps_per_part * parts) / wpb;
+    }
+
+    /* 4. shared memory, within the carveout the driver picks */
+    block_bytes = kl_round_up((uint64_t)smem_per_block + d->smem_reserved_per_block,
+                              d->smem_alloc_unit);
+    if (block_bytes > (uint64_t)d->smem_per_block_optin + d->smem_reserved_per_block) {
+        by_smem = 0;
+    } else if (block_bytes == 0) {
+        by_smem = UINT32_MAX;
+    } else {
+        uint64_t preferred, capacity;
+        if (carveout_pct < 0) {
+            preferred = d->smem_per_sm;
+        } else {
+            uint64_t pct = carveout_pct > 100 ? 100 : (uint64_t)carveout_pct;
+            preferred = pct * d->smem_per_sm / 100;
+        }
+        preferred = kl_snap_carveout(d, preferred, d->smem_per_sm);
+        if (preferred >= block_bytes) {
+            capacity = preferred;
+        } else {
+            capacity = kl_snap_carveout(d, block_bytes, d->smem_per_sm);
+        }
+        by_smem = capacity / block_bytes;
+    }
+
+    limits[0] = by_warps;
+    codes[0] = KL_OCC_WARPS;
+    limits[1] = by_registers;
+    codes[1] = KL_OCC_REGISTERS;
+    limits[2] = by_smem;
+    codes[2] = KL_OCC_SHARED_MEMORY;
+    limits[3] = by_blocks;
+    codes[3] = KL_OCC_BLOCKS;
+    blocks = limits[0];
+    for (i = 1; i < 4; i++) {
+        if (limits[i] < blocks) {
+            blocks = limits[i];
+        }
+    }
+    out->limiter = KL_OCC_WARPS;
+    for (i = 0; i < 4; i++) {
+        if (limits[i] == blocks) {
+            out->limiter = codes[i];
+            break;
+        }
+    }
+    out->blocks_per_sm = kl_clamp_u32(blocks);
+    out->warps_per_sm = kl_clamp_u32(blocks * wpb);
+    out->warps_per_block = kl_clamp_u32(wpb);
+    out->by_warps = kl_clamp_u32(by_warps);
+    out->by_blocks = kl_clamp_u32(by_blocks);
+    out->by_registers = kl_clamp_u32(by_registers);
+    out->by_shared_memory = kl_clamp_u32(by_smem);
+}
+
+static const char *kl_limiter_name(int code)
+{
+    switch (code) {
+    case KL_LIMIT_MEMORY_LATENCY: return "memory latency";
+    case KL_LIMIT_MEMORY_BANDWIDTH: return "memory bandwidth";
+    case KL_LIMIT_COMPUTE: return "compute";
+    case KL_LIMIT_OCCUPANCY_WARPS: return "occupancy (threads)";
+    case KL_LIMIT_OCCUPANCY_BLOCKS: return "occupancy (blocks)";
+    case KL_LIMIT_OCCUPANCY_REGISTERS: return "occupancy (registers)";
+    case KL_LIMIT_OCCUPANCY_SHARED_MEMORY: return "occupancy (shared memory)";
+    case KL_LIMIT_TOO_FEW_BLOCKS: return "too few blocks";
+    case KL_LIMIT_EXCEEDS_LIMITS: return "launch exceeds device limits";
+    case KL_LIMIT_EXCEEDS_REGISTERS: return "block exceeds register limit";
+    case KL_LIMIT_EXCEEDS_SHARED_MEMORY: return "block exceeds shared memory limit";
+    default: return "unknown";
+    }
+}
+
+/* Per-warp quantities of the kernel (mwp_cwp.rs: per_warp). */
+typedef struct kl_per_warp {
+    double mem_insts, sync_inst, comp_cycles, mem_l, departure, mem_cycles, bytes_per_req;
+} kl_per_warp;
+
+#define KL_REGIME_COMPUTE 0
+#define KL_REGIME_LATENCY 1
+#define KL_REGIME_BANDWIDTH 2
+#define KL_REGIME_FEW_WARPS 3
+
+typedef struct kl_wave {
+    double cycles, mwp, cwp;
+    int regime;
+} kl_wave;
+
+static double kl_uncoalesced_fraction(double sectors)
+{
+    double w = (sectors - KL_COALESCED_SECTORS) / (KL_UNCOAL_PER_MW - KL_COALESCED_SECTORS);
+    return kl_min(kl_max(w, 0.0), 1.0);
+}
+
+static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, kl_per_warp *k)
+{
+    double inst = kl_max(kl_clean(m->inst), 1.0);
+    double gld = kl_clean(m->gld_inst);
+    double gst = kl_clean(m->gst_inst);
+    double shared = kl_min(kl_clean(m->shared_inst), inst);
+    double s_ld = kl_clean(m->gld_sectors_per_req);
+    double s_st = kl_clean(m->gst_sectors_per_req);
+    double dram = kl_clean(m->dram_bytes);
+    double mem_insts = gld + gst;
+    double uncoal = gld * kl_uncoalesced_fraction(s_ld) + gst * kl_uncoalesced_fraction(s_st);
+    double coal = kl_max(mem_insts - uncoal, 0.0);
+    double w_uncoal, w_coal, requested, h, mem_ld, dep_uncoal, mem_l_coal, mem_l_uncoal;
+
+    if (mem_insts > 0.0) {
+        w_uncoal = uncoal / mem_insts;
+        w_coal = 1.0 - w_uncoal;
+    } else {
+        w_uncoal = 0.0;
+        w_coal = 1.0;
+    }
+    /* caches: fraction h of the requested sectors reaches DRAM */
+    requested = KL_SECTOR_BYTES * (gld * s_ld + gst * s_st);
+    h = requested > 0.0 ? kl_min(dram / requested, 1.0) : 1.0;
+    mem_ld = h * d->mem_latency_cycles + (1.0 - h) * d->l2_latency_cycles;
+    dep_uncoal = d->departure_delay_uncoalesced_cycles;
+    mem_l_coal = mem_ld;
+    mem_l_uncoal = mem_ld + (KL_UNCOAL_PER_MW - 1.0) * dep_uncoal;
+    k->mem_l = w_coal * mem_l_coal + w_uncoal * mem_l_uncoal;
+    k->departure = KL_UNCOAL_PER_MW * w_uncoal * dep_uncoal
+                   + w_coal * d->departure_delay_coalesced_cycles;
+    k->mem_cycles = coal * mem_l_coal + uncoal * mem_l_uncoal;
+    k->comp_cycles = d->issue_cycles * (inst - shared) + d->shared_issue_cycles * shared;
+    k->bytes_per_req = mem_insts > 0.0 ? dram / mem_insts : 0.0;
+    k->mem_insts = mem_insts;
+    k->sync_inst = kl_clean(m->sync_inst);
+}
+
+/* One wave: warps_on_sm warps (blocks_on_sm blocks) on each of sms SMs (mwp_cwp.rs: wave). */
+static kl_wave kl_wave_cycles(const kl_device *d, const kl_per_warp *k, uint64_t warps_on_sm,
+                              uint64_t blocks_on_sm, uint64_t sms)
+{
+    kl_wave w;
+    uint64_t parts = d->sub_partitions;
+    double n = (double)kl_div_ceil(warps_on_sm, parts);
+    double p_act = (double)(warps_on_sm < parts ? warps_on_sm : parts);
+    double mwp_no_bw, freq_ghz, bw_per_warp, mwp_bw, cwp_full, overlap, comp_per_period;
+
+    if (k->mem_insts <= 0.0) {
+        w.cycles = n * k->comp_cycles;
+        w.mwp = 0.0;
+        w.cwp = n;
+        w.regime = KL_REGIME_COMPUTE;
+        return w;
+    }
+    mwp_no_bw = k->mem_l / (k->departure * p_act);
+    freq_ghz = d->sm_clock_mhz / 1000.0;
+    bw_per_warp = freq_ghz * k->bytes_per_req / k->mem_l;
+    if (bw_per_warp > 0.0) {
+        mwp_bw = d->dram_bandwidth_gbs / (bw_per_warp * (double)sms * p_act);
+    } else {
+        mwp_bw = n;
+    }
+    w.mwp = kl_min(kl_min(mwp_no_bw, mwp_bw), n);
+    cwp_full = (k->mem_cycles + k->comp_cycles) / k->comp_cycles;
+    w.cwp = kl_min(cwp_full, n);
+    overlap = kl_max(w.mwp - 1.0, 0.0);
+    comp_per_period = k->comp_cycles / kl_max(k->mem_insts, 1.0);
+    if (n <= mwp_no_bw && n <= mwp_bw && n <= cwp_full) {
+        w.cycles = k->mem_cycles + k->comp_cycles + comp_per_period * overlap;
+        w.regime = KL_REGIME_FEW_WARPS;
+    } else if (w.cwp >= w.mwp) {
+        w.regime = mwp_bw <= mwp_no_bw ? KL_REGIME_BANDWIDTH : KL_REGIME_LATENCY;
+        w.cycles = k->mem_cycles * n / w.mwp + comp_per_period * overlap;
+    } else {
+        w.cycles = k->mem_l + k->comp_cycles * n;
+        w.regime = KL_REGIME_COMPUTE;
+    }
+    /* synchronisation: MWP of the whole SM, blocks resident in this wave */
+    w.cycles += k->departure * kl_max(w.mwp * p_act - 1.0, 0.0) * k->sync_inst
+                * (double)blocks_on_sm;
+    return w;
+}
+
+static int kl_unlaunchable(kl_prediction *out, int limiter)
+{
+    out->cycles = HUGE_VAL;
+    out->time_us = HUGE_VAL;
+    out->mwp = 0.0;
+    out->cwp = 0.0;
+    out->active_warps_per_sm = 0;
+    out->active_blocks_per_sm = 0;
+    out->waves = 0;
+    out->limiter = limiter;
+    out->limiter_name = kl_limiter_name(limiter);
+    return limiter;
+}
+
+/* Predicts one launch (mwp_cwp.rs: predict). Returns 0, or the KL_LIMIT_EXCEEDS_* code
+ * when the launch cannot run (then cycles and time_us are HUGE_VAL). */
+static int kl_predict(const kl_device *d, const kl_launch *l, const kl_metrics *m,
+                      kl_prediction *out)
+{
+    kl_occupancy_result occ;
+    kl_per_warp k;
+    kl_wave last, first;
+    uint64_t threads, blocks, a, sms, wpb, per_wave, waves, rest, last_blocks_on_sm, last_sms;
+    uint64_t first_blocks_on_sm;
+    double cycles;
+    int i, limiter;
+
+    for (i = 0; i < 3; i++) {
+        if (l->block[i] == 0 || l->grid[i] == 0 || l->block[i] > d->max_block_dim[i]
+            || l->grid[i] > d->max_grid_dim[i]) {
+            return kl_unlaunchable(out, KL_LIMIT_EXCEEDS_LIMITS);
+        }
+    }
+    threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
+    if (threads > d->max_threads_per_block) {
+        return kl_unlaunchable(out, KL_LIMIT_EXCEEDS_LIMITS);
+    }
+    kl_occupancy(d, (uint32_t)threads, l->regs_per_thread, l->smem_per_block,
+                 KL_CARVEOUT_DEFAULT, &occ);
+    if (occ.blocks_per_sm == 0) {
+        if (occ.limiter == KL_OCC_REGISTERS) {
+            return kl_unlaunchable(out, KL_LIMIT_EXCEEDS_REGISTERS);
+        }
+        if (occ.limiter == KL_OCC_SHARED_MEMORY) {
+            return kl_unlaunchable(out, KL_LIMIT_EXCEEDS_SHARED_MEMORY);
+        }
+        return kl_unlaunchable(out, KL_LIMIT_EXCEEDS_LIMITS);
+    }
+    kl_per_warp_costs(d, m, &k);
+    blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+    a = occ.blocks_per_sm;
+    sms = d->sm_count;
+    wpb = occ.warps_per_block;
+    per_wave = a * sms;
+    waves = kl_div_ceil(blocks, per_wave);
+    rest = blocks - (waves - 1) * per_wave;
+    last_blocks_on_sm = kl_div_ceil(rest, sms);
+    last_sms = rest < sms ? rest : sms;
+    last = kl_wave_cycles(d, &k, last_blocks_on_sm * wpb, last_blocks_on_sm, last_sms);
+    if (waves > 1) {
+        first = kl_wave_cycles(d, &k, a * wpb, a, sms);
+        cycles = (double)(waves - 1) * first.cycles + last.cycles;
+        first_blocks_on_sm = a;
+    } else {
+        first = last;
+        cycles = last.cycles;
+        first_blocks_on_sm = last_blocks_on_sm;
+    }
+    if (blocks < sms) {
+        limiter = KL_LIMIT_TOO_FEW_BLOCKS;
+    } else if (first.regime == KL_REGIME_COMPUTE) {
+        limiter = KL_LIMIT_COMPUTE;
+    } else if (first.regime == KL_REGIME_BANDWIDTH) {
+        limiter = KL_LIMIT_MEMORY_BANDWIDTH;
+    } else if (first.regime == KL_REGIME_LATENCY) {
+        limiter = KL_LIMIT_MEMORY_LATENCY;
+    } else if (first_blocks_on_sm < a) {
+        limiter = KL_LIMIT_TOO_FEW_BLOCKS;
+    } else {
+        limiter = KL_LIMIT_OCCUPANCY_WARPS + (occ.limiter - KL_OCC_WARPS);
+    }
+    out->cycles = cycles;
+    out->time_us = cycles / d->sm_clock_mhz;
+    out->mwp = first.mwp;
+    out->cwp = first.cwp;
+    out->active_warps_per_sm = (uint32_t)(first_blocks_on_sm * wpb);
+    out->active_blocks_per_sm = (uint32_t)first_blocks_on_sm;
+    out->waves = waves;
+    out->limiter = limiter;
+    out->limiter_name = kl_limiter_name(limiter);
+    return 0;
+}
+
+#endif /* KL_MODEL_C_INCLUDED */
+"##;
+
+/// A C string literal for `s` (escapes quotes, backslashes and control characters).
+fn c_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if c.is_ascii_graphic() || c == ' ' => out.push(c),
+            c => {
+                // Octal escapes of the UTF-8 bytes: unambiguous and plain C99.
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\{b:03o}"));
+                }
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A C double literal that reads back as exactly `v` (Rust's shortest round-trip form).
+fn c_double(v: f64) -> String {
+    let s = format!("{v:?}");
+    if s.contains(['.', 'e', 'E']) {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+/// `static const kl_device <ident> = {...};` for `dev`. `ident` must be a C identifier.
+pub fn device_to_c(dev: &Device, ident: &str) -> String {
+    assert!(
+        !ident.is_empty()
+            && !ident.starts_with(|c: char| c.is_ascii_digit())
+            && ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+        "device_to_c: `{ident}` is not a C identifier"
+    );
+    let r = &dev.registers;
+    let s = &dev.shared_memory;
+    let c = &dev.calibration;
+    let carveouts = s
+        .carveout_kib
+        .iter()
+        .map(|k| (u64::from(*k) * 1024).to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let fig = |name: &str, f: &crate::device::Figure| {
+        format!("    .{name} = {}, /* {} */\n", c_double(f.value), f.source)
+    };
+    let mut o = String::new();
+    o.push_str(&format!(
+        "/* {} (compute capability {}); limits from {}. {} */\n",
+        dev.name.replace("*/", "* /"),
+        dev.compute_capability,
+        dev.limits_source,
+        dev.note.replace("*/", "* /")
+    ));
+    o.push_str(&format!("static const kl_device {ident} = {{\n"));
+    o.push_str(&format!("    .name = {},\n", c_string(&dev.name)));
+    o.push_str(&format!("    .uuid = {},\n", c_string(&dev.uuid)));
+    o.push_str(&format!(
+        "    .cc_major = {},\n    .cc_minor = {},\n",
+        dev.compute_capability.major, dev.compute_capability.minor
+    ));
+    o.push_str(&format!("    .sm_count = {},\n", dev.sm_count));
+    o.push_str(&format!(
+        "    .sm_clock_mhz = {},\n",
+        c_double(dev.sm_clock_mhz)
+    ));
+    o.push_str(&format!("    .warp_size = {},\n", dev.warp_size));
+    o.push_str(&format!("    .sub_partitions = {},\n", dev.sub_partitions));
+    o.push_str(&format!(
+        "    .max_threads_per_block = {},\n    .max_threads_per_sm = {},\n    .max_blocks_per_sm = {},\n",
+        dev.max_threads_per_block, dev.max_threads_per_sm, dev.max_blocks_per_sm
+    ));
+    let [bx, by, bz] = dev.max_block_dim;
+    let [gx, gy, gz] = dev.max_grid_dim;
+    o.push_str(&format!("    .max_block_dim = {{{bx}, {by}, {bz}}},\n"));
+    o.push_str(&format!("    .max_grid_dim = {{{gx}u, {gy}u, {gz}u}},\n"));
+    o.push_str(&format!(
+        "    .regs_per_sm = {},\n    .regs_per_block = {},\n    .max_regs_per_thread = {},\n    .reg_alloc_unit = {},\n",
+        r.per_sm, r.per_block, r.max_per_thread, r.alloc_unit
+    ));
+    o.push_str(&format!(
+        "    .smem_per_sm = {},\n    .smem_per_block = {},\n    .smem_per_block_optin = {},\n",
+        s.per_sm, s.per_block, s.per_block_optin
+    ));
+    o.push_str(&format!(
+        "    .smem_reserved_per_block = {},\n    .smem_alloc_unit = {},\n",
+        s.reserved_per_block, s.alloc_unit
+    ));
+    o.push_str(&format!("    .n_carveouts = {},\n", s.carveout_kib.len()));
+    o.push_str(&format!("    .carveout_bytes = {{{carveouts}}},\n"));
+    o.push_str(&fig("mem_latency_cycles", &c.mem_latency_cycles));
+    o.push_str(&fig("l2_latency_cycles", &c.l2_latency_cycles));
+    o.push_str(&fig(
+        "departure_delay_coalesced_cycles",
+        &c.departure_delay_coalesced_cycles,
+    ));
+    o.push_str(&fig(
+        "departure_delay_uncoalesced_cycles",
+        &c.departure_delay_uncoalesced_cycles,
+    ));
+    o.push_str(&fig("dram_bandwidth_gbs", &c.dram_bandwidth_gbs));
+    o.push_str(&fig("issue_cycles", &c.issue_cycles));
+    o.push_str(&fig("shared_issue_cycles", &c.shared_issue_cycles));
+    o.push_str("};\n");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_and_doubles_are_valid_c() {
+        assert_eq!(c_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(c_string("é"), "\"\\303\\251\"");
+        assert_eq!(c_double(1980.0), "1980.0");
+        assert_eq!(c_double(0.1), "0.1");
+        assert_eq!(c_double(1e30), "1e30");
+    }
+
+    #[test]
+    #[should_panic(expected = "not a C identifier")]
+    fn identifiers_are_checked() {
+        device_to_c(&Device::for_arch(9, 0).unwrap(), "9lives");
+    }
+}
