@@ -1,0 +1,516 @@
+//! The metrics the collector reads: one table, how a chip's names are chosen from it, and
+//! how the values CUPTI evaluates become the hardware part of a
+//! [`klaraptor_profiler::record::Counters`].
+//!
+//! Names were checked with the CUPTI 13.0 profiler host API's enumeration for GH100 (H100,
+//! H200), GA100, AD102, GB100, GB202, TU102 and GV100 (`tests/cupti_host.rs` repeats the check
+//! for GH100, GA100, AD102, GB100 and GB202 on every run). No chip of these has a warp-level
+//! barrier-instruction counter (`smsp__inst_executed_op_barrier` does not exist); barriers
+//! execute in the ADU pipe, which also executes constant loads (`LDC`), so the barrier count
+//! is `smsp__inst_executed_pipe_adu − smsp__inst_executed_op_ldc` (kernels with indirect
+//! branches, which the ADU also handles, count those too). The GPU check
+//! (`bench/gpu/collector`) compares it with the exact count of a kernel with `__syncthreads`.
+
+use std::collections::HashMap;
+
+/// A hardware quantity the collector reports (a field of `record::Counters`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Field {
+    InstExecuted,
+    InstGlobalLd,
+    InstGlobalSt,
+    InstSharedLd,
+    InstSharedSt,
+    InstBarrier,
+    GldRequests,
+    GstRequests,
+    GldSectors,
+    GstSectors,
+    DramBytesRead,
+    DramBytesWrite,
+    AchievedActiveWarps,
+}
+
+/// How a field's value is obtained from metric values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// One metric (full name: base metric, rollup, submetric).
+    Metric(&'static str),
+    /// The first metric minus the second.
+    Difference(&'static str, &'static str),
+}
+
+impl Source {
+    /// The metric names this source reads.
+    pub fn metrics(&self) -> Vec<&'static str> {
+        match *self {
+            Source::Metric(m) => vec![m],
+            Source::Difference(a, b) => vec![a, b],
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Metric(m) => f.write_str(m),
+            Source::Difference(a, b) => write!(f, "{a} - {b}"),
+        }
+    }
+}
+
+/// Whether a field is a count (integral, stored as u64) or an average.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Count,
+    Average,
+}
+
+/// One row of the table: a field and its sources, the first one the chip supports wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spec {
+    pub field: Field,
+    pub kind: Kind,
+    pub sources: &'static [Source],
+}
+
+use Field::*;
+use Source::{Difference, Metric};
+
+/// The metric table (sm_70 and newer). Counts are launch totals over the whole grid.
+pub const TABLE: &[Spec] = &[
+    Spec {
+        field: InstExecuted,
+        kind: Kind::Count,
+        sources: &[Metric("smsp__inst_executed.sum")],
+    },
+    Spec {
+        field: InstGlobalLd,
+        kind: Kind::Count,
+        sources: &[
+            Metric("smsp__inst_executed_op_global_ld.sum"),
+            Metric("smsp__sass_inst_executed_op_global_ld.sum"),
+        ],
+    },
+    Spec {
+        field: InstGlobalSt,
+        kind: Kind::Count,
+        sources: &[
+            Metric("smsp__inst_executed_op_global_st.sum"),
+            Metric("smsp__sass_inst_executed_op_global_st.sum"),
+        ],
+    },
+    Spec {
+        field: InstSharedLd,
+        kind: Kind::Count,
+        sources: &[
+            Metric("smsp__inst_executed_op_shared_ld.sum"),
+            Metric("smsp__sass_inst_executed_op_shared_ld.sum"),
+        ],
+    },
+    Spec {
+        field: InstSharedSt,
+        kind: Kind::Count,
+        sources: &[
+            Metric("smsp__inst_executed_op_shared_st.sum"),
+            Metric("smsp__sass_inst_executed_op_shared_st.sum"),
+        ],
+    },
+    Spec {
+        field: InstBarrier,
+        kind: Kind::Count,
+        sources: &[
+            Metric("smsp__inst_executed_op_barrier.sum"),
+            Difference(
+                "smsp__inst_executed_pipe_adu.sum",
+                "smsp__inst_executed_op_ldc.sum",
+            ),
+        ],
+    },
+    Spec {
+        field: GldRequests,
+        kind: Kind::Count,
+        sources: &[Metric("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")],
+    },
+    Spec {
+        field: GstRequests,
+        kind: Kind::Count,
+        sources: &[Metric("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum")],
+    },
+    Spec {
+        field: GldSectors,
+        kind: Kind::Count,
+        sources: &[Metric("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")],
+    },
+    Spec {
+        field: GstSectors,
+        kind: Kind::Count,
+        sources: &[Metric("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum")],
+    },
+    Spec {
+        field: DramBytesRead,
+        kind: Kind::Count,
+        // GB20x (GDDR7) names it dram__bytes_op_read.
+        sources: &[
+            Metric("dram__bytes_read.sum"),
+            Metric("dram__bytes_op_read.sum"),
+        ],
+    },
+    Spec {
+        field: DramBytesWrite,
+        kind: Kind::Count,
+        sources: &[
+            Metric("dram__bytes_write.sum"),
+            Metric("dram__bytes_op_write.sum"),
+        ],
+    },
+    Spec {
+        field: AchievedActiveWarps,
+        kind: Kind::Average,
+        sources: &[Metric("sm__warps_active.avg.per_cycle_active")],
+    },
+];
+
+/// The source chosen for each field of the table on one chip.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub choices: Vec<(Spec, Source)>,
+}
+
+impl Resolved {
+    /// Every metric to collect, each once, in table order.
+    pub fn metric_names(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for (_, s) in &self.choices {
+            for m in s.metrics() {
+                if !out.contains(&m) {
+                    out.push(m);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn source_of(&self, field: Field) -> Option<Source> {
+        self.choices
+            .iter()
+            .find(|(s, _)| s.field == field)
+            .map(|(_, src)| *src)
+    }
+}
+
+/// Chooses, for each row of `table`, the first source whose metrics all pass `is_valid`.
+/// On failure returns one line per field that has no valid source, naming what was tried.
+pub fn resolve(
+    table: &[Spec],
+    mut is_valid: impl FnMut(&str) -> bool,
+) -> Result<Resolved, Vec<String>> {
+    let mut choices = Vec::new();
+    let mut missing = Vec::new();
+    let mut known: HashMap<&'static str, bool> = HashMap::new();
+    for spec in table {
+        let mut chosen = None;
+        for src in spec.sources {
+            let ok = src
+                .metrics()
+                .into_iter()
+                .all(|m| *known.entry(m).or_insert_with(|| is_valid(m)));
+            if ok {
+                chosen = Some(*src);
+                break;
+            }
+        }
+        match chosen {
+            Some(src) => choices.push((*spec, src)),
+            None => missing.push(format!(
+                "{:?} (tried {})",
+                spec.field,
+                spec.sources
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+    if missing.is_empty() {
+        Ok(Resolved { choices })
+    } else {
+        Err(missing)
+    }
+}
+
+/// The hardware counters of one launch, decoded from metric values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hardware {
+    pub inst_executed: u64,
+    pub inst_global_ld: u64,
+    pub inst_global_st: u64,
+    pub inst_shared_ld: u64,
+    pub inst_shared_st: u64,
+    pub inst_barrier: u64,
+    pub gld_requests: u64,
+    pub gst_requests: u64,
+    pub gld_sectors: u64,
+    pub gst_sectors: u64,
+    pub dram_bytes_read: u64,
+    pub dram_bytes_write: u64,
+    pub achieved_active_warps: f64,
+}
+
+/// Why metric values could not be decoded.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("metric {0} has no value")]
+    Missing(&'static str),
+    #[error("{field:?} = {from} is {value}, not a finite non-negative number")]
+    Invalid {
+        field: Field,
+        from: String,
+        value: f64,
+    },
+}
+
+/// Decodes metric values (full metric name → value, as CUPTI evaluates them for one range)
+/// into counters. Counts are rounded to the nearest integer (CUPTI returns doubles); a count
+/// that is negative, NaN or infinite is an error, so is a missing metric.
+pub fn decode(resolved: &Resolved, values: &HashMap<&str, f64>) -> Result<Hardware, DecodeError> {
+    let get = |m: &'static str| values.get(m).copied().ok_or(DecodeError::Missing(m));
+    let mut count = HashMap::new();
+    let mut average = HashMap::new();
+    for (spec, src) in &resolved.choices {
+        let v = match *src {
+            Source::Metric(m) => get(m)?,
+            Source::Difference(a, b) => get(a)? - get(b)?,
+        };
+        // A difference of two exact counts may come out as -0.0 or a rounding hair below.
+        if !v.is_finite() || v < -0.5 {
+            return Err(DecodeError::Invalid {
+                field: spec.field,
+                from: src.to_string(),
+                value: v,
+            });
+        }
+        match spec.kind {
+            Kind::Count => {
+                count.insert(spec.field, v.round().max(0.0) as u64);
+            }
+            Kind::Average => {
+                average.insert(spec.field, v.max(0.0));
+            }
+        }
+    }
+    let c = |f: Field| count.get(&f).copied().unwrap_or(0);
+    Ok(Hardware {
+        inst_executed: c(InstExecuted),
+        inst_global_ld: c(InstGlobalLd),
+        inst_global_st: c(InstGlobalSt),
+        inst_shared_ld: c(InstSharedLd),
+        inst_shared_st: c(InstSharedSt),
+        inst_barrier: c(InstBarrier),
+        gld_requests: c(GldRequests),
+        gst_requests: c(GstRequests),
+        gld_sectors: c(GldSectors),
+        gst_sectors: c(GstSectors),
+        dram_bytes_read: c(DramBytesRead),
+        dram_bytes_write: c(DramBytesWrite),
+        achieved_active_warps: average.get(&AchievedActiveWarps).copied().unwrap_or(0.0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL_FIELDS: [Field; 13] = [
+        InstExecuted,
+        InstGlobalLd,
+        InstGlobalSt,
+        InstSharedLd,
+        InstSharedSt,
+        InstBarrier,
+        GldRequests,
+        GstRequests,
+        GldSectors,
+        GstSectors,
+        DramBytesRead,
+        DramBytesWrite,
+        AchievedActiveWarps,
+    ];
+
+    #[test]
+    fn table_covers_every_field_once_with_well_formed_names() {
+        for f in ALL_FIELDS {
+            assert_eq!(
+                TABLE.iter().filter(|s| s.field == f).count(),
+                1,
+                "{f:?} must have exactly one row"
+            );
+        }
+        assert_eq!(TABLE.len(), ALL_FIELDS.len());
+        for spec in TABLE {
+            assert!(!spec.sources.is_empty(), "{:?}", spec.field);
+            for m in spec.sources.iter().flat_map(|s| s.metrics()) {
+                let (base, rest) = m.split_once('.').expect("a rollup");
+                assert!(base.contains("__"), "{m}: unit__counter");
+                assert!(
+                    base.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                    "{m}"
+                );
+                match spec.kind {
+                    Kind::Count => assert_eq!(rest, "sum", "{m}: counts are launch totals"),
+                    Kind::Average => assert!(rest.starts_with("avg"), "{m}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn resolve_takes_the_first_valid_source_and_asks_each_name_once() {
+        let mut asked = Vec::new();
+        let r = resolve(TABLE, |m| {
+            asked.push(m.to_string());
+            // A chip with no hardware barrier or global-load op counters.
+            m != "smsp__inst_executed_op_barrier.sum" && m != "smsp__inst_executed_op_global_ld.sum"
+        })
+        .unwrap();
+        assert_eq!(
+            r.source_of(InstBarrier),
+            Some(Difference(
+                "smsp__inst_executed_pipe_adu.sum",
+                "smsp__inst_executed_op_ldc.sum"
+            ))
+        );
+        assert_eq!(
+            r.source_of(InstGlobalLd),
+            Some(Metric("smsp__sass_inst_executed_op_global_ld.sum"))
+        );
+        let mut unique = asked.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), asked.len(), "no name is asked twice");
+        let names = r.metric_names();
+        assert!(names.contains(&"smsp__inst_executed_pipe_adu.sum"));
+        assert!(!names.contains(&"smsp__inst_executed_op_barrier.sum"));
+        assert_eq!(names.len(), 14, "12 single metrics + a difference of two");
+    }
+
+    #[test]
+    fn resolve_names_each_field_without_a_valid_source() {
+        let err = resolve(TABLE, |m| !m.starts_with("dram__")).unwrap_err();
+        assert_eq!(
+            err,
+            vec![
+                "DramBytesRead (tried dram__bytes_read.sum, dram__bytes_op_read.sum)".to_string(),
+                "DramBytesWrite (tried dram__bytes_write.sum, dram__bytes_op_write.sum)"
+                    .to_string(),
+            ]
+        );
+    }
+
+    /// The values CUPTI would evaluate for saxpy over n = 2^20 floats in blocks of 256
+    /// threads, with a cold L2: each of the 32768 warps issues one 128-byte load of x and of
+    /// y (4 sectors each) and one store of y; 3 × 4 MiB come from and go to DRAM.
+    fn saxpy_values() -> HashMap<&'static str, f64> {
+        let warps = (1u64 << 20) / 32;
+        HashMap::from([
+            ("smsp__inst_executed.sum", (warps * 12) as f64),
+            ("smsp__inst_executed_op_global_ld.sum", (warps * 2) as f64),
+            ("smsp__inst_executed_op_global_st.sum", warps as f64),
+            ("smsp__inst_executed_op_shared_ld.sum", 0.0),
+            ("smsp__inst_executed_op_shared_st.sum", 0.0),
+            ("smsp__inst_executed_pipe_adu.sum", 0.0),
+            ("smsp__inst_executed_op_ldc.sum", 0.0),
+            (
+                "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+                (warps * 2) as f64,
+            ),
+            (
+                "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+                warps as f64,
+            ),
+            (
+                "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+                (warps * 8) as f64,
+            ),
+            (
+                "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+                (warps * 4) as f64,
+            ),
+            ("dram__bytes_read.sum", 8_388_608.0),
+            ("dram__bytes_write.sum", 4_194_304.0),
+            ("sm__warps_active.avg.per_cycle_active", 52.75),
+        ])
+    }
+
+    fn gh100_like() -> Resolved {
+        resolve(TABLE, |m| m != "smsp__inst_executed_op_barrier.sum").unwrap()
+    }
+
+    #[test]
+    fn decode_maps_each_metric_to_its_field() {
+        let hw = decode(&gh100_like(), &saxpy_values()).unwrap();
+        let warps = 32768;
+        assert_eq!(
+            hw,
+            Hardware {
+                inst_executed: warps * 12,
+                inst_global_ld: warps * 2,
+                inst_global_st: warps,
+                inst_shared_ld: 0,
+                inst_shared_st: 0,
+                inst_barrier: 0,
+                gld_requests: warps * 2,
+                gst_requests: warps,
+                gld_sectors: warps * 8,
+                gst_sectors: warps * 4,
+                dram_bytes_read: 8_388_608,
+                dram_bytes_write: 4_194_304,
+                achieved_active_warps: 52.75,
+            }
+        );
+    }
+
+    #[test]
+    fn decode_computes_the_barrier_difference_and_rounds_counts() {
+        let mut v = saxpy_values();
+        // 4096 warps × 2 BAR.SYNC, and 100 LDC.
+        v.insert("smsp__inst_executed_pipe_adu.sum", 8292.0000001);
+        v.insert("smsp__inst_executed_op_ldc.sum", 100.0);
+        v.insert("dram__bytes_read.sum", 1023.9999);
+        let hw = decode(&gh100_like(), &v).unwrap();
+        assert_eq!(hw.inst_barrier, 8192);
+        assert_eq!(hw.dram_bytes_read, 1024);
+    }
+
+    #[test]
+    fn decode_refuses_missing_negative_and_nan_values() {
+        let r = gh100_like();
+        let mut v = saxpy_values();
+        v.remove("dram__bytes_write.sum");
+        assert_eq!(
+            decode(&r, &v),
+            Err(DecodeError::Missing("dram__bytes_write.sum"))
+        );
+
+        let mut v = saxpy_values();
+        v.insert("smsp__inst_executed_op_ldc.sum", 5.0);
+        let e = decode(&r, &v).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "InstBarrier = smsp__inst_executed_pipe_adu.sum - smsp__inst_executed_op_ldc.sum \
+             is -5, not a finite non-negative number"
+        );
+
+        let mut v = saxpy_values();
+        v.insert("sm__warps_active.avg.per_cycle_active", f64::NAN);
+        assert!(matches!(
+            decode(&r, &v),
+            Err(DecodeError::Invalid {
+                field: AchievedActiveWarps,
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,127 @@
+//! The CUPTI profiler host API of the toolchain's libcupti (no GPU needed): the metric table
+//! resolves on the chips klaraptor targets, and the config image for it builds.
+
+use klaraptor_collector::collect::{resolve_on_chip, Collector};
+use klaraptor_collector::cupti::{CuptiLib, HostObject, MetricConfig, MetricKind};
+use klaraptor_collector::load::Candidate;
+use klaraptor_collector::metrics::{Field, Source};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The libcupti.so.13 scripts/setup installs (CUDA 13.0 wheels).
+fn cupti() -> Arc<CuptiLib> {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.toolchain/cuda/lib/libcupti.so.13");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/setup",
+        path.display()
+    );
+    CuptiLib::open(&[Candidate::File(path)]).expect("open the toolchain's libcupti")
+}
+
+#[test]
+fn the_table_resolves_on_gh100_with_hardware_counters_and_the_adu_barrier() {
+    let lib = cupti();
+    assert!(lib.supported_chips().unwrap().iter().any(|c| c == "GH100"));
+    let r = resolve_on_chip(&lib, "GH100", None).expect("every field has a name on GH100");
+    assert_eq!(
+        r.source_of(Field::InstGlobalLd),
+        Some(Source::Metric("smsp__inst_executed_op_global_ld.sum"))
+    );
+    assert_eq!(
+        r.source_of(Field::InstBarrier),
+        Some(Source::Difference(
+            "smsp__inst_executed_pipe_adu.sum",
+            "smsp__inst_executed_op_ldc.sum"
+        ))
+    );
+    assert_eq!(
+        r.source_of(Field::AchievedActiveWarps),
+        Some(Source::Metric("sm__warps_active.avg.per_cycle_active"))
+    );
+    let names = r.metric_names();
+    assert_eq!(names.len(), 14);
+    let config = MetricConfig::new(&lib, "GH100", None, &names).expect("config image");
+    let passes = config.passes();
+    assert!((1..=8).contains(&passes), "{passes} passes");
+    assert_eq!(config.metric_names().collect::<Vec<_>>(), names);
+}
+
+#[test]
+fn the_table_resolves_on_ampere_ada_and_blackwell_too() {
+    let lib = cupti();
+    for chip in ["GA100", "AD102", "GB100", "GB202"] {
+        let r = resolve_on_chip(&lib, chip, None).unwrap_or_else(|e| panic!("{chip}: {e}"));
+        assert_eq!(r.metric_names().len(), 14, "{chip}");
+    }
+}
+
+#[test]
+fn the_host_api_describes_the_barrier_components() {
+    let lib = cupti();
+    let host = HostObject::new(&lib, "GH100", None).unwrap();
+    let adu = host
+        .metric_properties("smsp__inst_executed_pipe_adu")
+        .unwrap();
+    assert_eq!(adu.kind, Some(MetricKind::Counter));
+    assert!(adu.description.contains("adu pipe"), "{}", adu.description);
+    let ldc = host
+        .metric_properties("smsp__inst_executed_op_ldc")
+        .unwrap();
+    assert!(ldc.description.contains("LDC"), "{}", ldc.description);
+    let counters = host.base_metrics(MetricKind::Counter).unwrap();
+    assert!(counters.iter().any(|m| m == "smsp__inst_executed"));
+    assert!(!counters
+        .iter()
+        .any(|m| m == "smsp__inst_executed_op_barrier"));
+    let subs = host
+        .sub_metrics("sm__warps_active", MetricKind::Counter)
+        .unwrap();
+    assert!(
+        subs.iter().any(|s| s == ".avg.per_cycle_active"),
+        "{subs:?}"
+    );
+}
+
+#[test]
+fn an_unknown_metric_or_chip_is_a_named_cupti_error() {
+    let lib = cupti();
+    let err = resolve_on_chip(&lib, "XX999", None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cuptiProfilerHostInitialize failed"), "{err}");
+    let mut host = HostObject::new(&lib, "GH100", None).unwrap();
+    let err = host
+        .add_metrics(&[c"smsp__no_such_counter.sum".into()])
+        .unwrap_err();
+    // CUPTI 13.0 answers CUPTI_ERROR_INVALID_PARAMETER (not …_INVALID_METRIC_NAME).
+    assert_eq!(err.cupti_code(), Some(1), "{err}");
+    assert!(err
+        .to_string()
+        .starts_with("cuptiProfilerHostConfigAddMetrics failed: "));
+}
+
+#[test]
+fn without_a_driver_the_collector_does_not_start_and_says_why() {
+    let env = |k: &str| match k {
+        "KLARAPTOR_LIBCUDA" => Some(OsString::from("/nonexistent/klaraptor/libcuda.so.1")),
+        _ => None,
+    };
+    let err = Collector::new(&env)
+        .err()
+        .expect("no driver there")
+        .to_string();
+    assert!(
+        err.starts_with("could not load libcuda (the CUDA driver): /nonexistent/klaraptor/libcuda.so.1: not found"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_c_entry_point_refuses_a_null_request_without_panicking() {
+    // SAFETY: NULL is part of the contract (refused).
+    let rc = unsafe { klaraptor_collector::klaraptor_collect(std::ptr::null()) };
+    assert_eq!(rc, 1);
+}
