@@ -26,7 +26,6 @@ use klaraptor_passes::inject::InjectReport;
 
 use crate::instrument::{compile_unit, needs_runtime, write_prepared_copy, HostTools, Unit};
 use crate::nvcc_args::{self, Arg, CommandLine, KlOption, Phase, Role};
-use crate::runtime;
 use crate::toolchain::Toolchain;
 
 /// An invocation of `klaraptor-cc`, split into the nvcc that runs and its arguments.
@@ -122,17 +121,16 @@ impl Invocation {
         }
         let annotated = self.annotated_sources()?;
         if annotated.is_empty() {
-            let mut args = self.cl.to_args();
+            let args = self.cl.to_args();
             if matches!(self.view.phase(), Phase::Link | Phase::Run)
                 && !self.cl.has_kl(&KlOption::Off)
                 && self.view.inputs().any(needs_runtime)
             {
                 // Objects instrumented by an earlier `klaraptor-cc -c` call the runtime.
-                self.say("linking instrumented objects: adding the klaraptor runtime");
+                self.say("linking instrumented objects: adding rational programs and the runtime");
                 let dir = tempfile::Builder::new().prefix("klaraptor-").tempdir()?;
-                args.push(runtime::archive(dir.path())?.display().to_string());
-                let status = self.run_nvcc(&args)?;
-                return Ok(status.code().unwrap_or(1));
+                let inputs: Vec<PathBuf> = self.view.inputs().map(Path::to_path_buf).collect();
+                return self.link(args, inputs, dir.path());
             }
             self.say(
                 "nothing for klaraptor in this command: running exactly the nvcc command given",
@@ -360,10 +358,39 @@ impl Invocation {
             return Ok(0);
         }
         if link {
-            args.push(runtime::archive(work)?.display().to_string());
+            let mut inputs: Vec<PathBuf> = self.view.inputs().map(Path::to_path_buf).collect();
+            inputs.extend(objects.iter().map(|(_, o)| o.clone()));
+            return self.link(args, inputs, work);
         }
         let status = self.run_nvcc(&args)?;
         Ok(status.code().unwrap_or(1))
+    }
+
+    /// The instrumented link (link.rs) of `args`, an nvcc link command reading `inputs`.
+    fn link(&self, args: Vec<String>, inputs: Vec<PathBuf>, work: &Path) -> Result<i32> {
+        let output = self
+            .view
+            .output()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("a.out"));
+        let job = crate::link::LinkJob {
+            nvcc: &self.toolchain.nvcc,
+            args,
+            inputs,
+            output,
+            work,
+            verbose: self.verbose(),
+            require_model: self.cl.has_kl(&KlOption::RequireModel),
+            no_profile: self.cl.has_kl(&KlOption::NoProfile),
+            profiling_variant: self.cl.profiling_variant(),
+        };
+        match crate::link::link(&job) {
+            Ok(code) => Ok(code),
+            Err(e) => {
+                eprintln!("klaraptor-cc: error: {e:#}");
+                Ok(1)
+            }
+        }
     }
 
     /// Warns about annotated kernels whose launches the pass could not instrument.

@@ -133,10 +133,19 @@ pub struct RunEnv<'a> {
 
 /// Runs the recipe of `spec` at each of its sizes (the program must already be linked where
 /// the recipe expects it). Returns the wall time of the runs.
-pub fn run_recipe(spec: &LinkSpec, env: &RunEnv) -> Result<std::time::Duration> {
+/// Commands already in `seen` are skipped (a run profiles every planned kernel it
+/// launches, so two kernels with the same recipe share its runs).
+pub fn run_recipe(
+    spec: &LinkSpec,
+    env: &RunEnv,
+    seen: &mut std::collections::BTreeSet<String>,
+) -> Result<std::time::Duration> {
     let start = std::time::Instant::now();
     for (i, size) in spec.profile_sizes.iter().enumerate() {
         let cmd = recipe_command(spec, size)?;
+        if !seen.insert(cmd.clone()) {
+            continue;
+        }
         eprintln!(
             "klaraptor-cc: profiling {} at {} ({}/{}), {} shapes: {cmd}",
             spec.name,
@@ -305,10 +314,11 @@ pub const NCU_METRICS: &[(&str, &[&str])] = &[
     ("block_x", &["launch__block_dim_x"]),
     ("block_y", &["launch__block_dim_y"]),
     ("block_z", &["launch__block_dim_z"]),
+    ("sm_count", &["device__attribute_multiprocessor_count"]),
 ];
 
 /// Counters whose metric may be missing on a GPU (recorded as 0, and said so).
-const OPTIONAL: &[&str] = &["inst_barrier"];
+const OPTIONAL: &[&str] = &["inst_barrier", "sm_count"];
 
 /// Joins an ncu raw-page CSV with the runtime's launch log for kernel `id`: the n-th ncu row
 /// of the kernel is the n-th logged launch. Rows of other kernels are skipped; the program's
@@ -444,4 +454,117 @@ pub fn scratch(work: &Path) -> Result<PathBuf> {
     let d = work.join("profile");
     std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
     Ok(d)
+}
+
+/// The SM count ncu reported (`device__attribute_multiprocessor_count`), if it did.
+pub fn ncu_sm_count(csv: &str) -> Option<u32> {
+    let mut lines = csv
+        .lines()
+        .skip_while(|l| !l.starts_with("\"ID\""))
+        .map(csv_fields);
+    let header = lines.next()?;
+    let c = header
+        .iter()
+        .position(|h| h == "device__attribute_multiprocessor_count")?;
+    lines
+        .skip(1)
+        .find_map(|r| r.get(c).and_then(|v| v.trim().parse::<f64>().ok()))
+        .map(|v| v as u32)
+}
+
+/// Builds profile entries from ncu captures (directories written by
+/// bench/gpu/fixtures/ncu_capture.sh: `ncu.csv`, `launches/`, and `env.txt` one level up) of
+/// the profiling variant `binary`, whose kernel specs say what was profiled.
+pub fn import_captures(
+    binary: &Path,
+    jobs: &[PathBuf],
+) -> Result<Vec<klaraptor_profiler::record::Entry>> {
+    use klaraptor_profiler::record::{DeviceId, Entry, KernelId, FORMAT_VERSION};
+    let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let specs = crate::linkspec::scan_bytes(&bytes, binary)?;
+    if specs.is_empty() {
+        bail!(
+            "{} holds no klaraptor kernel specs: give the profiling variant klaraptor-cc linked",
+            binary.display()
+        );
+    }
+    let mut out = Vec::new();
+    for spec in &specs {
+        let mut samples = Vec::new();
+        let mut device: Option<DeviceId> = None;
+        let (mut driver, mut tool, mut cuda, mut date) =
+            (String::new(), String::new(), String::new(), String::new());
+        for job in jobs {
+            let launches = job
+                .join("launches")
+                .join(format!("{}.launches.jsonl", kernel_stem(&spec.mangled)));
+            let Ok(log) = std::fs::read_to_string(&launches) else {
+                continue;
+            };
+            let csv_path = job.join("ncu.csv");
+            let csv = std::fs::read_to_string(&csv_path)
+                .with_context(|| format!("reading {}", csv_path.display()))?;
+            let (s, _) = import_ncu(&csv, &log, &spec.mangled).with_context(|| {
+                format!("joining {} with {}", csv_path.display(), launches.display())
+            })?;
+            samples.extend(s);
+            let env_path = job.parent().unwrap_or(job).join("env.txt");
+            let env = std::fs::read_to_string(&env_path)
+                .with_context(|| format!("reading {}", env_path.display()))?;
+            let mut lines = env.lines();
+            let gpu: Vec<&str> = lines.next().unwrap_or("").split(", ").collect();
+            if gpu.len() >= 4 {
+                device = Some(DeviceId {
+                    name: gpu[0].trim().into(),
+                    uuid: gpu[1].trim().into(),
+                    cc: gpu[2].trim().into(),
+                    sm_count: ncu_sm_count(&csv).unwrap_or(0),
+                });
+                driver = gpu[3].trim().into();
+            }
+            for l in lines {
+                if l.contains("NVIDIA (R) Nsight Compute") || l.starts_with("Version ") {
+                    tool = l.trim().to_string();
+                } else if let Some(v) = l.split("release ").nth(1) {
+                    cuda = v.split(',').next().unwrap_or("").trim().to_string();
+                } else if l.len() == 20 && l.ends_with('Z') {
+                    date = l.to_string();
+                }
+            }
+        }
+        let Some(device) = device else {
+            continue; // this kernel was not launched in these captures
+        };
+        out.push(Entry {
+            format_version: FORMAT_VERSION,
+            kernel: KernelId {
+                mangled: spec.mangled.clone(),
+                name: spec.name.clone(),
+                code_hash: spec.code_hash.clone(),
+                data: spec.data.clone(),
+                dim: spec.dim,
+            },
+            device,
+            collector: format!(
+                "ncu ({})",
+                if tool.is_empty() {
+                    "version unknown"
+                } else {
+                    &tool
+                }
+            ),
+            captured_at: date,
+            cuda_version: cuda,
+            driver_version: driver,
+            plan: Plan {
+                note: format!(
+                    "{} (captured with ncu, one launch per shape)",
+                    plan_record(spec, 1, 0).note
+                ),
+                ..plan_record(spec, 1, 0)
+            },
+            samples,
+        });
+    }
+    Ok(out)
 }

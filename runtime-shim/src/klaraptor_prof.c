@@ -1,8 +1,9 @@
 /* klaraptor profiling runtime: linked only into the profiling variant of a program.
  *
- * In that variant the IO-builder pass also renames the calls of `__cudaLaunchKernel` (the
- * entry point nvcc's host stubs launch through) to klaraptor_profile_launch, which has the
- * same signature. klaraptor_select tells this file (through klaraptor__set_profile_note) of
+ * That variant is linked with `--wrap=__cudaLaunchKernel`: the calls of the entry point
+ * nvcc's host stubs launch through reach __wrap___cudaLaunchKernel below (same signature),
+ * which reaches the CUDA runtime's own as __real___cudaLaunchKernel. klaraptor_select tells
+ * this file (through klaraptor__set_profile_note) of
  * each launch of an annotated kernel; the launch that follows on the same thread with the
  * same dims is that kernel's. For the first few distinct data sizes of each kernel, the
  * launch is swept over the block shapes of the sampling plan before the program's own
@@ -33,15 +34,16 @@
 #include "klaraptor_collect.h"
 #include "klaraptor_internal.h"
 
-/* The launch entry point of nvcc 13's host stubs (defined by the static CUDA runtime). The
- * dims are passed packed as in the host IR: x | y << 32, then z. */
-extern int __cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
+/* The launch entry point of nvcc 13's host stubs (defined by the static CUDA runtime), as
+ * the linker's --wrap names it. The dims are passed packed as in the host IR: x | y << 32,
+ * then z. */
+extern int __real___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
+                                     uint64_t block_xy, uint32_t block_z, void **args,
+                                     size_t shmem, void *stream);
+
+int __wrap___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
                               uint64_t block_xy, uint32_t block_z, void **args, size_t shmem,
                               void *stream);
-
-int klaraptor_profile_launch(void *kernel, uint64_t grid_xy, uint32_t grid_z,
-                             uint64_t block_xy, uint32_t block_z, void **args, size_t shmem,
-                             void *stream);
 
 static void perr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void perr(const char *fmt, ...) {
@@ -253,7 +255,7 @@ typedef struct launch_ctx {
 static int launch_shape(void *vctx, int i) {
   launch_ctx *c = vctx;
   const uint32_t *b = c->blocks + 3 * i, *g = c->grids + 3 * i;
-  int rc = __cudaLaunchKernel(c->kernel, (uint64_t)g[0] | ((uint64_t)g[1] << 32), g[2],
+  int rc = __real___cudaLaunchKernel(c->kernel, (uint64_t)g[0] | ((uint64_t)g[1] << 32), g[2],
                               (uint64_t)b[0] | ((uint64_t)b[1] << 32), b[2], c->args, c->shmem,
                               c->stream);
   if (c->log) {
@@ -349,9 +351,9 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
   free(grids);
 }
 
-int klaraptor_profile_launch(void *kernel, uint64_t grid_xy, uint32_t grid_z,
-                             uint64_t block_xy, uint32_t block_z, void **args, size_t shmem,
-                             void *stream) {
+int __wrap___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
+                              uint64_t block_xy, uint32_t block_z, void **args, size_t shmem,
+                              void *stream) {
   pending pd = t_pending;
   t_pending.k = NULL;
   if (!t_inside && pd.k && pd.grid_xy == grid_xy && pd.grid_z == grid_z &&
@@ -389,5 +391,6 @@ int klaraptor_profile_launch(void *kernel, uint64_t grid_xy, uint32_t grid_z,
       }
     }
   }
-  return __cudaLaunchKernel(kernel, grid_xy, grid_z, block_xy, block_z, args, shmem, stream);
+  return __real___cudaLaunchKernel(kernel, grid_xy, grid_z, block_xy, block_z, args, shmem,
+                                   stream);
 }

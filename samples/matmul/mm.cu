@@ -1,9 +1,9 @@
 #include "kernels.h"
 
-// The original KLARAPTOR pragmas: argument 3 (n) is the data size, the kernel is 2-D,
-// so the grid is ceil(n / bx) x ceil(n / by).
-#pragma kernel_info_size_param_idx_mm = 3;
-#pragma kernel_info_dim_mm = 2;
+// klaraptor's pragma: the data size is the argument named n, the kernel is 2-D, so the
+// grid is ceil(N / bx) x ceil(N / by); to profile it, run the program at n = 64 … 256.
+#pragma klaraptor kernel(mm) data(N=n) dim(2) \
+    profile(run="./matmul {N}", sizes=[64, 96, 128, 192, 256])
 
 __global__ void mm(const float *A, const float *B, float *C, int n) {
   int col = blockIdx.x * blockDim.x + threadIdx.x;

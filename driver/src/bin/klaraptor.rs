@@ -36,6 +36,41 @@ enum Cmd {
     },
     /// Show which nvcc and CUDA installation klaraptor-cc uses.
     Toolchain,
+    /// Calibrate this machine's GPU for the performance model, or show the cached figures.
+    Device(klaraptor::device_cmd::DeviceArgs),
+    /// List the rational programs of a binary (or of every binary in a build directory):
+    /// kernels, the C of each, the device each was built for, and the fit quality.
+    Inspect {
+        /// A binary linked by klaraptor-cc, or a build directory.
+        target: PathBuf,
+    },
+    /// Rank every candidate block shape of a kernel at a data size by predicted time, with
+    /// MWP, CWP, active warps and blocks per SM, waves and the limiting factor.
+    Explain {
+        /// A binary linked by klaraptor-cc, or a build directory.
+        target: PathBuf,
+        /// The kernel (name in the source, or mangled name).
+        kernel: String,
+        /// The data sizes, one per data parameter, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        size: Vec<i64>,
+        /// Only the program made for this device (a substring of its name).
+        #[arg(long)]
+        device: Option<String>,
+    },
+    /// Turn ncu captures of a profiling variant (bench/gpu/fixtures/ncu_capture.sh) into
+    /// profile-database entries.
+    ImportNcu {
+        /// The profiling variant that was run (klaraptor-cc --kl-profiling-variant=…).
+        #[arg(long)]
+        binary: PathBuf,
+        /// Capture directories (each with ncu.csv and launches/).
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        /// The database (default: as klaraptor-cc finds it).
+        #[arg(long)]
+        db: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -51,6 +86,44 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let tc = Toolchain::discover(None)?;
     match cli.command {
+        Cmd::Device(args) => klaraptor::device_cmd::run(args),
+        Cmd::Inspect { target } => {
+            klaraptor::inspect_cmd::inspect(&target)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Explain {
+            target,
+            kernel,
+            size,
+            device,
+        } => {
+            klaraptor::inspect_cmd::explain(&target, &kernel, &size, device.as_deref())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::ImportNcu {
+            binary,
+            captures,
+            db,
+        } => {
+            let db = match db {
+                Some(p) => klaraptor_profiler::db::ProfileDb::open(p)?,
+                None => klaraptor_profiler::db::ProfileDb::locate()?,
+            };
+            let entries = klaraptor::profiling::import_captures(&binary, &captures)?;
+            for e in &entries {
+                let ok = e.samples.iter().filter(|s| s.error.is_none()).count();
+                let path = db.put(e)?;
+                println!(
+                    "{} on {}: {} samples ({} failed) -> {}",
+                    e.kernel.name,
+                    e.device.name,
+                    e.samples.len(),
+                    e.samples.len() - ok,
+                    path.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Toolchain => {
             println!("nvcc: {} ({})", tc.nvcc.display(), tc.origin);
             println!("CUDA root: {}", tc.cuda_root().display());

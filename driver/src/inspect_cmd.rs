@@ -1,0 +1,175 @@
+//! `klaraptor inspect` and `klaraptor explain`: what rational programs a binary (or a build
+//! directory) carries, and how one of them ranks the candidate shapes at a data size. Both
+//! read the manifests klaraptor-cc keeps next to the binary (`<binary>.klaraptor/*.json`) and
+//! evaluate the model in Rust, which agrees with the generated C (model's differential test):
+//! no GPU is needed.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::rational::{self, RationalProgram};
+
+/// The models directories of a binary (`<binary>.klaraptor`) or of a build directory (every
+/// `*.klaraptor` directory in it, not recursively), or the directory itself.
+pub fn models_dirs(target: &Path) -> Result<Vec<PathBuf>> {
+    if target.is_file() {
+        let d = rational::models_dir(target);
+        if !d.is_dir() {
+            bail!(
+                "{} has no rational programs beside it ({} does not exist): was it linked by \
+                 klaraptor-cc with a profile for its kernels?",
+                target.display(),
+                d.display()
+            );
+        }
+        return Ok(vec![d]);
+    }
+    if target.extension().is_some_and(|e| e == "klaraptor") && target.is_dir() {
+        return Ok(vec![target.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(target).with_context(|| format!("reading {}", target.display()))? {
+        let p = e?.path();
+        if p.is_dir() && p.extension().is_some_and(|e| e == "klaraptor") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        bail!(
+            "no rational programs in {} (no *.klaraptor directory): build with \
+             `make NVCC=klaraptor-cc` first",
+            target.display()
+        );
+    }
+    Ok(out)
+}
+
+fn programs(target: &Path) -> Result<Vec<(PathBuf, RationalProgram)>> {
+    let mut out = Vec::new();
+    for d in models_dirs(target)? {
+        out.extend(rational::load_dir(&d)?);
+    }
+    Ok(out)
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v))
+}
+
+/// `klaraptor inspect <binary or dir>`.
+pub fn inspect(target: &Path) -> Result<()> {
+    let progs = programs(target)?;
+    for (path, p) in &progs {
+        println!("kernel {} ({})", p.kernel, p.mangled);
+        println!("  rational program: {}", path.with_extension("c").display());
+        println!(
+            "  device: {} (sm_{}{}, {} SMs)",
+            p.device.name,
+            p.device.compute_capability.major,
+            p.device.compute_capability.minor,
+            p.device.sm_count
+        );
+        println!(
+            "  data: {}   dim: {}   grid: {}   constraints: {}",
+            p.data.join(", "),
+            p.dim,
+            p.grid.join(", "),
+            if p.block.is_empty() {
+                "none".to_string()
+            } else {
+                p.block.join(" && ")
+            }
+        );
+        println!(
+            "  {} candidate shapes; {} registers/thread, {} B shared memory/block",
+            p.candidates.len(),
+            p.regs_per_thread,
+            p.smem_per_block
+        );
+        let pr = &p.provenance;
+        println!(
+            "  profile: {} samples ({} failed) at sizes {:?}, {} on {}",
+            pr.samples, pr.failed_samples, pr.profile_sizes, pr.collector, pr.captured_at
+        );
+        println!("  fit quality (per-warp metrics; held-out relative error: median / max / extrapolation max):");
+        for (name, f) in &p.metrics {
+            let d = &f.diagnostics;
+            let h = d.heldout.as_ref();
+            println!(
+                "    {name:<20} degrees num {:?} den {:?}  {} / {} / {}  cond {:.1e}",
+                d.num_degrees,
+                d.den_degrees,
+                pct(h.map(|h| h.median_rel_error)),
+                pct(h.map(|h| h.max_rel_error)),
+                pct(h.and_then(|h| h.extrapolation_max_rel_error)),
+                d.condition_number
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `klaraptor explain <binary or dir> <kernel> --size N[,M…]`.
+pub fn explain(target: &Path, kernel: &str, sizes: &[i64], device: Option<&str>) -> Result<()> {
+    let progs = programs(target)?;
+    let matching: Vec<&(PathBuf, RationalProgram)> = progs
+        .iter()
+        .filter(|(_, p)| p.kernel == kernel || p.mangled == kernel)
+        .filter(|(_, p)| device.is_none_or(|d| p.device.name.contains(d)))
+        .collect();
+    if matching.is_empty() {
+        let names: Vec<String> = progs
+            .iter()
+            .map(|(_, p)| format!("{} ({})", p.kernel, p.device.name))
+            .collect();
+        bail!(
+            "no rational program for kernel {kernel}{}; there are: {}",
+            device.map(|d| format!(" on {d}")).unwrap_or_default(),
+            names.join(", ")
+        );
+    }
+    for (path, p) in matching {
+        let ranked = p.rank(sizes)?;
+        println!(
+            "{} on {} at {} ({}):",
+            p.kernel,
+            p.device.name,
+            p.data
+                .iter()
+                .zip(sizes)
+                .map(|(l, v)| format!("{l}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            path.with_extension("c").display()
+        );
+        println!(
+            "  {:>4} {:>14} {:>16} {:>12} {:>7} {:>7} {:>6} {:>6} {:>6}  limiting factor",
+            "rank", "block", "grid", "pred. µs", "MWP", "CWP", "warps", "blocks", "waves"
+        );
+        for (i, r) in ranked.iter().enumerate() {
+            let q = &r.prediction;
+            println!(
+                "{} {:>4} {:>14} {:>16} {:>12.3} {:>7.2} {:>7.2} {:>6} {:>6} {:>6}  {}",
+                if i == 0 { "*" } else { " " },
+                i + 1,
+                format!("{}x{}x{}", r.block[0], r.block[1], r.block[2]),
+                format!("{}x{}x{}", r.grid[0], r.grid[1], r.grid[2]),
+                q.time_us,
+                q.mwp,
+                q.cwp,
+                q.active_warps_per_sm,
+                q.active_blocks_per_sm,
+                q.waves,
+                q.limiter.name()
+            );
+        }
+        if ranked.is_empty() {
+            println!("  no candidate shape is allowed at this size: the launch keeps its own dims");
+        } else {
+            println!("  * the choice (ties: more threads, then larger bx, then larger by)");
+        }
+    }
+    Ok(())
+}

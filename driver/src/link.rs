@@ -1,0 +1,385 @@
+//! The instrumented link: the user's link command, plus a rational program per annotated
+//! kernel and device with a profile, plus the runtime.
+//!
+//! ```text
+//! kernel specs  <- the .klaraptor_spec sections of the input objects (linkspec.rs)
+//! profile entry <- the profile database (kernel × code hash × device)
+//!    none, GPU here, recipe given: link the profiling variant at the output path, run the
+//!    recipe at each profile size, store the records (profiling.rs)
+//! fit + codegen -> <output>.klaraptor/<kernel>.<device>.c, compiled (rational.rs)
+//! nvcc <user's link command> <rational programs> libklaraptor_rt.a
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use klaraptor_profiler::db::ProfileDb;
+use klaraptor_profiler::record::{DeviceId, Entry, FORMAT_VERSION};
+
+use crate::linkspec::{scan_inputs, LinkSpec};
+use crate::profiling::{self, RunEnv};
+use crate::{rational, runtime};
+
+/// What the link needs from the driver.
+pub struct LinkJob<'a> {
+    pub nvcc: &'a Path,
+    /// The nvcc link command (arguments), without the runtime.
+    pub args: Vec<String>,
+    /// The files the link reads (objects, archives).
+    pub inputs: Vec<PathBuf>,
+    /// The executable the link writes.
+    pub output: PathBuf,
+    pub work: &'a Path,
+    pub verbose: bool,
+    pub require_model: bool,
+    pub no_profile: bool,
+    pub profiling_variant: Option<&'a Path>,
+}
+
+impl LinkJob<'_> {
+    fn say(&self, msg: impl AsRef<str>) {
+        if self.verbose {
+            eprintln!("klaraptor-cc: {}", msg.as_ref());
+        }
+    }
+
+    fn nvcc(&self, extra: &[String], output: Option<&Path>) -> Result<std::process::ExitStatus> {
+        let mut args = self.args.clone();
+        if let Some(o) = output {
+            replace_output(&mut args, o);
+        }
+        args.extend(extra.iter().cloned());
+        let mut cmd = Command::new(self.nvcc);
+        cmd.args(&args);
+        if self.verbose {
+            eprintln!("klaraptor-cc: running {cmd:?}");
+        }
+        cmd.status()
+            .with_context(|| format!("cannot run {}", self.nvcc.display()))
+    }
+}
+
+/// Sets (or adds) `-o <path>` in an nvcc command.
+fn replace_output(args: &mut Vec<String>, path: &Path) {
+    let p = path.display().to_string();
+    let mut i = 0;
+    let mut found = false;
+    while i < args.len() {
+        let a = &args[i];
+        if (a == "-o" || a == "--output-file") && i + 1 < args.len() {
+            args[i + 1] = p.clone();
+            found = true;
+            i += 2;
+            continue;
+        }
+        if a.starts_with("--output-file=") {
+            args[i] = format!("--output-file={p}");
+            found = true;
+        } else if a.starts_with("-o") && a.len() > 2 {
+            args[i] = format!("-o{p}");
+            found = true;
+        }
+        i += 1;
+    }
+    if !found {
+        args.push("-o".into());
+        args.push(p);
+    }
+}
+
+/// Whether this machine has an NVIDIA GPU the profiling variant could run on.
+/// `KLARAPTOR_NO_GPU=1` says no (for tests and for builds that must not profile).
+pub fn gpu_present() -> bool {
+    if std::env::var_os("KLARAPTOR_NO_GPU").is_some_and(|v| v != "0" && !v.is_empty()) {
+        return false;
+    }
+    Path::new("/dev/nvidiactl").exists() || Path::new("/dev/nvidia0").exists()
+}
+
+/// The collector library: `KLARAPTOR_COLLECTOR`, else `libklaraptor_collector.so` beside
+/// the klaraptor-cc executable.
+pub fn collector_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KLARAPTOR_COLLECTOR") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join("libklaraptor_collector.so");
+    p.is_file().then_some(p)
+}
+
+/// The device the profiling variant runs on, as `nvidia-smi` names it (device 0, or the
+/// first of `CUDA_VISIBLE_DEVICES`).
+fn current_device() -> Result<(DeviceId, String, String)> {
+    let out = Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=name,uuid,compute_cap,driver_version",
+            "--format=csv,noheader",
+            "-i",
+            "0",
+        ])
+        .output()
+        .context("cannot run nvidia-smi to identify the GPU")?;
+    if !out.status.success() {
+        bail!(
+            "nvidia-smi failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<&str> = text.lines().next().unwrap_or("").split(", ").collect();
+    if f.len() < 4 {
+        bail!("unexpected nvidia-smi output: {text}");
+    }
+    // nvidia-smi does not report the SM count: the model's tables and the calibration do.
+    let sm = 0;
+    Ok((
+        DeviceId {
+            name: f[0].trim().to_string(),
+            uuid: f[1].trim().to_string(),
+            cc: f[2].trim().to_string(),
+            sm_count: sm,
+        },
+        f[3].trim().to_string(),
+        String::new(),
+    ))
+}
+
+/// Runs the link; returns nvcc's exit status.
+pub fn link(job: &LinkJob) -> Result<i32> {
+    let specs = scan_inputs(job.inputs.iter().map(PathBuf::as_path))?;
+    job.say(format!(
+        "link: {} annotated kernel(s) in the inputs",
+        specs.len()
+    ));
+    let archive = runtime::archive(job.work)?.display().to_string();
+    if let Some(variant) = job.profiling_variant {
+        link_variant(job, &specs, variant, &archive)?;
+    }
+    let db = ProfileDb::locate()?;
+    let mut entries: Vec<(LinkSpec, Vec<Entry>)> = Vec::new();
+    for s in &specs {
+        let e = db.entries_for(&s.mangled, &s.code_hash)?;
+        entries.push((s.clone(), e));
+    }
+    let missing: Vec<LinkSpec> = entries
+        .iter()
+        .filter(|(_, e)| e.is_empty())
+        .map(|(s, _)| s.clone())
+        .collect();
+    if !missing.is_empty() && !job.no_profile && gpu_present() {
+        let profiled = profile(job, &missing, &archive, &db)?;
+        for (s, e) in entries.iter_mut() {
+            if e.is_empty() && profiled.contains(&s.mangled) {
+                *e = db.entries_for(&s.mangled, &s.code_hash)?;
+            }
+        }
+    }
+    let mut unmodelled = Vec::new();
+    for (s, e) in &entries {
+        if e.is_empty() {
+            unmodelled.push(s);
+        }
+    }
+    if !unmodelled.is_empty() {
+        let names: Vec<String> = unmodelled
+            .iter()
+            .map(|s| format!("{} (annotated at {})", s.name, s.annotated_at))
+            .collect();
+        let how = format!(
+            "no profile in {} ({}) for {}; {}",
+            db.root().display(),
+            db.origin(),
+            names.join(", "),
+            if gpu_present() {
+                "add a profile(run=…, sizes=…) recipe to the annotation so klaraptor-cc can \
+                 profile it here"
+            } else {
+                "build once on a machine with a GPU, or point KLARAPTOR_PROFILE_DB at a \
+                 database made on one"
+            }
+        );
+        if job.require_model {
+            eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
+            return Ok(1);
+        }
+        eprintln!("klaraptor-cc: warning: {how}; these kernels keep the program's own launch dims");
+    }
+    // Rational programs, next to the output.
+    let models_dir = rational::models_dir(&job.output);
+    let staging = job.work.join("models");
+    std::fs::create_dir_all(&staging)?;
+    let mut objects = Vec::new();
+    for (s, es) in &entries {
+        for e in es {
+            let prog = rational::build(s, e, &models_dir)
+                .with_context(|| format!("building the rational program of {}", s.name))?;
+            let files = prog.write(&staging)?;
+            job.say(format!(
+                "rational program of {} for {}: {}",
+                s.name,
+                e.device.name,
+                models_dir.join(&files.c_name).display()
+            ));
+            objects.push(rational::compile(&staging, &files, job.verbose)?);
+        }
+    }
+    let mut extra: Vec<String> = objects.iter().map(|o| o.display().to_string()).collect();
+    extra.push(archive);
+    let status = job.nvcc(&extra, None)?;
+    if status.success() && !objects.is_empty() {
+        publish(&staging, &models_dir)?;
+    }
+    Ok(status.code().unwrap_or(1))
+}
+
+/// Replaces `dir` by `staging`'s sources and manifests (the C files and their JSON), so a
+/// reader never sees a half-written set.
+fn publish(staging: &Path, dir: &Path) -> Result<()> {
+    let tmp = dir.with_extension("klaraptor-new");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    for e in std::fs::read_dir(staging)? {
+        let p = e?.path();
+        if p.extension()
+            .is_some_and(|x| x == "c" || x == "json" || x == "h")
+        {
+            std::fs::copy(&p, tmp.join(p.file_name().unwrap()))?;
+        }
+    }
+    let old = dir.with_extension("klaraptor-old");
+    let _ = std::fs::remove_dir_all(&old);
+    if dir.exists() {
+        std::fs::rename(dir, &old)?;
+    }
+    std::fs::rename(&tmp, dir).with_context(|| format!("writing {}", dir.display()))?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(())
+}
+
+/// Links the profiling variant to `path` and writes its plan to `<path>.plan`.
+fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path, archive: &str) -> Result<()> {
+    let mut extra: Vec<String> = profiling::WRAP_FLAGS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    extra.push(archive.to_string());
+    let status = job.nvcc(&extra, Some(path))?;
+    if !status.success() {
+        bail!("linking the profiling variant failed ({status})");
+    }
+    let plan = PathBuf::from(format!("{}.plan", path.display()));
+    std::fs::write(&plan, profiling::plan_file(specs))
+        .with_context(|| format!("writing {}", plan.display()))?;
+    eprintln!(
+        "klaraptor-cc: profiling variant: {} (plan {})",
+        path.display(),
+        plan.display()
+    );
+    Ok(())
+}
+
+/// Profiles `specs` on this machine's GPU and stores the entries. Returns the ids profiled.
+fn profile(
+    job: &LinkJob,
+    specs: &[LinkSpec],
+    archive: &str,
+    db: &ProfileDb,
+) -> Result<Vec<String>> {
+    let runnable: Vec<&LinkSpec> = specs
+        .iter()
+        .filter(|s| s.profile_run.is_some() && !s.profile_sizes.is_empty())
+        .collect();
+    if runnable.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(collector) = collector_path() else {
+        eprintln!(
+            "klaraptor-cc: warning: a GPU is present but the collector \
+             (libklaraptor_collector.so beside klaraptor-cc, or KLARAPTOR_COLLECTOR) was not \
+             found: not profiling"
+        );
+        return Ok(Vec::new());
+    };
+    let (device, driver, cuda) = current_device()?;
+    let dir = profiling::scratch(job.work)?;
+    let plan = dir.join("plan");
+    let specs_owned: Vec<LinkSpec> = runnable.iter().map(|s| (*s).clone()).collect();
+    std::fs::write(&plan, profiling::plan_file(&specs_owned))?;
+    // The recipe runs the program by the name the user gave it: the variant goes there, and
+    // the final link replaces it.
+    let mut extra: Vec<String> = profiling::WRAP_FLAGS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    extra.push(archive.to_string());
+    let status = job.nvcc(&extra, None)?;
+    if !status.success() {
+        bail!("linking the profiling variant failed ({status})");
+    }
+    let (runs, warmup) = (5, 1);
+    let mut done = Vec::new();
+    let result = (|| -> Result<()> {
+        let out = dir.join("records");
+        std::fs::create_dir_all(&out)?;
+        let env = RunEnv {
+            out_dir: &out,
+            plan: &plan,
+            collector: &collector.display().to_string(),
+            runs,
+            warmup,
+            verbose: job.verbose,
+        };
+        // Each recipe command runs once; a run profiles every planned kernel it launches.
+        let mut seen = std::collections::BTreeSet::new();
+        let start = std::time::Instant::now();
+        for s in &runnable {
+            profiling::run_recipe(s, &env, &mut seen)?;
+        }
+        let took = start.elapsed();
+        for s in &runnable {
+            let samples = profiling::read_samples(&out, &s.mangled)?;
+            if samples.is_empty() {
+                eprintln!(
+                    "klaraptor-cc: warning: profiling {} recorded nothing: its launches never \
+                     reached the profiling runtime (is it launched with <<<>>> by `{}`?)",
+                    s.name,
+                    s.profile_run.as_deref().unwrap_or("")
+                );
+                continue;
+            }
+            let entry = Entry {
+                format_version: FORMAT_VERSION,
+                kernel: klaraptor_profiler::record::KernelId {
+                    mangled: s.mangled.clone(),
+                    name: s.name.clone(),
+                    code_hash: s.code_hash.clone(),
+                    data: s.data.clone(),
+                    dim: s.dim,
+                },
+                device: device.clone(),
+                collector: format!("klaraptor-collector {}", env!("CARGO_PKG_VERSION")),
+                captured_at: crate::now_iso8601(),
+                cuda_version: cuda.clone(),
+                driver_version: driver.clone(),
+                plan: profiling::plan_record(s, runs, warmup),
+                samples,
+            };
+            let path = db.put(&entry)?;
+            eprintln!(
+                "klaraptor-cc: profiled {} ({} samples; all recipes took {:.1} s): {}",
+                s.name,
+                entry.samples.len(),
+                took.as_secs_f64(),
+                path.display()
+            );
+            done.push(s.mangled.clone());
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&job.output);
+        return Err(e);
+    }
+    Ok(done)
+}

@@ -1,0 +1,567 @@
+//! The rational program of one kernel on one device: fitted per-warp metrics, the device,
+//! the MWP-CWP model (klaraptor-model), the candidate block shapes, the grid formula and the
+//! selection — as a manifest (JSON, what `klaraptor inspect/explain` read) and as one
+//! readable C99 file (what is linked into the program).
+//!
+//! Selection: every candidate shape that the kernel's constraints and the device current at
+//! the launch allow is evaluated; the smallest predicted time wins. Ties (predicted times
+//! within a relative 1e-9) go to the shape with more threads per block, then the larger bx,
+//! then the larger by: wide blocks keep rows of a warp on contiguous addresses. The same
+//! order decides in Rust ([`RationalProgram::rank`]) and in C.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use klaraptor_fitting::RationalFn;
+use klaraptor_model::{device_to_c, predict, Device, Launch, Prediction, WarpMetrics, C_MODEL};
+use klaraptor_passes::expr::{self, BoolExpr, IntExpr, C_PRELUDE};
+use klaraptor_profiler::record::Entry;
+use serde::{Deserialize, Serialize};
+
+use crate::linkspec::LinkSpec;
+use crate::metrics::{self, METRICS};
+
+/// Version of the manifest format.
+pub const FORMAT: u32 = 1;
+
+/// Where the profile came from and how the fit went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub collector: String,
+    pub captured_at: String,
+    pub code_hash: String,
+    pub profile_sizes: Vec<Vec<i64>>,
+    pub samples: usize,
+    pub failed_samples: usize,
+    pub generated_by: String,
+    pub generated_at: String,
+}
+
+/// Everything the rational program of a kernel on a device is made of.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RationalProgram {
+    pub format: u32,
+    pub kernel: String,
+    pub mangled: String,
+    pub data: Vec<String>,
+    pub dim: u8,
+    /// Grid formulas and block constraints, in the annotation language.
+    pub grid: Vec<String>,
+    pub block: Vec<String>,
+    pub device: Device,
+    pub regs_per_thread: u32,
+    pub smem_per_block: u32,
+    pub candidates: Vec<[u32; 3]>,
+    /// Per-warp metrics ([`METRICS`]) as functions of (data…, bx[, by[, bz]]).
+    pub metrics: BTreeMap<String, RationalFn>,
+    pub provenance: Provenance,
+    /// The C file's name in the models directory.
+    pub c_name: String,
+}
+
+/// One candidate, evaluated.
+#[derive(Debug, Clone)]
+pub struct Ranked {
+    pub block: [u32; 3],
+    pub grid: [u32; 3],
+    pub metrics: WarpMetrics,
+    pub prediction: Prediction,
+}
+
+/// File names of a program in the models directory.
+pub struct ProgramFiles {
+    pub c_name: String,
+    pub json_name: String,
+}
+
+/// `<output>.klaraptor`: where the rational programs of a binary are kept for people and for
+/// `klaraptor inspect`.
+pub fn models_dir(output: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.klaraptor", output.display()))
+}
+
+fn slug(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while out.contains("--") {
+        out = out.replace("--", "-");
+    }
+    out.trim_matches('-').to_string()
+}
+
+/// The candidate block shapes of a `dim`-D kernel before constraints and device limits:
+/// 1-D: 1, 2, 4, 8, 16 and every multiple of 32 up to 1024; 2-D: every power-of-two shape
+/// with at most 1024 threads; 3-D: the same with bz ≤ 64.
+pub fn candidates(dim: u8) -> Vec<[u32; 3]> {
+    let mut out = Vec::new();
+    match dim {
+        1 => {
+            out.extend([1, 2, 4, 8, 16].map(|x| [x, 1, 1]));
+            out.extend((1..=32).map(|k| [32 * k, 1, 1]));
+        }
+        2 => {
+            for ey in 0..=10u32 {
+                for ex in 0..=(10 - ey) {
+                    out.push([1 << ex, 1 << ey, 1]);
+                }
+            }
+        }
+        _ => {
+            for ez in 0..=6u32 {
+                for ey in 0..=(10 - ez) {
+                    for ex in 0..=(10 - ez - ey) {
+                        out.push([1 << ex, 1 << ey, 1 << ez]);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The device description for `entry`'s device: a calibrated or shipped description of that
+/// device when one exists, else the architecture's table with the entry's SM count.
+pub fn device_for(entry: &Entry) -> Result<Device> {
+    if let Some(d) = crate::devices::find(&entry.device.name, &entry.device.uuid)? {
+        return Ok(d);
+    }
+    let (maj, min) = entry
+        .device
+        .cc
+        .split_once('.')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .with_context(|| format!("the profile's compute capability {:?}", entry.device.cc))?;
+    let mut d = Device::for_arch(maj, min)?.with_identity(&entry.device.name, &entry.device.uuid);
+    if entry.device.sm_count > 0 {
+        d.sm_count = entry.device.sm_count;
+    }
+    Ok(d)
+}
+
+fn parse_grid(spec_grid: &[String], labels: &[&str]) -> Result<Vec<IntExpr>> {
+    spec_grid
+        .iter()
+        .map(|g| expr::parse_int(g, labels).map_err(|e| anyhow::anyhow!("grid {g:?}: {e}")))
+        .collect()
+}
+
+fn parse_constraints(block: &[String], labels: &[&str]) -> Result<Vec<BoolExpr>> {
+    block
+        .iter()
+        .map(|b| expr::parse_bool(b, labels).map_err(|e| anyhow::anyhow!("block {b:?}: {e}")))
+        .collect()
+}
+
+/// Builds the program of `spec` from its profile `entry`.
+pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<RationalProgram> {
+    let device = device_for(entry)?;
+    let mut labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
+    labels.extend(expr::BLOCK_VARS);
+    let constraints = parse_constraints(&spec.block, &labels)?;
+    parse_grid(&spec.grid, &labels)?;
+    let cands: Vec<[u32; 3]> = candidates(spec.dim)
+        .into_iter()
+        .filter(|b| {
+            b[0] <= device.max_block_dim[0]
+                && b[1] <= device.max_block_dim[1]
+                && b[2] <= device.max_block_dim[2]
+                && b[0] * b[1] * b[2] <= device.max_threads_per_block
+        })
+        .filter(|b| {
+            // Constraints that depend on the data are checked at run time; here only those
+            // that rule a shape out for every size.
+            // (evaluation fails on a data label: such a constraint is kept for later).
+            constraints
+                .iter()
+                .all(|c| c.eval(&BlockEnv(*b)).unwrap_or(true))
+        })
+        .collect();
+    if cands.is_empty() {
+        bail!(
+            "kernel {}: no block shape satisfies the constraints {:?} within the device limits",
+            spec.name,
+            spec.block
+        );
+    }
+    let fitted = metrics::fit_all(spec, entry, &cands)?;
+    let usable = metrics::usable(spec, entry);
+    let regs = usable
+        .iter()
+        .map(|(_, c)| c.regs_per_thread)
+        .max()
+        .unwrap_or(0);
+    let smem = usable
+        .iter()
+        .map(|(_, c)| c.smem_static + c.smem_dynamic)
+        .max()
+        .unwrap_or(0);
+    let c_name = format!("{}.{}.c", slug(&spec.name), slug(&device.name));
+    Ok(RationalProgram {
+        format: FORMAT,
+        kernel: spec.name.clone(),
+        mangled: spec.mangled.clone(),
+        data: spec.data.clone(),
+        dim: spec.dim,
+        grid: spec.grid.clone(),
+        block: spec.block.clone(),
+        device,
+        regs_per_thread: regs,
+        smem_per_block: smem,
+        candidates: cands,
+        metrics: fitted,
+        provenance: Provenance {
+            collector: entry.collector.clone(),
+            captured_at: entry.captured_at.clone(),
+            code_hash: spec.code_hash.clone(),
+            profile_sizes: entry.plan.sizes.clone(),
+            samples: entry.samples.len(),
+            failed_samples: entry.samples.iter().filter(|s| s.error.is_some()).count(),
+            generated_by: format!("klaraptor-cc {}", env!("CARGO_PKG_VERSION")),
+            generated_at: crate::now_iso8601(),
+        },
+        c_name,
+    })
+}
+
+struct BlockEnv([u32; 3]);
+
+impl expr::Env for BlockEnv {
+    fn get(&self, name: &str) -> Option<i64> {
+        expr::BLOCK_VARS
+            .iter()
+            .position(|b| *b == name)
+            .map(|i| i64::from(self.0[i]))
+    }
+}
+
+struct FullEnv<'a> {
+    labels: &'a [String],
+    data: &'a [i64],
+    block: [u32; 3],
+}
+
+impl expr::Env for FullEnv<'_> {
+    fn get(&self, name: &str) -> Option<i64> {
+        if let Some(i) = self.labels.iter().position(|l| l == name) {
+            return self.data.get(i).copied();
+        }
+        BlockEnv(self.block).get(name)
+    }
+}
+
+impl RationalProgram {
+    /// The per-warp metrics at `data` for block `b` (clamped at 0: counts are never
+    /// negative, whatever a fitted function does far outside its data).
+    pub fn metrics_at(&self, data: &[i64], b: [u32; 3]) -> WarpMetrics {
+        let mut x: Vec<f64> = data.iter().map(|&v| v as f64).collect();
+        for v in b.iter().take(usize::from(self.dim.clamp(1, 3))) {
+            x.push(f64::from(*v));
+        }
+        let get = |name: &str| {
+            self.metrics
+                .get(name)
+                .map(|f| f.eval(&x).max(0.0))
+                .unwrap_or(0.0)
+        };
+        WarpMetrics {
+            inst: get("inst"),
+            gld_inst: get("gld_inst"),
+            gst_inst: get("gst_inst"),
+            shared_inst: get("shared_inst"),
+            sync_inst: get("sync_inst"),
+            gld_sectors_per_req: get("gld_sectors_per_req"),
+            gst_sectors_per_req: get("gst_sectors_per_req"),
+            dram_bytes: get("dram_bytes"),
+        }
+    }
+
+    /// Every allowed candidate at `data`, ranked (the first is the choice).
+    pub fn rank(&self, data: &[i64]) -> Result<Vec<Ranked>> {
+        if data.len() != self.data.len() {
+            bail!(
+                "kernel {} takes {} data value(s) ({}), {} given",
+                self.kernel,
+                self.data.len(),
+                self.data.join(", "),
+                data.len()
+            );
+        }
+        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
+        labels.extend(expr::BLOCK_VARS);
+        let grid = parse_grid(&self.grid, &labels)?;
+        let cons = parse_constraints(&self.block, &labels)?;
+        let mut out = Vec::new();
+        for &b in &self.candidates {
+            let env = FullEnv {
+                labels: &self.data,
+                data,
+                block: b,
+            };
+            if !cons.iter().all(|c| c.eval(&env).unwrap_or(false)) {
+                continue;
+            }
+            let mut g = [1u32; 3];
+            let mut ok = true;
+            for (i, e) in grid.iter().enumerate().take(3) {
+                match e.eval(&env) {
+                    Ok(v) if v >= 1 && v <= i64::from(self.device.max_grid_dim[i]) => {
+                        g[i] = v as u32
+                    }
+                    _ => ok = false,
+                }
+            }
+            if !ok {
+                continue;
+            }
+            let m = self.metrics_at(data, b);
+            let launch = Launch {
+                block: b,
+                grid: g,
+                regs_per_thread: self.regs_per_thread,
+                smem_per_block: self.smem_per_block,
+            };
+            let p = predict(&self.device, &launch, &m);
+            if !p.time_us.is_finite() {
+                continue;
+            }
+            out.push(Ranked {
+                block: b,
+                grid: g,
+                metrics: m,
+                prediction: p,
+            });
+        }
+        out.sort_by(|a, b| better(a, b));
+        Ok(out)
+    }
+
+    /// The manifest and C file names.
+    pub fn files(&self) -> ProgramFiles {
+        ProgramFiles {
+            c_name: self.c_name.clone(),
+            json_name: self.c_name.replace(".c", ".json"),
+        }
+    }
+
+    /// Writes the C file and the manifest into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<ProgramFiles> {
+        let files = self.files();
+        std::fs::write(dir.join(&files.c_name), self.to_c()?)?;
+        std::fs::write(
+            dir.join(&files.json_name),
+            serde_json::to_string_pretty(self)?,
+        )?;
+        Ok(files)
+    }
+
+    /// The program as C99.
+    pub fn to_c(&self) -> Result<String> {
+        let mut c = String::new();
+        let p = &self.provenance;
+        let _ = writeln!(
+            c,
+            "/* Rational program of kernel {} ({}) for {}.\n *\n * Generated by {} on {}.\n * Profile: {} samples ({} failed), captured {} by {}, at sizes {:?}\n *   ({}); device code hash {}.\n * Model: MWP-CWP (klaraptor-model), device description below; occupancy from\n *   {} registers per thread and {} bytes of shared memory per block.\n * Selection: the smallest predicted time over the candidates the kernel's constraints\n *   and the current device allow; ties (relative 1e-9) go to more threads per block,\n *   then larger bx, then larger by.\n */",
+            self.kernel,
+            self.mangled,
+            self.device.name,
+            p.generated_by,
+            p.generated_at,
+            p.samples,
+            p.failed_samples,
+            p.captured_at,
+            p.collector,
+            p.profile_sizes,
+            self.data.join(", "),
+            p.code_hash,
+            self.regs_per_thread,
+            self.smem_per_block
+        );
+        c.push_str("#include <stdint.h>\n#include <math.h>\n#include \"klaraptor.h\"\n\n");
+        c.push_str(C_PRELUDE);
+        c.push('\n');
+        c.push_str(C_MODEL);
+        c.push('\n');
+        c.push_str(&device_to_c(&self.device, "kl_dev"));
+        c.push('\n');
+        // Fitted metrics.
+        let vars = {
+            let mut v: Vec<String> = self.data.clone();
+            for b in ["bx", "by", "bz"]
+                .iter()
+                .take(usize::from(self.dim.clamp(1, 3)))
+            {
+                v.push(b.to_string());
+            }
+            v
+        };
+        for name in METRICS {
+            let f = self
+                .metrics
+                .get(name)
+                .with_context(|| format!("metric {name} missing"))?;
+            c.push_str(&f.to_c(&format!("kl_fit_{name}"))?);
+            c.push('\n');
+        }
+        // Candidates.
+        let _ = writeln!(
+            c,
+            "/* Candidate block shapes ({} of them, {}-D). */\nstatic const uint32_t kl_candidates[][3] = {{",
+            self.candidates.len(),
+            self.dim
+        );
+        for chunk in self.candidates.chunks(6) {
+            let row: Vec<String> = chunk
+                .iter()
+                .map(|b| format!("{{{}, {}, {}}}", b[0], b[1], b[2]))
+                .collect();
+            let _ = writeln!(c, "  {},", row.join(", "));
+        }
+        c.push_str("};\n\n");
+        // Grid formula and constraints.
+        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
+        labels.extend(expr::BLOCK_VARS);
+        let grid = parse_grid(&self.grid, &labels)?;
+        let cons = parse_constraints(&self.block, &labels)?;
+        let var = |n: &str| format!("v_{n}");
+        let bind = |c: &mut String| {
+            for (i, d) in self.data.iter().enumerate() {
+                let _ = writeln!(
+                    c,
+                    "  const int64_t {} = data[{i}]; (void){};",
+                    var(d),
+                    var(d)
+                );
+            }
+            for (i, b) in expr::BLOCK_VARS.iter().enumerate() {
+                let _ = writeln!(
+                    c,
+                    "  const int64_t {} = block[{i}]; (void){};",
+                    var(b),
+                    var(b)
+                );
+            }
+        };
+        c.push_str("/* Grid formula; 0 on success. */\nstatic int kl_grid(const int64_t *data, const uint32_t block[3], uint32_t grid[3]) {\n  int err = 0;\n");
+        bind(&mut c);
+        for i in 0..3 {
+            let (text, code) = match grid.get(i) {
+                Some(e) => (e.to_string(), e.to_c(&var, "&err")),
+                None => ("1".into(), "INT64_C(1)".into()),
+            };
+            let _ = writeln!(c, "  const int64_t g{i} = {code}; /* {text} */");
+        }
+        c.push_str("  if (err || g0 < 1 || g1 < 1 || g2 < 1 || g0 > UINT32_MAX || g1 > UINT32_MAX || g2 > UINT32_MAX) return 1;\n  grid[0] = (uint32_t)g0; grid[1] = (uint32_t)g1; grid[2] = (uint32_t)g2;\n  return 0;\n}\n\n");
+        c.push_str("/* Block constraints; 1 when allowed. */\nstatic int kl_allowed(const int64_t *data, const uint32_t block[3]) {\n  int err = 0;\n");
+        bind(&mut c);
+        for b in &cons {
+            let _ = writeln!(
+                c,
+                "  /* {b} */\n  if (!{} || err) return 0;",
+                b.to_c(&var, "&err")
+            );
+        }
+        c.push_str("  return 1;\n}\n\n");
+        // Metrics at a shape.
+        let nb = usize::from(self.dim.clamp(1, 3));
+        let mut args: Vec<String> = (0..self.data.len())
+            .map(|i| format!("(double)data[{i}]"))
+            .collect();
+        for i in 0..nb {
+            args.push(format!("(double)block[{i}]"));
+        }
+        let args = args.join(", ");
+        let _ = vars;
+        c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n\n");
+        c.push_str("/* The per-warp metrics at data for block (fitted; clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], kl_metrics *m) {\n");
+        for name in METRICS {
+            let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args}));");
+        }
+        c.push_str("}\n\n");
+        let _ = writeln!(
+            c,
+            "/* The entry point the runtime calls (klaraptor_model.select). */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  double best = INFINITY;\n  int best_i = -1;\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    const double t = p.time_us;\n    if (!(t == t) || t == INFINITY) continue;\n    if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n    if (t <= best * (1.0 + 1e-9)) {{\n      /* A tie: more threads, then larger bx, then larger by. */\n      const uint32_t *o = kl_candidates[best_i];\n      const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n      if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n    }}\n  }}\n  if (best_i < 0) return 1;\n  block[0] = kl_candidates[best_i][0]; block[1] = kl_candidates[best_i][1]; block[2] = kl_candidates[best_i][2];\n  if (predicted_us) *predicted_us = best;\n  return 0;\n}}\n",
+            self.regs_per_thread, self.smem_per_block
+        );
+        let _ = writeln!(
+            c,
+            "\nstatic const klaraptor_model kl_model = {{ KLARAPTOR_ABI_VERSION, \"{}\", \"{}\", kl_select, \"{}\" }};\n\n__attribute__((constructor)) static void kl_register_model(void) {{ klaraptor_register_model(&kl_model); }}",
+            self.mangled,
+            self.device.name.replace('"', "'"),
+            self.c_name
+        );
+        Ok(c)
+    }
+}
+
+/// The ranking order of candidates (see the module documentation).
+pub fn better(a: &Ranked, b: &Ranked) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (ta, tb) = (a.prediction.time_us, b.prediction.time_us);
+    let tie = (ta - tb).abs() <= 1e-9 * ta.max(tb);
+    if !tie {
+        return ta.partial_cmp(&tb).unwrap_or(Ordering::Equal);
+    }
+    let threads =
+        |r: &Ranked| u64::from(r.block[0]) * u64::from(r.block[1]) * u64::from(r.block[2]);
+    threads(b)
+        .cmp(&threads(a))
+        .then(b.block[0].cmp(&a.block[0]))
+        .then(b.block[1].cmp(&a.block[1]))
+}
+
+/// Compiles a program written by [`RationalProgram::write`] in `dir`; returns the object.
+pub fn compile(dir: &Path, files: &ProgramFiles, verbose: bool) -> Result<PathBuf> {
+    let inc = dir.join("include");
+    std::fs::create_dir_all(&inc)?;
+    std::fs::write(inc.join("klaraptor.h"), crate::codegen::KLARAPTOR_H)?;
+    let src = dir.join(&files.c_name);
+    let obj = dir.join(files.c_name.replace(".c", ".o"));
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c99", "-O2", "-fPIC", "-ffp-contract=off", "-c", "-I"])
+        .arg(&inc)
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj);
+    if verbose {
+        eprintln!("klaraptor-cc: running {cmd:?}");
+    }
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {}", cc.to_string_lossy()))?;
+    if !out.status.success() {
+        bail!(
+            "compiling {} failed:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(obj)
+}
+
+/// Reads every manifest of a models directory.
+pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, RationalProgram)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let text = std::fs::read_to_string(&p)?;
+            let prog: RationalProgram = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a klaraptor rational program", p.display()))?;
+            out.push((p, prog));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
