@@ -15,6 +15,9 @@
 //! documented in the Rust; the C says where.
 //!
 //! [`device_to_c`] writes a device as `static const kl_device <ident> = {...};`.
+//! Both public functions and the devices are marked `KL_UNUSED` (GCC/Clang's `unused`
+//! attribute, nothing elsewhere), so a program that uses only part of them still compiles
+//! with `-Werror`.
 
 use crate::device::Device;
 
@@ -35,6 +38,13 @@ pub const C_MODEL: &str = r##"/*
 #include <stdint.h>
 
 #define KL_MAX_CARVEOUTS 16
+
+/* A program may use only some of these functions and devices: no unused warnings. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KL_UNUSED __attribute__((unused))
+#else
+#define KL_UNUSED
+#endif
 
 /* Occupancy limiters (kl_occupancy_result.limiter). */
 #define KL_OCC_WARPS 1
@@ -175,9 +185,9 @@ static uint64_t kl_snap_carveout(const kl_device *d, uint64_t bytes, uint64_t fa
 
 /* Resident blocks per SM, as cudaOccupancyMaxActiveBlocksPerMultiprocessor computes them
  * (model/src/occupancy.rs). carveout_pct: KL_CARVEOUT_DEFAULT or 0..100. */
-static void kl_occupancy(const kl_device *d, uint32_t threads_per_block,
-                         uint32_t regs_per_thread, uint32_t smem_per_block,
-                         int carveout_pct, kl_occupancy_result *out)
+KL_UNUSED static void kl_occupancy(const kl_device *d, uint32_t threads_per_block,
+                                   uint32_t regs_per_thread, uint32_t smem_per_block,
+                                   int carveout_pct, kl_occupancy_result *out)
 {
     uint64_t warp = d->warp_size;
     uint64_t threads = threads_per_block;
@@ -408,8 +418,8 @@ static int kl_unlaunchable(kl_prediction *out, int limiter)
 
 /* Predicts one launch (mwp_cwp.rs: predict). Returns 0, or the KL_LIMIT_EXCEEDS_* code
  * when the launch cannot run (then cycles and time_us are HUGE_VAL). */
-static int kl_predict(const kl_device *d, const kl_launch *l, const kl_metrics *m,
-                      kl_prediction *out)
+KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl_metrics *m,
+                                kl_prediction *out)
 {
     kl_occupancy_result occ;
     kl_per_warp k;
@@ -520,7 +530,8 @@ fn c_double(v: f64) -> String {
     }
 }
 
-/// `static const kl_device <ident> = {...};` for `dev`. `ident` must be a C identifier.
+/// `KL_UNUSED static const kl_device <ident> = {...};` for `dev` (include [`C_MODEL`]
+/// first: it defines `kl_device` and `KL_UNUSED`). `ident` must be a C identifier.
 pub fn device_to_c(dev: &Device, ident: &str) -> String {
     assert!(
         !ident.is_empty()
@@ -548,7 +559,7 @@ pub fn device_to_c(dev: &Device, ident: &str) -> String {
         dev.limits_source,
         dev.note.replace("*/", "* /")
     ));
-    o.push_str(&format!("static const kl_device {ident} = {{\n"));
+    o.push_str(&format!("KL_UNUSED static const kl_device {ident} = {{\n"));
     o.push_str(&format!("    .name = {},\n", c_string(&dev.name)));
     o.push_str(&format!("    .uuid = {},\n", c_string(&dev.uuid)));
     o.push_str(&format!(

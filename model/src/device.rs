@@ -747,7 +747,9 @@ impl Device {
                 ),
             ));
         }
-        if self.registers.per_sm % self.sub_partitions != 0 {
+        if (self.registers.per_sm / self.sub_partitions) * self.sub_partitions
+            != self.registers.per_sm
+        {
             return Err(bad(
                 "registers.per_sm",
                 format!(

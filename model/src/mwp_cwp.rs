@@ -68,6 +68,7 @@
 //!     `Mem_cycles + Comp_cycles + Comp_cycles/Mem_insts·(MWP − 1)`;
 //!   - else if `CWP ≥ MWP` (memory bound): `Mem_cycles·N/MWP + Comp_cycles/Mem_insts·(MWP − 1)`;
 //!   - else (compute bound): `Mem_L + Comp_cycles·N`.
+//!
 //!   DESIGN.md's second condition also takes `Comp_cycles > Mem_cycles` to the memory-bound
 //!   formula; we drop it: with `MWP > CWP` it would charge a compute-heavy kernel
 //!   `Mem_cycles·N/MWP`, less than the `N·Comp_cycles` its issue alone needs.
@@ -470,5 +471,317 @@ pub fn predict(dev: &Device, launch: &Launch, m: &WarpMetrics) -> Prediction {
         active_blocks_per_sm: first_blocks_on_sm as u32,
         waves,
         limiter,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> Device {
+        Device::for_arch(9, 0).unwrap()
+    }
+
+    fn launch(block: u32, grid: u32) -> Launch {
+        Launch {
+            block: [block, 1, 1],
+            grid: [grid, 1, 1],
+            regs_per_thread: 16,
+            smem_per_block: 0,
+        }
+    }
+
+    /// A coalesced streaming kernel (c = a + b): 2 loads, 1 store, 128 DRAM bytes each.
+    fn vector_add() -> WarpMetrics {
+        WarpMetrics {
+            inst: 20.0,
+            gld_inst: 2.0,
+            gst_inst: 1.0,
+            gld_sectors_per_req: 4.0,
+            gst_sectors_per_req: 4.0,
+            dram_bytes: 384.0,
+            ..WarpMetrics::default()
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    // Hand derivation for the sm_90 table (480-cycle DRAM latency, 4-cycle coalesced
+    // departure, 0.9 × 3352.32 GB/s, 1980 MHz, 132 SMs, 4 schedulers, 1 issue cycle):
+    // 256-thread blocks, 16 registers: 8 resident blocks (64 warps) per SM.
+    // Per warp: Mem_L = 480, Departure = 4, Mem_cycles = 3 × 480, Comp_cycles = 20,
+    // 128 DRAM bytes per memory instruction.
+    #[test]
+    fn streaming_kernel_by_hand() {
+        let d = h100();
+        let p = predict(&d, &launch(256, 65536), &vector_add());
+        // 65536 blocks, 1056 per wave: 62 full waves and 64 blocks left.
+        assert_eq!(p.waves, 63);
+        assert_eq!((p.active_blocks_per_sm, p.active_warps_per_sm), (8, 64));
+        let bw = 0.9 * 3352.32;
+        let bw_per_warp = 1.98 * 128.0 / 480.0;
+        // Full wave: N = 64 / 4 = 16 per scheduler; MWP_Without_BW = 480 / (4 × 4) = 30.
+        let mwp_full = bw / (bw_per_warp * 132.0 * 4.0); // 10.82: bandwidth bound
+        let full = 1440.0 * 16.0 / mwp_full + 20.0 / 3.0 * (mwp_full - 1.0);
+        // Last wave: 64 SMs hold 1 block (8 warps, N = 2): MWP = CWP = N.
+        let last = 1440.0 + 20.0 + 20.0 / 3.0 * (2.0 - 1.0);
+        assert!(close(p.mwp, mwp_full), "{} vs {mwp_full}", p.mwp);
+        assert_eq!(p.cwp, 16.0);
+        assert!(close(p.cycles, 62.0 * full + last), "{}", p.cycles);
+        assert!(close(p.time_us, p.cycles / 1980.0));
+        assert_eq!(p.limiter, Limiter::MemoryBandwidth);
+        // 201 MB at ~3 TB/s is about 67 µs; the model says 70.
+        assert!(p.time_us > 60.0 && p.time_us < 80.0, "{}", p.time_us);
+    }
+
+    #[test]
+    fn fewer_blocks_than_sms_share_the_bandwidth_over_the_busy_ones() {
+        let d = h100();
+        let p = predict(&d, &launch(256, 10), &vector_add());
+        assert_eq!(p.limiter, Limiter::TooFewBlocks);
+        assert_eq!((p.waves, p.active_blocks_per_sm), (1, 1));
+        // One block per SM: N = 2 per scheduler, MWP = CWP = N: no latency is hidden.
+        assert!(close(p.cycles, 1440.0 + 20.0 + 20.0 / 3.0));
+        // More blocks of the same size cost no more while SMs are idle.
+        let q = predict(&d, &launch(256, 132), &vector_add());
+        assert_eq!(q.cycles, p.cycles);
+    }
+
+    #[test]
+    fn a_partial_last_wave_costs_its_own_occupancy() {
+        let d = h100();
+        let m = vector_add();
+        let one = predict(&d, &launch(256, 1056), &m);
+        let more = predict(&d, &launch(256, 1057), &m);
+        assert_eq!((one.waves, more.waves), (1, 2));
+        // The extra block runs alone on one SM: one block's time, not 1/1056 of a wave.
+        let alone = predict(&d, &launch(256, 1), &m);
+        assert!(close(more.cycles, one.cycles + alone.cycles));
+    }
+
+    #[test]
+    fn one_scheduler_gives_the_original_model() {
+        // With sub_partitions = 1 the wave is Hong & Kim's SM: N = all resident warps.
+        let mut d = h100();
+        d.sub_partitions = 1;
+        let m = WarpMetrics {
+            inst: 200.0,
+            gld_inst: 4.0,
+            gld_sectors_per_req: 4.0,
+            dram_bytes: 512.0,
+            ..WarpMetrics::default()
+        };
+        // 128 threads (4 warps), 16 blocks resident (warp slots) -> N = 64 per SM.
+        let p = predict(&d, &launch(128, 16 * 132), &m);
+        assert_eq!((p.waves, p.active_warps_per_sm), (1, 64));
+        let mem_l: f64 = 480.0;
+        let mwp_no_bw = mem_l / 4.0; // 120
+        let bw_per_warp = 1.98 * 128.0 / mem_l;
+        let mwp_bw = 0.9 * 3352.32 / (bw_per_warp * 132.0);
+        let mwp = mwp_no_bw.min(mwp_bw).min(64.0); // bandwidth: 42.86
+        let mem_cycles = 4.0 * mem_l;
+        let comp: f64 = 200.0;
+        let cwp = ((mem_cycles + comp) / comp).min(64.0); // 10.6
+        assert!(cwp < mwp);
+        // MWP > CWP: compute bound, Mem_L + Comp_cycles × N.
+        assert!(close(p.cycles, mem_l + comp * 64.0), "{}", p.cycles);
+        assert_eq!(p.limiter, Limiter::Compute);
+    }
+
+    #[test]
+    fn compute_heavy_kernels_are_compute_bound() {
+        let d = h100();
+        let m = WarpMetrics {
+            inst: 5000.0,
+            gld_inst: 1.0,
+            gld_sectors_per_req: 4.0,
+            dram_bytes: 128.0,
+            ..WarpMetrics::default()
+        };
+        let p = predict(&d, &launch(256, 1056), &m);
+        assert_eq!(p.limiter, Limiter::Compute);
+        // N = 16 per scheduler: Mem_L + 16 × 5000.
+        assert!(close(p.cycles, 480.0 + 16.0 * 5000.0));
+        // No memory at all: N × Comp_cycles.
+        let pure = WarpMetrics {
+            inst: 5000.0,
+            ..WarpMetrics::default()
+        };
+        let q = predict(&d, &launch(256, 1056), &pure);
+        assert!(close(q.cycles, 16.0 * 5000.0));
+        assert_eq!(q.limiter, Limiter::Compute);
+    }
+
+    #[test]
+    fn sector_mixture_and_uncoalesced_cost() {
+        assert_eq!(uncoalesced_fraction(4.0), 0.0);
+        assert_eq!(uncoalesced_fraction(1.0), 0.0);
+        assert_eq!(uncoalesced_fraction(18.0), 0.5);
+        assert_eq!(uncoalesced_fraction(32.0), 1.0);
+        assert_eq!(uncoalesced_fraction(64.0), 1.0);
+        let d = h100();
+        // Half the loads diverged: Mem_L = 480 + 0.5 × 31, Departure = 0.5 × 32 + 0.5 × 4.
+        let m = WarpMetrics {
+            inst: 10.0,
+            gld_inst: 1.0,
+            gld_sectors_per_req: 18.0,
+            dram_bytes: 18.0 * 32.0,
+            ..WarpMetrics::default()
+        };
+        let k = per_warp(&d, &m);
+        assert!(close(k.mem_l, 480.0 + 15.5));
+        assert!(close(k.departure, 16.0 + 2.0));
+        assert!(close(k.mem_cycles, 0.5 * 480.0 + 0.5 * 511.0));
+        // More sectors per request never makes a launch faster.
+        let mut last = 0.0;
+        for s in [1.0, 4.0, 8.0, 16.0, 24.0, 32.0] {
+            let m = WarpMetrics {
+                gld_sectors_per_req: s,
+                dram_bytes: s * 32.0,
+                ..m
+            };
+            let c = predict(&d, &launch(128, 4096), &m).cycles;
+            assert!(c >= last, "{s} sectors: {c} < {last}");
+            last = c;
+        }
+    }
+
+    #[test]
+    fn l2_hits_shorten_the_latency() {
+        let d = h100();
+        let m = WarpMetrics {
+            inst: 10.0,
+            gld_inst: 2.0,
+            gld_sectors_per_req: 4.0,
+            dram_bytes: 64.0, // a quarter of the 256 requested bytes
+            ..WarpMetrics::default()
+        };
+        let k = per_warp(&d, &m);
+        assert!(close(k.mem_l, 0.25 * 480.0 + 0.75 * 260.0));
+        assert!(close(k.bytes_per_req, 32.0));
+    }
+
+    #[test]
+    fn barriers_add_departure_times_parallelism() {
+        let d = h100();
+        let base = WarpMetrics {
+            inst: 300.0,
+            gld_inst: 2.0,
+            shared_inst: 20.0,
+            gld_sectors_per_req: 4.0,
+            dram_bytes: 256.0,
+            ..WarpMetrics::default()
+        };
+        let synced = WarpMetrics {
+            sync_inst: 3.0,
+            ..base
+        };
+        let l = launch(256, 1056);
+        let (a, b) = (predict(&d, &l, &base), predict(&d, &l, &synced));
+        // 8 blocks per SM, MWP of the SM = 4 × MWP, departure 4 cycles.
+        let expected = 4.0 * (4.0 * a.mwp - 1.0) * 3.0 * 8.0;
+        assert!(
+            close(b.cycles - a.cycles, expected),
+            "{}",
+            b.cycles - a.cycles
+        );
+        // Shared instructions cost their own issue cycles: 280 × 1 + 20 × 4.
+        assert!(close(per_warp(&d, &base).comp_cycles, 280.0 + 80.0));
+    }
+
+    #[test]
+    fn launches_that_cannot_run() {
+        let d = h100();
+        let m = vector_add();
+        let cases = [
+            (launch(2048, 10), Limiter::ExceedsLimits),
+            (launch(0, 10), Limiter::ExceedsLimits),
+            (launch(256, 0), Limiter::ExceedsLimits),
+            (
+                Launch {
+                    block: [1, 1, 65],
+                    ..launch(1, 1)
+                },
+                Limiter::ExceedsLimits,
+            ),
+            (
+                Launch {
+                    block: [64, 32, 1],
+                    ..launch(1, 1)
+                },
+                Limiter::ExceedsLimits,
+            ),
+            (
+                Launch {
+                    regs_per_thread: 255,
+                    ..launch(1024, 10)
+                },
+                Limiter::ExceedsRegisters,
+            ),
+            (
+                Launch {
+                    smem_per_block: 300_000,
+                    ..launch(32, 10)
+                },
+                Limiter::ExceedsSharedMemory,
+            ),
+        ];
+        for (l, limiter) in cases {
+            let p = predict(&d, &l, &m);
+            assert_eq!(p.limiter, limiter, "{l:?}");
+            assert!(p.limiter.is_unlaunchable());
+            assert_eq!(p.cycles, f64::INFINITY);
+        }
+    }
+
+    #[test]
+    fn occupancy_limiters_and_garbage_metrics() {
+        let d = h100();
+        // Few warps per SM by registers: 128 regs, 256 threads -> 2 blocks (16 warps),
+        // N = 4 per scheduler: MWP = CWP = N.
+        let l = Launch {
+            regs_per_thread: 128,
+            ..launch(256, 132 * 2 * 5)
+        };
+        let p = predict(&d, &l, &vector_add());
+        assert_eq!(p.limiter, Limiter::Occupancy(OccupancyLimiter::Registers));
+        assert_eq!(p.active_warps_per_sm, 16);
+        // NaN, negative and infinite metrics give a finite, positive answer.
+        let bad = WarpMetrics {
+            inst: f64::NAN,
+            gld_inst: -3.0,
+            gst_inst: f64::INFINITY,
+            shared_inst: f64::NAN,
+            sync_inst: -1.0,
+            gld_sectors_per_req: f64::NAN,
+            gst_sectors_per_req: 1e300,
+            dram_bytes: f64::NEG_INFINITY,
+        };
+        let q = predict(&d, &launch(256, 4096), &bad);
+        assert!(q.cycles.is_finite() && q.cycles > 0.0, "{q:?}");
+        let zero = predict(&d, &launch(256, 4096), &WarpMetrics::default());
+        assert!(zero.cycles > 0.0);
+    }
+
+    #[test]
+    fn limiter_codes_are_distinct() {
+        let all = [
+            Limiter::MemoryLatency,
+            Limiter::MemoryBandwidth,
+            Limiter::Compute,
+            Limiter::Occupancy(OccupancyLimiter::Warps),
+            Limiter::Occupancy(OccupancyLimiter::Blocks),
+            Limiter::Occupancy(OccupancyLimiter::Registers),
+            Limiter::Occupancy(OccupancyLimiter::SharedMemory),
+            Limiter::TooFewBlocks,
+            Limiter::ExceedsLimits,
+            Limiter::ExceedsRegisters,
+            Limiter::ExceedsSharedMemory,
+        ];
+        for (i, l) in all.iter().enumerate() {
+            assert_eq!(l.code(), i as i32 + 1);
+        }
     }
 }

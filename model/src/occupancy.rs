@@ -174,13 +174,13 @@ pub fn occupancy_with_carveout(
         || regs_per_warp * round_up(wpb, parts) > u64::from(r.per_block)
     {
         0
-    } else if regs_per_warp == 0 {
-        u64::from(UNLIMITED)
-    } else if wpb == 0 {
-        0
     } else {
-        let warps_per_part = (u64::from(r.per_sm) / parts) / regs_per_warp;
-        (warps_per_part * parts) / wpb
+        match (u64::from(r.per_sm) / parts).checked_div(regs_per_warp) {
+            // A kernel without registers is not limited by them.
+            None => u64::from(UNLIMITED),
+            // A block of no threads (wpb = 0) does not launch.
+            Some(warps_per_part) => (warps_per_part * parts).checked_div(wpb).unwrap_or(0),
+        }
     };
 
     // 4. Shared memory, within the carveout the driver picks.
