@@ -1,0 +1,358 @@
+// Shared support for the PolyBench-equivalent samples: command line, deterministic inputs,
+// device buffers, the reference check, and the timing mode.
+//
+// Command line of every program:   prog [SIZE...] [--steps T] [--time [REPS]]
+//   - SIZEs are positional; when fewer are given than the program takes, the missing ones
+//     repeat the last one given (`gemm 300` is 300x300x300); none given: the defaults.
+//   - `--steps T` (programs with a time loop only) sets the number of time steps.
+//   - `--time [REPS]` switches to timing mode: the reference check is skipped, and each
+//     kernel launch is preceded by one warm-up launch of the same kernel with the same
+//     arguments and then repeated REPS (default 5) times, each repetition timed on its own
+//     with a pair of cudaEvents. At the end one line per launch site and data size:
+//
+//       KL_TIME <kernel> <d1>x<d2>... median_ms=<t> block=<bx>x<by>x<bz> launches=<k>
+//
+//     <d1>x<d2>... are the kernel's data parameters in the order of its annotation;
+//     median_ms is the median over the REPS repetitions of one launch; for a launch site in
+//     a host loop (k launches of the same kernel with the same data sizes per program run,
+//     e.g. LU's k loop or a time loop) it is the sum over the k launches of each launch's
+//     median, i.e. what that site costs in one run of the program. block is the shape the
+//     kernel really ran with, read back from the device (KL_RECORD_BLOCK), so it is the one
+//     klaraptor chose when the launch was rewritten.
+//
+// In check mode the program compares every output with a CPU reference computed in double
+// precision from the same float inputs. The error measure is max_i |gpu_i - ref_i| /
+// max_i |ref_i| (normwise in the max norm, so entries that cancel to near zero do not
+// dominate); each program states its tolerance. A NaN or an infinity anywhere fails, and
+// outputs that the kernels write in full are poisoned with NaN before the launches, so an
+// element that no thread wrote fails the check too.
+#pragma once
+
+#if !defined(KL_CPU_EMULATION)
+#include <cuda_runtime.h>
+#endif
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#define KL_CHECK(call)                                                                   \
+  do {                                                                                   \
+    cudaError_t kl_err_ = (call);                                                        \
+    if (kl_err_ != cudaSuccess) {                                                        \
+      std::fprintf(stderr, "%s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__,           \
+                   cudaGetErrorString(kl_err_), #call);                                  \
+      std::exit(2);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+// The block shape of the most recent launch that executed KL_RECORD_BLOCK(): written by
+// thread (0,0,0) of block (0,0,0). One copy per translation unit (static).
+static __device__ unsigned kl_seen_block[3];
+
+#define KL_RECORD_BLOCK()                                                                 \
+  do {                                                                                    \
+    if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == \
+        0u) {                                                                             \
+      kl_seen_block[0] = blockDim.x;                                                      \
+      kl_seen_block[1] = blockDim.y;                                                      \
+      kl_seen_block[2] = blockDim.z;                                                      \
+    }                                                                                     \
+  } while (0)
+
+namespace kl {
+
+// Ceiling division for grid sizes.
+inline unsigned cdiv(long a, long b) { return (unsigned)((a + b - 1) / b); }
+
+// ---------------------------------------------------------------------------------------
+// Command line
+
+struct Options {
+  std::vector<long> sizes;
+  long steps = 0;
+  bool time = false;
+  int reps = 5;
+};
+
+[[noreturn]] inline void usage_exit(const char *prog, const std::vector<const char *> &names,
+                                    long steps_default, const char *why) {
+  std::fprintf(stderr, "%s: %s\nusage: %s", prog, why, prog);
+  for (size_t i = 0; i < names.size(); ++i) std::fprintf(stderr, " [%s", names[i]);
+  for (size_t i = 0; i < names.size(); ++i) std::fprintf(stderr, "]");
+  if (steps_default > 0) std::fprintf(stderr, " [--steps T]");
+  std::fprintf(stderr, " [--time [REPS]]\n");
+  std::exit(1);
+}
+
+inline bool parse_long(const char *s, long *out) {
+  if (!s || !*s) return false;
+  char *end = nullptr;
+  errno = 0;
+  long v = std::strtol(s, &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+// names/defaults: the positional sizes; min_size: the smallest legal size; steps_default:
+// 0 when the program has no time loop.
+inline Options parse(int argc, char **argv, const std::vector<const char *> &names,
+                     const std::vector<long> &defaults, long min_size = 1,
+                     long steps_default = 0) {
+  const char *prog = argc > 0 ? argv[0] : "prog";
+  if (const char *slash = std::strrchr(prog, '/')) prog = slash + 1;
+  Options o;
+  o.steps = steps_default;
+  char why[256];
+  for (int a = 1; a < argc; ++a) {
+    long v;
+    if (std::strcmp(argv[a], "--time") == 0) {
+      o.time = true;
+      if (a + 1 < argc && parse_long(argv[a + 1], &v)) {
+        if (v < 1 || v > 1000) usage_exit(prog, names, steps_default, "REPS must be 1..1000");
+        o.reps = (int)v;
+        ++a;
+      }
+    } else if (std::strcmp(argv[a], "--steps") == 0 && steps_default > 0) {
+      if (a + 1 >= argc || !parse_long(argv[a + 1], &v) || v < 1 || v > 1000000)
+        usage_exit(prog, names, steps_default, "--steps needs a count 1..1000000");
+      o.steps = v;
+      ++a;
+    } else if (std::strcmp(argv[a], "-h") == 0 || std::strcmp(argv[a], "--help") == 0) {
+      usage_exit(prog, names, steps_default, "help");
+    } else if (parse_long(argv[a], &v)) {
+      if (o.sizes.size() == names.size()) {
+        std::snprintf(why, sizeof why, "too many sizes (it takes %zu)", names.size());
+        usage_exit(prog, names, steps_default, why);
+      }
+      if (v < min_size || v > INT_MAX) {
+        std::snprintf(why, sizeof why, "%s must be %ld..%d, not %s",
+                      names[o.sizes.size()], min_size, INT_MAX, argv[a]);
+        usage_exit(prog, names, steps_default, why);
+      }
+      o.sizes.push_back(v);
+    } else {
+      std::snprintf(why, sizeof why, "unexpected argument '%s'", argv[a]);
+      usage_exit(prog, names, steps_default, why);
+    }
+  }
+  if (o.sizes.empty()) o.sizes = defaults;
+  while (o.sizes.size() < names.size()) o.sizes.push_back(o.sizes.back());
+  return o;
+}
+
+// "512x384x100" for the KL_TIME lines and the check report.
+inline std::string dims(std::initializer_list<long> d) {
+  std::string s;
+  for (long v : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(v);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Deterministic inputs
+
+// A value in [0, 1) determined by (seed, index): an integer hash, no global state, so the
+// inputs do not depend on the order they are generated in.
+inline float unit(uint32_t seed, uint64_t index) {
+  uint64_t x = index * 0x9E3779B97F4A7C15ull + (uint64_t)(seed + 1) * 0xC2B2AE3D27D4EB4Full;
+  x ^= x >> 32;
+  x *= 0xD6E8FEB86659FD93ull;
+  x ^= x >> 32;
+  x *= 0xD6E8FEB86659FD93ull;
+  x ^= x >> 32;
+  return (float)(x >> 40) * (1.0f / 16777216.0f);
+}
+
+// n values uniform in [lo, hi).
+inline std::vector<float> fill(size_t n, uint32_t seed, float lo, float hi) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * unit(seed, i);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// Device buffers
+
+template <class T> class DeviceBuffer {
+public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    KL_CHECK(cudaMalloc((void **)&p_, std::max<size_t>(n, 1) * sizeof(T)));
+  }
+  explicit DeviceBuffer(const std::vector<T> &host) : DeviceBuffer(host.size()) { upload(host); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer() { cudaFree(p_); }
+
+  T *get() const { return p_; }
+  size_t size() const { return n_; }
+  void upload(const std::vector<T> &host) {
+    if (host.size() != n_) {
+      std::fprintf(stderr, "internal error: upload of %zu elements into a buffer of %zu\n",
+                   host.size(), n_);
+      std::exit(2);
+    }
+    KL_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    KL_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // All bytes 0xff: a NaN for float, so an element no thread writes fails the check.
+  void poison() { KL_CHECK(cudaMemset(p_, 0xff, n_ * sizeof(T))); }
+  void zero() { KL_CHECK(cudaMemset(p_, 0, n_ * sizeof(T))); }
+
+private:
+  T *p_ = nullptr;
+  size_t n_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Timing
+
+class Timer {
+public:
+  explicit Timer(const Options &o) : on_(o.time), reps_(o.reps) {
+    if (on_) {
+      KL_CHECK(cudaEventCreate(&start_));
+      KL_CHECK(cudaEventCreate(&stop_));
+    }
+  }
+  Timer(const Timer &) = delete;
+  Timer &operator=(const Timer &) = delete;
+  ~Timer() {
+    if (on_) {
+      cudaEventDestroy(start_);
+      cudaEventDestroy(stop_);
+    }
+  }
+  bool on() const { return on_; }
+
+  // Runs one launch site: `launch` must perform exactly one <<<...>>> launch. In check mode
+  // it runs once; in timing mode once to warm up and then reps times, each timed.
+  template <class Launch> void run(const char *kernel, const std::string &size, Launch &&launch) {
+    if (!on_) {
+      launch();
+      KL_CHECK(cudaGetLastError());
+      return;
+    }
+    const unsigned none[3] = {0, 0, 0};
+    KL_CHECK(cudaMemcpyToSymbol(kl_seen_block, none, sizeof none));
+    launch();
+    KL_CHECK(cudaGetLastError());
+    KL_CHECK(cudaDeviceSynchronize());
+    std::vector<float> ms((size_t)reps_);
+    for (int r = 0; r < reps_; ++r) {
+      KL_CHECK(cudaEventRecord(start_));
+      launch();
+      KL_CHECK(cudaGetLastError());
+      KL_CHECK(cudaEventRecord(stop_));
+      KL_CHECK(cudaEventSynchronize(stop_));
+      KL_CHECK(cudaEventElapsedTime(&ms[(size_t)r], start_, stop_));
+    }
+    std::sort(ms.begin(), ms.end());
+    double median = reps_ % 2 ? ms[(size_t)reps_ / 2]
+                              : 0.5 * ((double)ms[(size_t)reps_ / 2 - 1] + ms[(size_t)reps_ / 2]);
+    unsigned seen[3];
+    KL_CHECK(cudaMemcpyFromSymbol(seen, kl_seen_block, sizeof seen));
+    std::string block = std::to_string(seen[0]) + "x" + std::to_string(seen[1]) + "x" +
+                        std::to_string(seen[2]);
+    for (Site &s : sites_) {
+      if (s.kernel == kernel && s.size == size && s.block == block) {
+        s.total_ms += median;
+        s.launches += 1;
+        return;
+      }
+    }
+    sites_.push_back(Site{kernel, size, block, median, 1});
+  }
+
+  void report() const {
+    for (const Site &s : sites_)
+      std::printf("KL_TIME %s %s median_ms=%.6f block=%s launches=%ld\n", s.kernel.c_str(),
+                  s.size.c_str(), s.total_ms, s.block.c_str(), s.launches);
+  }
+
+private:
+  struct Site {
+    std::string kernel, size, block;
+    double total_ms;
+    long launches;
+  };
+  bool on_;
+  int reps_;
+  cudaEvent_t start_{}, stop_{};
+  std::vector<Site> sites_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Reference check
+
+class Checker {
+public:
+  Checker(const char *program, std::string size) : program_(program), size_(std::move(size)) {}
+
+  // Compares n values of gpu with ref; tol bounds max|gpu - ref| / max|ref|.
+  bool compare(const char *what, const std::vector<float> &gpu, const std::vector<double> &ref,
+               double tol) {
+    if (gpu.size() != ref.size()) {
+      std::printf("%s %s: %s: %zu values from the GPU, %zu in the reference  FAIL\n", program_,
+                  size_.c_str(), what, gpu.size(), ref.size());
+      ok_ = false;
+      return false;
+    }
+    double scale = 0, err = 0;
+    size_t bad = 0, worst = 0;
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      scale = std::max(scale, std::fabs(ref[i]));
+      if (!std::isfinite(gpu[i])) {
+        if (bad++ == 0) worst = i;
+        continue;
+      }
+      double e = std::fabs((double)gpu[i] - ref[i]);
+      if (e > err) {
+        err = e;
+        if (bad == 0) worst = i;
+      }
+    }
+    double rel = scale > 0 ? err / scale : err;
+    bool ok = bad == 0 && rel <= tol;
+    if (bad)
+      std::printf("%s %s: %s: %zu non-finite values (first at index %zu)  FAIL\n", program_,
+                  size_.c_str(), what, bad, worst);
+    else
+      std::printf("%s %s: %s: max_err/max_ref=%.3e (tolerance %.0e, worst at index %zu)  %s\n",
+                  program_, size_.c_str(), what, rel, tol, worst, ok ? "ok" : "FAIL");
+    ok_ = ok_ && ok;
+    return ok;
+  }
+
+  // Prints the verdict; the program's exit status.
+  int finish() const {
+    std::printf("%s\n", ok_ ? "PASS" : "FAIL");
+    return ok_ ? 0 : 1;
+  }
+
+private:
+  const char *program_;
+  std::string size_;
+  bool ok_ = true;
+};
+
+// The float values widened, for references that start from the GPU inputs.
+inline std::vector<double> widen(const std::vector<float> &v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+} // namespace kl
