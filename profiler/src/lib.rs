@@ -11,4 +11,5 @@
 //! Layout: [`record`] is the profile-record format shared by the collector, the ncu
 //! importer, the database and the fit.
 
+pub mod calibration;
 pub mod record;
