@@ -9,7 +9,7 @@
 # every clean build, and a change of the CUDA API shows up as a reviewed diff.
 #
 # Needs: bindgen-cli 0.73 (`cargo install bindgen-cli --version 0.73.2 --locked`; this script
-# also looks in .dev/collector/tools/bin), libclang (clang-19) and a C compiler (for the
+# also looks in .dev/collector-tools/bin), libclang (clang-19) and a C compiler (for the
 # *_STRUCT_SIZE values), and the CUDA headers (scripts/setup puts them in
 # .toolchain/cuda/include; CUDA_HOME overrides).
 set -euo pipefail
@@ -23,7 +23,7 @@ out="$here/src/sys"
 bindgen="${BINDGEN:-}"
 if [ -z "$bindgen" ]; then
   if command -v bindgen >/dev/null; then bindgen=bindgen
-  elif [ -x "$root/.dev/collector/tools/bin/bindgen" ]; then bindgen="$root/.dev/collector/tools/bin/bindgen"
+  elif [ -x "$root/.dev/collector-tools/bin/bindgen" ]; then bindgen="$root/.dev/collector-tools/bin/bindgen"
   else echo "regen: bindgen not found; cargo install bindgen-cli --version 0.73.2 --locked" >&2; exit 1; fi
 fi
 cc="${CC:-clang-19}"

@@ -19,7 +19,7 @@ use crate::request::{runtime_error_name, Request};
 use crate::stats::median;
 use crate::sys::cuda::*;
 use klaraptor_profiler::record::{Counters, Sample};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::sync::Arc;
@@ -183,13 +183,13 @@ impl Collector {
         let device = self.driver.current_device()?;
         let name = self.driver.device_name(device)?;
         match self.cupti.device_support(device) {
-            Ok(s) if !s.is_supported() => {
+            Ok(s) if s.refuses() => {
                 return Err(Error::Unusable(format!(
                     "CUPTI cannot profile device {device} ({name}): {}",
                     s.problems().join(", ")
                 )))
             }
-            Ok(_) => {}
+            Ok(s) => debug!("CUPTI device support: {:?}", s.problems()),
             Err(e) => debug!("could not ask whether the device is supported ({e}); going on"),
         }
         let chip = self.cupti.chip_name(usize::try_from(device).unwrap_or(0))?;
@@ -406,10 +406,16 @@ impl Collector {
         }
         let values = st.config.evaluate(data, 0)?;
         let names: Vec<&str> = st.config.metric_names().collect();
-        for (name, v) in names.iter().zip(&values) {
-            debug!("shape {i}: {name} = {v}");
+        let map: HashMap<&str, f64> = names.iter().copied().zip(values).collect();
+        if debug::enabled() {
+            // One machine-readable line per shape: the raw values behind the sample (the GPU
+            // check keeps them as fixtures for the decoding tests).
+            let ordered: BTreeMap<&str, f64> = map.iter().map(|(k, v)| (*k, *v)).collect();
+            debug!(
+                "metric values {}",
+                serde_json::to_string(&ordered).unwrap_or_default()
+            );
         }
-        let map: HashMap<&str, f64> = names.into_iter().zip(values).collect();
         metrics::decode(&st.resolved, &map)
             .map_err(|e| ShapeError::Shape(format!("the counters could not be decoded: {e}")))
     }

@@ -236,11 +236,19 @@ pub struct DeviceSupport {
 }
 
 impl DeviceSupport {
-    pub fn is_supported(&self) -> bool {
-        self.overall == CUpti_Profiler_Support_Level_CUPTI_PROFILER_CONFIGURATION_SUPPORTED
+    /// Whether CUPTI says the range profiler cannot work (unsupported or disabled); an
+    /// unknown level is not a refusal: the profiler calls themselves will tell.
+    #[allow(non_upper_case_globals)]
+    pub fn refuses(&self) -> bool {
+        matches!(
+            self.overall,
+            CUpti_Profiler_Support_Level_CUPTI_PROFILER_CONFIGURATION_UNSUPPORTED
+                | CUpti_Profiler_Support_Level_CUPTI_PROFILER_CONFIGURATION_DISABLED
+        )
     }
 
     /// The aspects that are not supported, e.g. "vGPU: disabled".
+    #[allow(non_upper_case_globals)] // bindgen's names of C enum values
     pub fn problems(&self) -> Vec<String> {
         self.aspects
             .iter()
