@@ -301,17 +301,21 @@ mod tests {
     }
 
     #[test]
-    fn the_sub_partition_rounding_of_the_block_check_matters() {
-        // 64 regs = 2048/warp. 30 warps (960 threads): 2048 × 30 = 61440 fits the software
-        // check, but 30 rounds up to 32 warps: 65536 still fits -> 1 block (16384/2048 = 8
-        // per sub-partition, 32 per SM). With 72 regs (2304/warp) and 27 warps: 62208 fits,
-        // but 27 rounds to 28: 64512 fits -> 7 per sub-partition, 28 per SM -> 1 block.
+    fn the_per_block_register_check_rounds_warps_to_sub_partitions() {
+        // Where a block may use the whole register file (sm_70..sm_90), the per-block check
+        // coincides with the per-sub-partition limit: 80 regs (2560/warp), 25 warps: 64000
+        // fits per block, but 16384 / 2560 = 6 warps per sub-partition hold only 24.
         let d = sm(9, 0);
-        assert_eq!(occupancy(&d, 960, 64, 0).blocks_per_sm, 1);
-        assert_eq!(occupancy(&d, 864, 72, 0).blocks_per_sm, 1);
-        // 80 regs (2560/warp), 25 warps (800 threads): 64000 fits the software check; the
-        // hardware check rounds to 28 warps: 71680 > 65536 -> cannot launch.
         assert_eq!(occupancy(&d, 800, 80, 0).blocks_per_sm, 0);
+        assert_eq!(occupancy(&d, 960, 64, 0).blocks_per_sm, 1);
+        // With a smaller per-block limit the rounding shows: 72 regs (2304/warp) and
+        // 14 warps need 32256 <= 32768, but 16 warps' worth (36864) does not fit.
+        let mut half = sm(9, 0);
+        half.registers.per_block = 32_768;
+        assert_eq!(occupancy(&half, 448, 72, 0).blocks_per_sm, 0);
+        assert_eq!(occupancy(&half, 416, 72, 0).blocks_per_sm, 0);
+        // 12 warps: 27648 either way; 7 per sub-partition, 28 per SM -> 2 blocks.
+        assert_eq!(occupancy(&half, 384, 72, 0).blocks_per_sm, 2);
     }
 
     #[test]
