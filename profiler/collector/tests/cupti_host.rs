@@ -125,3 +125,41 @@ fn the_c_entry_point_refuses_a_null_request_without_panicking() {
     let rc = unsafe { klaraptor_collector::klaraptor_collect(std::ptr::null()) };
     assert_eq!(rc, 1);
 }
+
+#[test]
+fn a_well_formed_request_without_a_usable_gpu_fails_cleanly_and_writes_nothing() {
+    use klaraptor_collector::sys::request::klaraptor_collect_request;
+    use std::ffi::{c_int, c_void};
+    unsafe extern "C" fn never(_: *mut c_void, _: c_int) -> c_int {
+        panic!("no shape may be launched without a CUDA context");
+    }
+    let out = std::env::temp_dir().join(format!("klaraptor-collect-{}.jsonl", std::process::id()));
+    let out_c = std::ffi::CString::new(out.to_str().unwrap()).unwrap();
+    let data = [1024i64];
+    let blocks = [256u32, 1, 1];
+    let grids = [4u32, 1, 1];
+    let req = klaraptor_collect_request {
+        abi_version: 1,
+        kernel_id: c"saxpy".as_ptr(),
+        kernel_name: c"saxpy".as_ptr(),
+        n_data: 1,
+        data: data.as_ptr(),
+        n_shapes: 1,
+        blocks: blocks.as_ptr(),
+        grids: grids.as_ptr(),
+        kernel: 0x1000 as *mut c_void,
+        stream: std::ptr::null_mut(),
+        dynamic_smem: 0,
+        runs: 3,
+        warmup: 1,
+        out_path: out_c.as_ptr(),
+        ctx: std::ptr::null_mut(),
+        launch: Some(never),
+    };
+    // Here there is no driver (or, on a GPU machine, no context on this thread): the
+    // collector must refuse, say why on stderr, and return nonzero.
+    // SAFETY: every pointer of `req` points to live data of this function.
+    let rc = unsafe { klaraptor_collector::klaraptor_collect(&req) };
+    assert_eq!(rc, 1);
+    assert!(!out.exists(), "nothing is written when nothing is measured");
+}
