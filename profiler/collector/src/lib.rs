@@ -13,7 +13,7 @@
 //!
 //! Layout, following the data: [`sys`] (raw bindgen output, libraries loaded at run time
 //! by [`load`]), [`error`] (checked results), [`driver`] and [`cupti`] (the safe API),
-//! [`metrics`] (the metric table and decoding), [`collect`] (the sweep), [`request`] (the C
+//! [`metrics`] (the metric table and decoding), [`mod@collect`] (the sweep), [`request`] (the C
 //! request). Nothing links against libcuda or libcupti: the crate builds and its tests run on
 //! a machine without a GPU.
 //!
