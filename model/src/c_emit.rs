@@ -9,7 +9,7 @@
 //! `<math.h>` (for `HUGE_VAL`; nothing from libm is called, no `-lm` needed), and compiles
 //! cleanly with `cc -std=c99 -Wall -Wextra -Werror -pedantic` (tested).
 //!
-//! The C code follows the Rust of [`crate::occupancy`] and [`crate::mwp_cwp`] operation for
+//! The C code follows the Rust of [`mod@crate::occupancy`] and [`crate::mwp_cwp`] operation for
 //! operation (same expressions, same order, IEEE double), so both give the same bits on
 //! x86-64; `tests/differential.rs` checks 100 000 random cases. Every equation is
 //! documented in the Rust; the C says where.

@@ -5,7 +5,7 @@
 //! Rust reference implementation and as C emitted into each kernel's rational program.
 //!
 //! - [`device`]: [`Device`], one TOML file per GPU (`model/devices/`).
-//! - [`occupancy`]: resident blocks per SM, equal to
+//! - [`mod@occupancy`]: resident blocks per SM, equal to
 //!   `cudaOccupancyMaxActiveBlocksPerMultiprocessor`.
 //! - [`mwp_cwp`]: [`predict`], the model, every equation documented with its source.
 //! - [`c_emit`]: the same occupancy and model in C99 ([`C_MODEL`]) and a device as a C

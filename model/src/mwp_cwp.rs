@@ -1,7 +1,7 @@
 //! The MWP-CWP performance model (Hong & Kim, ISCA 2009; Sim et al., PPoPP 2012), as
 //! DESIGN.md ("The performance model") states it, with the corrections DESIGN.md asks for and
-//! a few of ours. Every equation below names its source: **[HK]** the original model as
-//! DESIGN.md writes it, **[D]** a DESIGN.md correction, **[K]** our own change, with the
+//! a few of ours. Every equation below names its source: **\[HK\]** the original model as
+//! DESIGN.md writes it, **\[D\]** a DESIGN.md correction, **\[K\]** our own change, with the
 //! reason. [`predict`] costs a few hundred nanoseconds: no loop runs over blocks or warps.
 //!
 //! # Inputs
@@ -11,7 +11,7 @@
 //! fitted by the lead from hardware counters): warp instructions, global load/store and
 //! shared instructions, barriers, L1TEX sectors per global load/store request, DRAM bytes.
 //!
-//! # Coalescing (Uncoal_per_mw and the weights) [K]
+//! # Coalescing (Uncoal_per_mw and the weights) \[K\]
 //!
 //! A warp request for 4 bytes per thread, perfectly coalesced, touches 4 sectors of 32 bytes;
 //! a fully diverged one touches 32 (one per thread). Hong & Kim class each memory instruction
@@ -23,10 +23,10 @@
 //! `gld`, `gst` the load and store instructions and `w_ld`, `w_st` their fractions,
 //! `Uncoal_insts = gld·w_ld + gst·w_st`, `Coal_insts = gld + gst − Uncoal_insts`, and the
 //! weights are the instruction fractions `W_uncoal = Uncoal_insts / Mem_insts`,
-//! `W_coal = 1 − W_uncoal` ([HK]). `s ≤ 4` (broadcasts, narrow accesses) counts as coalesced:
+//! `W_coal = 1 − W_uncoal` (\[HK\]). `s ≤ 4` (broadcasts, narrow accesses) counts as coalesced:
 //! fewer bytes, but the same one departure.
 //!
-//! # Caches [K]
+//! # Caches \[K\]
 //!
 //! The original charges every memory instruction the DRAM latency. The DRAM bytes per warp
 //! tell how much of the requested traffic (`32 · (gld·s_ld + gst·s_st)` bytes) reaches DRAM:
@@ -34,7 +34,7 @@
 //! `Mem_LD = h·mem_latency + (1 − h)·l2_latency`. The bandwidth limit uses the DRAM bytes a
 //! memory instruction really moves, `Load_bytes_per_warp = dram_bytes / Mem_insts`.
 //!
-//! # Sub-partitions [K]
+//! # Sub-partitions \[K\]
 //!
 //! Hong & Kim's SM issues one warp instruction at a time. Since sm_70 an SM has
 //! `sub_partitions` (4) warp schedulers, each issuing for its own warps, and one memory
@@ -46,24 +46,24 @@
 //! # Per-warp costs
 //!
 //! - `Mem_L_Coal = Mem_LD`; `Mem_L_Uncoal = Mem_LD + (Uncoal_per_mw − 1)·Departure_del_uncoal`;
-//!   `Mem_L = W_coal·Mem_L_Coal + W_uncoal·Mem_L_Uncoal` [HK].
-//! - `Departure_delay = Uncoal_per_mw·W_uncoal·Departure_del_uncoal + W_coal·Departure_del_coal` [HK].
-//! - `Mem_cycles = Coal_insts·Mem_L_Coal + Uncoal_insts·Mem_L_Uncoal` [HK].
+//!   `Mem_L = W_coal·Mem_L_Coal + W_uncoal·Mem_L_Uncoal` \[HK\].
+//! - `Departure_delay = Uncoal_per_mw·W_uncoal·Departure_del_uncoal + W_coal·Departure_del_coal` \[HK\].
+//! - `Mem_cycles = Coal_insts·Mem_L_Coal + Uncoal_insts·Mem_L_Uncoal` \[HK\].
 //! - `Comp_cycles = issue_cycles·(inst − shared_inst) + shared_issue_cycles·shared_inst`:
-//!   every instruction, memory ones included, takes an issue slot [HK]; shared-memory
-//!   instructions count as compute at their own cost [D].
+//!   every instruction, memory ones included, takes an issue slot \[HK\]; shared-memory
+//!   instructions count as compute at their own cost \[D\].
 //!
 //! # One wave (a set of blocks resident together) with `N` warps per scheduler
 //!
-//! - `MWP_Without_BW = Mem_L / (Departure_delay·P_act)` [HK + sub-partitions].
-//! - `BW_per_warp = Freq·Load_bytes_per_warp / Mem_L` (GB/s with Freq in GHz) [HK];
+//! - `MWP_Without_BW = Mem_L / (Departure_delay·P_act)` \[HK + sub-partitions\].
+//! - `BW_per_warp = Freq·Load_bytes_per_warp / Mem_L` (GB/s with Freq in GHz) \[HK\];
 //!   `MWP_peak_BW = Mem_Bandwidth / (BW_per_warp·SMs_active·P_act)`, where `SMs_active`
-//!   counts only the SMs that hold a block of this wave [D: fewer blocks than SMs].
+//!   counts only the SMs that hold a block of this wave \[D: fewer blocks than SMs\].
 //! - `MWP = min(MWP_Without_BW, MWP_peak_BW, N)`; `CWP = min((Mem_cycles + Comp_cycles) /
-//!   Comp_cycles, N)` [HK].
-//! - Cycles of the wave [HK], with `(MWP − 1)` taken as 0 below 1 (a bandwidth-bound MWP
+//!   Comp_cycles, N)` \[HK\].
+//! - Cycles of the wave \[HK\], with `(MWP − 1)` taken as 0 below 1 (a bandwidth-bound MWP
 //!   below one warp) and `Comp_cycles / max(Mem_insts, 1)` (the compute between two memory
-//!   periods cannot exceed the warp's compute) [K]:
+//!   periods cannot exceed the warp's compute) \[K\]:
 //!   - both MWP and CWP equal `N` (too few warps to hide anything):
 //!     `Mem_cycles + Comp_cycles + Comp_cycles/Mem_insts·(MWP − 1)`;
 //!   - else if `CWP ≥ MWP` (memory bound): `Mem_cycles·N/MWP + Comp_cycles/Mem_insts·(MWP − 1)`;
@@ -73,11 +73,11 @@
 //!   formula; we drop it: with `MWP > CWP` it would charge a compute-heavy kernel
 //!   `Mem_cycles·N/MWP`, less than the `N·Comp_cycles` its issue alone needs.
 //!   A kernel without memory instructions costs `N·Comp_cycles`.
-//! - Synchronisation [HK, Sim et al.]: `Departure_delay·(MWP_SM − 1)·sync_inst·B`, with
+//! - Synchronisation \[HK, Sim et al.\]: `Departure_delay·(MWP_SM − 1)·sync_inst·B`, with
 //!   `MWP_SM = MWP·P_act` the SM's memory parallelism and `B` the blocks the SM holds in
 //!   this wave.
 //!
-//! # Waves [D]
+//! # Waves \[D\]
 //!
 //! With `A` resident blocks per SM (occupancy), `S` SMs and `G` blocks:
 //! `waves = ceil(G / (A·S))`. All waves but the last hold `A` blocks on every SM; the last
