@@ -12,4 +12,5 @@
 //! importer, the database and the fit.
 
 pub mod calibration;
+pub mod db;
 pub mod record;
