@@ -19,6 +19,7 @@ pub mod link;
 pub mod linkspec;
 pub mod metrics;
 pub mod nvcc_args;
+pub mod profile_cmd;
 pub mod profiling;
 pub mod rational;
 pub mod runtime;

@@ -58,6 +58,8 @@ enum Cmd {
         #[arg(long)]
         device: Option<String>,
     },
+    /// Look into the profile database and clean it: list, show, prune.
+    Profile(klaraptor::profile_cmd::ProfileArgs),
     /// Turn ncu captures of a profiling variant (bench/gpu/fixtures/ncu_capture.sh) into
     /// profile-database entries.
     ImportNcu {
@@ -87,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let tc = Toolchain::discover(None)?;
     match cli.command {
         Cmd::Device(args) => klaraptor::device_cmd::run(args),
+        Cmd::Profile(args) => klaraptor::profile_cmd::run(args),
         Cmd::Inspect { target } => {
             klaraptor::inspect_cmd::inspect(&target)?;
             Ok(ExitCode::SUCCESS)
