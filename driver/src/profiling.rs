@@ -285,6 +285,8 @@ pub const NCU_METRICS: &[(&str, &[&str])] = &[
             "smsp__inst_executed_op_bar.sum",
         ],
     ),
+    ("pipe_adu", &["smsp__inst_executed_pipe_adu.sum"]),
+    ("op_ldc", &["smsp__inst_executed_op_ldc.sum"]),
     (
         "gld_requests",
         &["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"],
@@ -318,7 +320,7 @@ pub const NCU_METRICS: &[(&str, &[&str])] = &[
 ];
 
 /// Counters whose metric may be missing on a GPU (recorded as 0, and said so).
-const OPTIONAL: &[&str] = &["inst_barrier", "sm_count"];
+const OPTIONAL: &[&str] = &["inst_barrier", "sm_count", "pipe_adu", "op_ldc"];
 
 /// Joins an ncu raw-page CSV with the runtime's launch log for kernel `id`: the n-th ncu row
 /// of the kernel is the n-th logged launch. Rows of other kernels are skipped; the program's
@@ -421,7 +423,14 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
                 inst_global_st: u("inst_global_st")?,
                 inst_shared_ld: u("inst_shared_ld")?,
                 inst_shared_st: u("inst_shared_st")?,
-                inst_barrier: u("inst_barrier")?,
+                // No chip of CUPTI 13 counts barriers directly: where the metric is missing,
+                // the ADU pipe's instructions less the constant loads it also runs (the
+                // collector's definition, profiler/collector/src/metrics.rs).
+                inst_barrier: if cols.contains_key("inst_barrier") {
+                    u("inst_barrier")?
+                } else {
+                    u("pipe_adu")?.saturating_sub(u("op_ldc")?)
+                },
                 gld_requests: u("gld_requests")?,
                 gst_requests: u("gst_requests")?,
                 gld_sectors: u("gld_sectors")?,

@@ -387,7 +387,7 @@ impl RationalProgram {
             self.regs_per_thread,
             self.smem_per_block
         );
-        c.push_str("#include <stdint.h>\n#include <math.h>\n#include \"klaraptor.h\"\n\n");
+        c.push_str("#include <stddef.h>\n#include <stdint.h>\n#include <math.h>\n#include \"klaraptor.h\"\n\n");
         c.push_str(C_PRELUDE);
         c.push('\n');
         c.push_str(C_MODEL);

@@ -686,8 +686,8 @@ static inline int64_t kl_neg(int64_t a, int *err) { if (a == INT64_MIN) { *err =
 static inline int64_t kl_floordiv(int64_t a, int64_t b, int *err) { if (b == 0 || (a == INT64_MIN && b == -1)) { *err = 1; return 0; } int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t kl_ceildiv(int64_t a, int64_t b, int *err) { if (b == 0 || (a == INT64_MIN && b == -1)) { *err = 1; return 0; } int64_t q = a / b; return (a % b != 0 && ((a < 0) == (b < 0))) ? q + 1 : q; }
 static inline int64_t kl_mod(int64_t a, int64_t b, int *err) { int64_t q = kl_floordiv(a, b, err); return *err ? 0 : a - q * b; }
-static inline int64_t kl_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t kl_max(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t kl_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t kl_imax(int64_t a, int64_t b) { return a > b ? a : b; }
 "#;
 
 impl IntExpr {
@@ -712,9 +712,9 @@ impl IntExpr {
             }
             IntExpr::Min(args) | IntExpr::Max(args) => {
                 let f = if matches!(self, IntExpr::Min(_)) {
-                    "kl_min"
+                    "kl_imin"
                 } else {
-                    "kl_max"
+                    "kl_imax"
                 };
                 let mut it = args.iter().map(|a| a.to_c(var, err));
                 let first = it.next().unwrap_or_default();

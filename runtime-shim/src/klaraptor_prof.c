@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
 #include "klaraptor.h"
 #include "klaraptor_collect.h"
 #include "klaraptor_internal.h"
@@ -258,6 +260,7 @@ static int launch_shape(void *vctx, int i) {
   int rc = __real___cudaLaunchKernel(c->kernel, (uint64_t)g[0] | ((uint64_t)g[1] << 32), g[2],
                               (uint64_t)b[0] | ((uint64_t)b[1] << 32), b[2], c->args, c->shmem,
                               c->stream);
+  if (rc != 0) (void)cudaGetLastError(); /* the program's own error checks must not see it */
   if (c->log) {
     fputs("{\"sizes\":", c->log);
     json_sizes(c->log, c->k, c->data);
