@@ -708,9 +708,9 @@ fn variant(id: u32, round: u32) -> Entry {
     )
 }
 
-/// A large entry (≈ 250 kB of TOML), so that a write takes long enough to be interrupted.
+/// A large entry (≈ 150 kB of TOML), so that a write takes long enough to be interrupted.
 fn big_variant(round: u32) -> Entry {
-    let sizes: Vec<i64> = (0..100).map(|k| 32 + k).collect();
+    let sizes: Vec<i64> = (0..60).map(|k| 32 + k).collect();
     entry_with(
         "mm",
         MM,
@@ -818,9 +818,7 @@ fn killed_writer_leaves_no_partial_entry_and_no_lock() {
     // Kill a writer at different moments of its second write, measured in units of how
     // long its first write took: while it writes the temporary file, while it flushes it
     // to disk, while it moves it into place, or just after.
-    for fraction in [
-        0.0, 0.0, 0.1, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0, 1.05, 1.2, 1.6,
-    ] {
+    for fraction in [0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0, 1.1, 1.4] {
         let _ = fs::remove_file(&entry);
         let mut w = child("big-writer", db.root(), &[]);
         let pid = w.id();
