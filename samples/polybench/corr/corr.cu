@@ -116,7 +116,8 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < m; ++j)
-      d[(size_t)i * m + j] = (d[(size_t)i * m + j] - mean[(size_t)j]) / (std::sqrt((double)n) * sd[(size_t)j]);
+      d[(size_t)i * m + j] =
+          (d[(size_t)i * m + j] - mean[(size_t)j]) / (std::sqrt((double)n) * sd[(size_t)j]);
   std::vector<double> sym((size_t)m * m, 0.0);
   for (int i = 0; i < n; ++i)
     for (int a = 0; a < m; ++a) {

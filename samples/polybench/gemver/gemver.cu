@@ -47,10 +47,9 @@ int main(int argc, char **argv) {
   const float alpha = 1.5f, beta = 1.2f;
   const size_t nn = (size_t)n * n;
   std::vector<float> A = kl::fill(nn, 1, -1.0f, 1.0f);
-  std::vector<float> u1 = kl::fill((size_t)n, 2, -1.0f, 1.0f), v1 = kl::fill((size_t)n, 3, -1.0f, 1.0f);
-  std::vector<float> u2 = kl::fill((size_t)n, 4, -1.0f, 1.0f), v2 = kl::fill((size_t)n, 5, -1.0f, 1.0f);
-  std::vector<float> x = kl::fill((size_t)n, 6, -1.0f, 1.0f), y = kl::fill((size_t)n, 7, -1.0f, 1.0f);
-  std::vector<float> z = kl::fill((size_t)n, 8, -1.0f, 1.0f), w = kl::fill((size_t)n, 9, -1.0f, 1.0f);
+  auto vec = [n](uint32_t seed) { return kl::fill((size_t)n, seed, -1.0f, 1.0f); };
+  std::vector<float> u1 = vec(2), v1 = vec(3), u2 = vec(4), v2 = vec(5);
+  std::vector<float> x = vec(6), y = vec(7), z = vec(8), w = vec(9);
   kl::DeviceBuffer<float> bufA(A), bufu1(u1), bufv1(v1), bufu2(u2), bufv2(v2), bufx(x), bufy(y),
       bufz(z), bufw(w);
   float *dA = bufA.get(), *du1 = bufu1.get(), *dv1 = bufv1.get(), *du2 = bufu2.get(),

@@ -24,7 +24,8 @@ __global__ void jacobi1d_copy(float *A, const float *B, int n) {
 int main(int argc, char **argv) {
   kl::Options o = kl::parse(argc, argv, {"N"}, {1 << 22}, 1, 20);
   const int n = (int)o.sizes[0], steps = (int)o.steps;
-  std::vector<float> A = kl::fill((size_t)n, 1, -1.0f, 1.0f), B = kl::fill((size_t)n, 2, -1.0f, 1.0f);
+  std::vector<float> A = kl::fill((size_t)n, 1, -1.0f, 1.0f);
+  std::vector<float> B = kl::fill((size_t)n, 2, -1.0f, 1.0f);
   kl::DeviceBuffer<float> bufA(A), bufB(B);
   float *dA = bufA.get(), *dB = bufB.get();
 

@@ -14,7 +14,8 @@ __global__ void syr2k(const float *A, const float *B, float *C, float alpha, flo
   if (i < n && j < n) {
     float acc = 0.0f;
     for (int k = 0; k < m; ++k)
-      acc += A[(size_t)i * m + k] * B[(size_t)j * m + k] + B[(size_t)i * m + k] * A[(size_t)j * m + k];
+      acc += A[(size_t)i * m + k] * B[(size_t)j * m + k] +
+             B[(size_t)i * m + k] * A[(size_t)j * m + k];
     C[(size_t)i * n + j] = alpha * acc + beta * C[(size_t)i * n + j];
   }
 }
