@@ -10,6 +10,14 @@ use anyhow::{bail, Context, Result};
 
 use crate::rational::{self, RationalProgram};
 
+/// `println!` that stops quietly when stdout is closed (`klaraptor explain … | head`).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
 /// The models directories of a binary (`<binary>.klaraptor`) or of a build directory (every
 /// `*.klaraptor` directory in it, not recursively), or the directory itself.
 pub fn models_dirs(target: &Path) -> Result<Vec<PathBuf>> {
@@ -62,16 +70,16 @@ fn pct(x: Option<f64>) -> String {
 pub fn inspect(target: &Path) -> Result<()> {
     let progs = programs(target)?;
     for (path, p) in &progs {
-        println!("kernel {} ({})", p.kernel, p.mangled);
-        println!("  rational program: {}", path.with_extension("c").display());
-        println!(
+        outln!("kernel {} ({})", p.kernel, p.mangled);
+        outln!("  rational program: {}", path.with_extension("c").display());
+        outln!(
             "  device: {} (sm_{}{}, {} SMs)",
             p.device.name,
             p.device.compute_capability.major,
             p.device.compute_capability.minor,
             p.device.sm_count
         );
-        println!(
+        outln!(
             "  data: {}   dim: {}   grid: {}   constraints: {}",
             p.data.join(", "),
             p.dim,
@@ -82,22 +90,26 @@ pub fn inspect(target: &Path) -> Result<()> {
                 p.block.join(" && ")
             }
         );
-        println!(
+        outln!(
             "  {} candidate shapes; {} registers/thread, {} B shared memory/block",
             p.candidates.len(),
             p.regs_per_thread,
             p.smem_per_block
         );
         let pr = &p.provenance;
-        println!(
+        outln!(
             "  profile: {} samples ({} failed) at sizes {:?}, {} on {}",
-            pr.samples, pr.failed_samples, pr.profile_sizes, pr.collector, pr.captured_at
+            pr.samples,
+            pr.failed_samples,
+            pr.profile_sizes,
+            pr.collector,
+            pr.captured_at
         );
-        println!("  fit quality (per-warp metrics; held-out relative error: median / max / extrapolation max):");
+        outln!("  fit quality (per-warp metrics; held-out relative error: median / max / extrapolation max):");
         for (name, f) in &p.metrics {
             let d = &f.diagnostics;
             let h = d.heldout.as_ref();
-            println!(
+            outln!(
                 "    {name:<20} degrees num {:?} den {:?}  {} / {} / {}  cond {:.1e}",
                 d.num_degrees,
                 d.den_degrees,
@@ -132,7 +144,7 @@ pub fn explain(target: &Path, kernel: &str, sizes: &[i64], device: Option<&str>)
     }
     for (path, p) in matching {
         let ranked = p.rank(sizes)?;
-        println!(
+        outln!(
             "{} on {} at {} ({}):",
             p.kernel,
             p.device.name,
@@ -144,13 +156,21 @@ pub fn explain(target: &Path, kernel: &str, sizes: &[i64], device: Option<&str>)
                 .join(" "),
             path.with_extension("c").display()
         );
-        println!(
+        outln!(
             "  {:>4} {:>14} {:>16} {:>12} {:>7} {:>7} {:>6} {:>6} {:>6}  limiting factor",
-            "rank", "block", "grid", "pred. µs", "MWP", "CWP", "warps", "blocks", "waves"
+            "rank",
+            "block",
+            "grid",
+            "pred. µs",
+            "MWP",
+            "CWP",
+            "warps",
+            "blocks",
+            "waves"
         );
         for (i, r) in ranked.iter().enumerate() {
             let q = &r.prediction;
-            println!(
+            outln!(
                 "{} {:>4} {:>14} {:>16} {:>12.3} {:>7.2} {:>7.2} {:>6} {:>6} {:>6}  {}",
                 if i == 0 { "*" } else { " " },
                 i + 1,
@@ -166,9 +186,9 @@ pub fn explain(target: &Path, kernel: &str, sizes: &[i64], device: Option<&str>)
             );
         }
         if ranked.is_empty() {
-            println!("  no candidate shape is allowed at this size: the launch keeps its own dims");
+            outln!("  no candidate shape is allowed at this size: the launch keeps its own dims");
         } else {
-            println!("  * the choice (ties: more threads, then larger bx, then larger by)");
+            outln!("  * the choice (ties: more threads, then larger bx, then larger by)");
         }
     }
     Ok(())

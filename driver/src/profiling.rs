@@ -172,8 +172,12 @@ pub fn run_recipe(
             eprint!("{}", String::from_utf8_lossy(&out.stderr));
         }
         if !out.status.success() {
-            bail!(
-                "the profile recipe of {} (annotated at {}) failed ({}): `{cmd}` in {}",
+            // A sweep launches each kernel once per shape: a program that checks the results
+            // of kernels that accumulate (y += …) fails its own check under profiling. What
+            // matters is what the runtime recorded, which the caller checks.
+            eprintln!(
+                "klaraptor-cc: note: the profile recipe of {} (annotated at {}) exited with {} \
+                 under profiling (`{cmd}` in {}); its records are kept",
                 spec.name,
                 spec.annotated_at,
                 out.status,
@@ -504,20 +508,37 @@ pub fn import_captures(
         let (mut driver, mut tool, mut cuda, mut date) =
             (String::new(), String::new(), String::new(), String::new());
         for job in jobs {
-            let launches = job
-                .join("launches")
-                .join(format!("{}.launches.jsonl", kernel_stem(&spec.mangled)));
-            let Ok(log) = std::fs::read_to_string(&launches) else {
-                continue;
-            };
             let csv_path = job.join("ncu.csv");
-            let csv = std::fs::read_to_string(&csv_path)
-                .with_context(|| format!("reading {}", csv_path.display()))?;
-            let (s, _) = import_ncu(&csv, &log, &spec.mangled).with_context(|| {
-                format!("joining {} with {}", csv_path.display(), launches.display())
-            })?;
-            samples.extend(s);
-            let env_path = job.parent().unwrap_or(job).join("env.txt");
+            let (got, sm) = if csv_path.is_file() {
+                // ncu capture: the launch log joined with ncu's rows.
+                let launches = job
+                    .join("launches")
+                    .join(format!("{}.launches.jsonl", kernel_stem(&spec.mangled)));
+                let Ok(log) = std::fs::read_to_string(&launches) else {
+                    continue;
+                };
+                let csv = std::fs::read_to_string(&csv_path)
+                    .with_context(|| format!("reading {}", csv_path.display()))?;
+                let (s, _) = import_ncu(&csv, &log, &spec.mangled).with_context(|| {
+                    format!("joining {} with {}", csv_path.display(), launches.display())
+                })?;
+                (s, ncu_sm_count(&csv))
+            } else {
+                // Collector run: its samples as they are.
+                let s = read_samples(&job.join("records"), &spec.mangled)?;
+                if s.is_empty() {
+                    continue;
+                }
+                (s, None)
+            };
+            samples.extend(got);
+            let env_path = [
+                job.join("env.txt"),
+                job.parent().unwrap_or(job).join("env.txt"),
+            ]
+            .into_iter()
+            .find(|p| p.is_file())
+            .with_context(|| format!("no env.txt in {} or its parent", job.display()))?;
             let env = std::fs::read_to_string(&env_path)
                 .with_context(|| format!("reading {}", env_path.display()))?;
             let mut lines = env.lines();
@@ -527,7 +548,7 @@ pub fn import_captures(
                     name: gpu[0].trim().into(),
                     uuid: gpu[1].trim().into(),
                     cc: gpu[2].trim().into(),
-                    sm_count: ncu_sm_count(&csv).unwrap_or(0),
+                    sm_count: sm.unwrap_or(0),
                 });
                 driver = gpu[3].trim().into();
             }
@@ -540,10 +561,18 @@ pub fn import_captures(
                     date = l.to_string();
                 }
             }
+            if !csv_path.is_file() {
+                tool.clear();
+            }
         }
-        let Some(device) = device else {
+        let Some(mut device) = device else {
             continue; // this kernel was not launched in these captures
         };
+        if device.sm_count == 0 {
+            if let Ok(Some(d)) = crate::devices::find(&device.name, &device.uuid) {
+                device.sm_count = d.sm_count;
+            }
+        }
         out.push(Entry {
             format_version: FORMAT_VERSION,
             kernel: KernelId {
@@ -554,24 +583,15 @@ pub fn import_captures(
                 dim: spec.dim,
             },
             device,
-            collector: format!(
-                "ncu ({})",
-                if tool.is_empty() {
-                    "version unknown"
-                } else {
-                    &tool
-                }
-            ),
+            collector: if tool.is_empty() {
+                format!("klaraptor-collector {}", env!("CARGO_PKG_VERSION"))
+            } else {
+                format!("ncu ({tool})")
+            },
             captured_at: date,
             cuda_version: cuda,
             driver_version: driver,
-            plan: Plan {
-                note: format!(
-                    "{} (captured with ncu, one launch per shape)",
-                    plan_record(spec, 1, 0).note
-                ),
-                ..plan_record(spec, 1, 0)
-            },
+            plan: plan_record(spec, 1, 0),
             samples,
         });
     }

@@ -816,6 +816,8 @@ static void log_decision(const kentry *e, const int64_t *data, const decision *d
   const uint32_t *bl = d->keep ? pb : d->block, *gr = d->keep ? pg : d->grid;
   sb_printf(&b, " block=%ux%ux%u grid=%ux%ux%u source=%s device=%d:%s", bl[0], bl[1], bl[2],
             gr[0], gr[1], gr[2], src, ordinal, dev ? dev->name : "unknown");
+  if (!d->keep)
+    sb_printf(&b, " program_block=%ux%ux%u", pb[0], pb[1], pb[2]);
   buf[b.len++] = '\n';
   log_line(buf, b.len);
 }

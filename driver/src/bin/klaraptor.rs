@@ -60,13 +60,26 @@ enum Cmd {
     },
     /// Look into the profile database and clean it: list, show, prune.
     Profile(klaraptor::profile_cmd::ProfileArgs),
-    /// Turn ncu captures of a profiling variant (bench/gpu/fixtures/ncu_capture.sh) into
-    /// profile-database entries.
-    ImportNcu {
+    /// Print what a profiling variant (klaraptor-cc --kl-profiling-variant=…) profiles: its
+    /// sampling plan (the file KLARAPTOR_PROFILE_PLAN names), or with --candidates every
+    /// candidate shape of its kernels (an exhaustive search), or with --recipes the recipe
+    /// commands to run, one per line.
+    Plan {
+        binary: PathBuf,
+        #[arg(long, conflicts_with = "recipes")]
+        candidates: bool,
+        #[arg(long)]
+        recipes: bool,
+    },
+    /// Turn the records of a profiling variant run elsewhere (collector runs with records/
+    /// and env.txt, or ncu captures of bench/gpu/fixtures/ncu_capture.sh) into
+    /// profile-database entries: the flow of a GPU-less build farm.
+    Import {
         /// The profiling variant that was run (klaraptor-cc --kl-profiling-variant=…).
         #[arg(long)]
         binary: PathBuf,
-        /// Capture directories (each with ncu.csv and launches/).
+        /// Run directories (each with records/, or ncu.csv and launches/; env.txt in it or
+        /// its parent).
         #[arg(required = true)]
         captures: Vec<PathBuf>,
         /// The database (default: as klaraptor-cc finds it).
@@ -86,7 +99,6 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let tc = Toolchain::discover(None)?;
     match cli.command {
         Cmd::Device(args) => klaraptor::device_cmd::run(args),
         Cmd::Profile(args) => klaraptor::profile_cmd::run(args),
@@ -103,7 +115,41 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             klaraptor::inspect_cmd::explain(&target, &kernel, &size, device.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::ImportNcu {
+        Cmd::Plan {
+            binary,
+            candidates,
+            recipes,
+        } => {
+            let bytes = std::fs::read(&binary)?;
+            let specs = klaraptor::linkspec::scan_bytes(&bytes, &binary)?;
+            if specs.is_empty() {
+                anyhow::bail!("{} holds no klaraptor kernel specs", binary.display());
+            }
+            if recipes {
+                let mut seen = std::collections::BTreeSet::new();
+                for s in &specs {
+                    for size in &s.profile_sizes {
+                        let cmd = klaraptor::profiling::recipe_command(s, size)?;
+                        if seen.insert(cmd.clone()) {
+                            println!("{cmd}");
+                        }
+                    }
+                }
+            } else if candidates {
+                print!("# every candidate shape (an exhaustive search)\n");
+                for s in &specs {
+                    let shapes: Vec<String> = klaraptor::rational::candidates(s.dim)
+                        .iter()
+                        .map(|b| format!("{}x{}x{}", b[0], b[1], b[2]))
+                        .collect();
+                    println!("{} {}", s.mangled, shapes.join(" "));
+                }
+            } else {
+                print!("{}", klaraptor::profiling::plan_file(&specs));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Import {
             binary,
             captures,
             db,
@@ -128,6 +174,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Toolchain => {
+            let tc = Toolchain::discover(None)?;
             println!("nvcc: {} ({})", tc.nvcc.display(), tc.origin);
             println!("CUDA root: {}", tc.cuda_root().display());
             Ok(ExitCode::SUCCESS)
@@ -137,6 +184,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             include,
             define,
         } => {
+            let tc = Toolchain::discover(None)?;
             let mut cfg = ClangConfig::new(tc.cuda_root());
             cfg.stub_include = klaraptor::toolchain::project_prefixes()
                 .into_iter()
