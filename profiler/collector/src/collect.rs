@@ -1,6 +1,15 @@
 //! The sweep: for each shape of a request, warm-up launches, timed launches, the profiler
 //! passes, and one JSON line (a `record::Sample`) appended to the request's file.
 //!
+//! Two modes ([`Settings`], read from the environment once, when the collector starts):
+//! - full (the default): time and hardware counters, as below;
+//! - time only (`KLARAPTOR_COLLECT_TIME_ONLY=1`): the warm-up and timed launches only. CUPTI
+//!   is not loaded and no profiler pass runs, so a shape costs `warmup + runs` launches. Each
+//!   sample still has `counters`, with `time_ms`, `time_runs_ms`, `regs_per_thread` and
+//!   `smem_*` set and every hardware field 0; `inst_executed == 0` marks such a sample (a
+//!   launch that ran executes at least one instruction). The accuracy study uses it for its
+//!   exhaustive search over shapes at large sizes.
+//!
 //! Per context (lazily, once): the device is checked with `cuptiProfilerDeviceSupported`, its
 //! chip named, its counter availability read, the metric table resolved against the chip, and
 //! one config image built for the table's metrics. Per shape: the range profiler is enabled,
@@ -24,10 +33,48 @@ use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::sync::Arc;
 
+/// What the collector does, from the environment (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Settings {
+    /// `KLARAPTOR_COLLECT_TIME_ONLY`: time the shapes, read no counters.
+    pub time_only: bool,
+    /// `KLARAPTOR_COLLECT_NO_FLUSH`: no L2 flush before the profiler passes.
+    pub no_flush: bool,
+    /// `KLARAPTOR_COLLECT_EXTRA_METRICS` (comma-separated full metric names): collected
+    /// besides the table's and shown in verbose mode's `metric values` line only; for trying
+    /// candidate metrics on a new GPU. A name the chip does not have is skipped with a warning.
+    pub extra_metrics: Vec<String>,
+}
+
+impl Settings {
+    /// Reads the settings; `env` reads an environment variable. A flag is on when its
+    /// variable is set to anything but empty or `0`.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<OsString>) -> Self {
+        let flag = |name: &str| env(name).is_some_and(|v| !v.is_empty() && v != "0");
+        let extra_metrics = env("KLARAPTOR_COLLECT_EXTRA_METRICS")
+            .map(|v| {
+                v.to_string_lossy()
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Settings {
+            time_only: flag("KLARAPTOR_COLLECT_TIME_ONLY"),
+            no_flush: flag("KLARAPTOR_COLLECT_NO_FLUSH"),
+            extra_metrics,
+        }
+    }
+}
+
 /// The loaded libraries and what was set up per CUDA context.
 pub struct Collector {
     driver: Arc<Driver>,
-    cupti: Arc<CuptiLib>,
+    /// `None` in time-only mode.
+    cupti: Option<Arc<CuptiLib>>,
+    settings: Settings,
     contexts: Vec<ContextState>,
 }
 
@@ -39,6 +86,13 @@ unsafe impl Send for Collector {}
 struct ContextState {
     ctx: Context,
     device: CUdevice,
+    /// `None` in time-only mode.
+    profiling: Option<Profiling>,
+}
+
+/// What the profiler passes of one context need.
+struct Profiling {
+    cupti: Arc<CuptiLib>,
     resolved: Resolved,
     config: MetricConfig,
     flush: Option<L2Flush>,
@@ -74,21 +128,39 @@ struct Resources {
 }
 
 impl Collector {
-    /// Loads libcuda and libcupti (see [`load`] for where) and initialises the profiler.
+    /// Reads the [`Settings`] from `env`, loads libcuda and (unless time-only) libcupti (see
+    /// [`load`] for where), and initialises the profiler.
     pub fn new(env: &dyn Fn(&str) -> Option<OsString>) -> Result<Self> {
+        let settings = Settings::from_env(env);
         let driver = Driver::open(&load::cuda_candidates(env))?;
-        let cupti = CuptiLib::open(&load::cupti_candidates(env))?;
-        debug!(
-            "CUDA driver {}, CUPTI API version {}",
-            driver.version()?,
-            cupti.version()?
-        );
-        cupti.profiler_initialize()?;
+        let cupti = if settings.time_only {
+            debug!(
+                "CUDA driver {}; time-only mode (KLARAPTOR_COLLECT_TIME_ONLY): CUPTI not loaded, \
+                 no profiler passes, hardware counters 0",
+                driver.version()?
+            );
+            None
+        } else {
+            let cupti = CuptiLib::open(&load::cupti_candidates(env))?;
+            debug!(
+                "CUDA driver {}, CUPTI API version {}",
+                driver.version()?,
+                cupti.version()?
+            );
+            cupti.profiler_initialize()?;
+            Some(cupti)
+        };
         Ok(Collector {
             driver,
             cupti,
+            settings,
             contexts: Vec::new(),
         })
+    }
+
+    /// The settings this collector runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// Measures every shape of `req` and appends one line per shape to `req.out_path`.
@@ -114,13 +186,16 @@ impl Collector {
                 ))
             })?;
         debug!(
-            "{} {:?}: {} shape(s), {} warm-up and {} timed run(s) each, {} profiler pass(es)",
+            "{} {:?}: {} shape(s), {} warm-up and {} timed run(s) each, {} profiler pass(es); \
+             {} registers per thread, {} bytes of static shared memory",
             req.display_name(),
             req.data,
             req.shapes.len(),
             req.warmup,
             req.runs,
-            st.config.passes()
+            st.profiling.as_ref().map_or(0, |p| p.config.passes()),
+            resources.regs,
+            resources.smem_static
         );
         let mut summary = Summary {
             measured: 0,
@@ -181,8 +256,27 @@ impl Collector {
             return Ok(i);
         }
         let device = self.driver.current_device()?;
+        let profiling = match &self.cupti {
+            Some(cupti) => Some(self.profiling_setup(cupti, ctx, device)?),
+            None => None,
+        };
+        self.contexts.push(ContextState {
+            ctx,
+            device,
+            profiling,
+        });
+        Ok(self.contexts.len() - 1)
+    }
+
+    /// The device check, metric table, config image and L2 flush of one context.
+    fn profiling_setup(
+        &self,
+        cupti: &Arc<CuptiLib>,
+        ctx: Context,
+        device: CUdevice,
+    ) -> Result<Profiling> {
         let name = self.driver.device_name(device)?;
-        match self.cupti.device_support(device) {
+        match cupti.device_support(device) {
             Ok(s) if s.refuses() => {
                 return Err(Error::Unusable(format!(
                     "CUPTI cannot profile device {device} ({name}): {}",
@@ -192,7 +286,7 @@ impl Collector {
             Ok(s) => debug!("CUPTI device support: {:?}", s.problems()),
             Err(e) => debug!("could not ask whether the device is supported ({e}); going on"),
         }
-        let chip = self.cupti.chip_name(usize::try_from(device).unwrap_or(0))?;
+        let chip = cupti.chip_name(usize::try_from(device).unwrap_or(0))?;
         let cc = (
             self.driver.device_attribute(
                 CUdevice_attribute_enum_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
@@ -207,18 +301,29 @@ impl Collector {
             "device {device}: {name}, chip {chip}, compute capability {}.{}",
             cc.0, cc.1
         );
-        let availability = self.cupti.counter_availability(ctx)?;
-        let resolved = resolve_on_chip(&self.cupti, &chip, Some(&availability))?;
+        let availability = cupti.counter_availability(ctx)?;
+        let resolved = resolve_on_chip(cupti, &chip, Some(&availability))?;
         for (spec, src) in &resolved.choices {
             debug!("{:?} <- {src}", spec.field);
         }
-        let config = MetricConfig::new(
-            &self.cupti,
-            &chip,
-            Some(availability),
-            &resolved.metric_names(),
-        )?;
-        let flush = if std::env::var_os("KLARAPTOR_COLLECT_NO_FLUSH").is_some_and(|v| v != "0") {
+        let mut names: Vec<&str> = resolved.metric_names();
+        for m in &self.settings.extra_metrics {
+            if names.contains(&m.as_str()) {
+                continue;
+            }
+            match usable_on_chip(cupti, &chip, Some(&availability), m) {
+                Ok(()) => {
+                    debug!("extra metric {m}");
+                    names.push(m);
+                }
+                Err(e) => eprintln!(
+                    "klaraptor-collect: warning: extra metric {m} skipped: not usable on \
+                     {chip} ({e})"
+                ),
+            }
+        }
+        let config = MetricConfig::new(cupti, &chip, Some(availability), &names)?;
+        let flush = if self.settings.no_flush {
             debug!("L2 flush disabled by KLARAPTOR_COLLECT_NO_FLUSH");
             None
         } else {
@@ -239,20 +344,35 @@ impl Collector {
                 }
             }
         };
-        self.contexts.push(ContextState {
-            ctx,
-            device,
+        Ok(Profiling {
+            cupti: cupti.clone(),
             resolved,
             config,
             flush,
-        });
-        Ok(self.contexts.len() - 1)
+        })
     }
 
+    /// The kernel's registers per thread and static shared memory, as the driver gives them
+    /// for the compiled kernel (`CU_FUNC_ATTRIBUTE_NUM_REGS`: what `ptxas -v` and
+    /// `cudaFuncGetAttributes` say). ncu's `launch__registers_per_thread` can be larger for
+    /// small kernels (16 for a 10-register kernel on the H200): the register file is
+    /// allocated in units of 256 registers per warp, which both counts fill alike.
     fn resources(&self, kernel: Kernel, device: CUdevice) -> Result<Resources> {
         let attr = |a: CUfunction_attribute| -> Result<u32> {
             let v = match self.driver.kernel_attribute(kernel, a, device) {
-                Ok(v) => v,
+                Ok(v) => {
+                    if debug::enabled() {
+                        match self.driver.kernel_function_attribute(kernel, a) {
+                            Ok(f) if f == v => {}
+                            Ok(f) => debug!(
+                                "attribute {a}: cuKernelGetAttribute says {v}, the function in \
+                                 this context {f}"
+                            ),
+                            Err(e) => debug!("attribute {a}: no function in this context: {e}"),
+                        }
+                    }
+                    v
+                }
                 Err(e) => {
                     debug!("cuKernelGetAttribute failed ({e}); trying the kernel's function");
                     self.driver.kernel_function_attribute(kernel, a)?
@@ -277,27 +397,11 @@ impl Collector {
         let time_ms = median(&runs).ok_or_else(|| {
             ShapeError::Shape(format!("the timed runs gave no usable time: {runs:?}"))
         })?;
-        let hw = self.profile_shape(st, req, i)?;
-        Ok(Counters {
-            inst_executed: hw.inst_executed,
-            inst_global_ld: hw.inst_global_ld,
-            inst_global_st: hw.inst_global_st,
-            inst_shared_ld: hw.inst_shared_ld,
-            inst_shared_st: hw.inst_shared_st,
-            inst_barrier: hw.inst_barrier,
-            gld_requests: hw.gld_requests,
-            gst_requests: hw.gst_requests,
-            gld_sectors: hw.gld_sectors,
-            gst_sectors: hw.gst_sectors,
-            dram_bytes_read: hw.dram_bytes_read,
-            dram_bytes_write: hw.dram_bytes_write,
-            achieved_active_warps: hw.achieved_active_warps,
-            time_ms,
-            time_runs_ms: runs,
-            regs_per_thread: res.regs,
-            smem_static: res.smem_static,
-            smem_dynamic: u32::try_from(req.dynamic_smem).unwrap_or(u32::MAX),
-        })
+        let hw = match &st.profiling {
+            Some(p) => Some(self.profile_shape(st.ctx, p, req, i)?),
+            None => None,
+        };
+        Ok(counters(hw.as_ref(), time_ms, runs, res, req.dynamic_smem))
     }
 
     /// Warm-up launches, then `runs` launches each between two events on the request's
@@ -326,14 +430,15 @@ impl Collector {
     /// The profiler passes of one shape, decoded into counters.
     fn profile_shape(
         &self,
-        st: &ContextState,
+        ctx: Context,
+        st: &Profiling,
         req: &Request,
         i: usize,
     ) -> std::result::Result<metrics::Hardware, ShapeError> {
         self.driver
             .ctx_synchronize()
             .map_err(|e| self.after_failed_sync(e))?;
-        let profiler = RangeProfiler::enable(&self.cupti, st.ctx)?;
+        let profiler = RangeProfiler::enable(&st.cupti, ctx)?;
         let mut data = profiler.counter_data_image(&st.config, 1)?;
         let mut failed_launch = None;
         {
@@ -388,18 +493,18 @@ impl Collector {
 
     fn evaluate(
         &self,
-        st: &ContextState,
+        st: &Profiling,
         data: &CounterDataImage,
         i: usize,
     ) -> std::result::Result<metrics::Hardware, ShapeError> {
-        let ranges = data.num_ranges(&self.cupti)?;
+        let ranges = data.num_ranges(&st.cupti)?;
         if ranges != 1 {
             return Err(ShapeError::Collector(Error::Unusable(format!(
                 "CUPTI decoded {ranges} ranges for shape {i}, expected 1"
             ))));
         }
         if debug::enabled() {
-            match data.range_name(&self.cupti, 0) {
+            match data.range_name(&st.cupti, 0) {
                 Ok(n) => debug!("shape {i}: range 0 is {n:?}"),
                 Err(e) => debug!("shape {i}: range name unavailable ({e})"),
             }
@@ -487,6 +592,67 @@ pub fn resolve_on_chip(
     })
 }
 
+/// Whether `metric` can be added to a config on `chip` (the check [`resolve_on_chip`] makes
+/// for each name of the table).
+pub fn usable_on_chip(
+    lib: &Arc<CuptiLib>,
+    chip: &str,
+    availability: Option<&[u8]>,
+    metric: &str,
+) -> Result<()> {
+    let name = CString::new(metric)
+        .map_err(|_| Error::Unusable(format!("metric name {metric:?} contains NUL")))?;
+    let mut host = HostObject::new(lib, chip, availability.map(<[u8]>::to_vec))?;
+    host.add_metrics(&[name])
+}
+
+/// The counters of one measured shape: the hardware part from `hw` (all 0 in time-only
+/// mode, where `hw` is `None`), the times, and the kernel's resources.
+fn counters(
+    hw: Option<&metrics::Hardware>,
+    time_ms: f64,
+    runs: Vec<f64>,
+    res: &Resources,
+    dynamic_smem: u64,
+) -> Counters {
+    let zero = metrics::Hardware {
+        inst_executed: 0,
+        inst_global_ld: 0,
+        inst_global_st: 0,
+        inst_shared_ld: 0,
+        inst_shared_st: 0,
+        inst_barrier: 0,
+        gld_requests: 0,
+        gst_requests: 0,
+        gld_sectors: 0,
+        gst_sectors: 0,
+        dram_bytes_read: 0,
+        dram_bytes_write: 0,
+        achieved_active_warps: 0.0,
+    };
+    let hw = hw.unwrap_or(&zero);
+    Counters {
+        inst_executed: hw.inst_executed,
+        inst_global_ld: hw.inst_global_ld,
+        inst_global_st: hw.inst_global_st,
+        inst_shared_ld: hw.inst_shared_ld,
+        inst_shared_st: hw.inst_shared_st,
+        inst_barrier: hw.inst_barrier,
+        gld_requests: hw.gld_requests,
+        gst_requests: hw.gst_requests,
+        gld_sectors: hw.gld_sectors,
+        gst_sectors: hw.gst_sectors,
+        dram_bytes_read: hw.dram_bytes_read,
+        dram_bytes_write: hw.dram_bytes_write,
+        achieved_active_warps: hw.achieved_active_warps,
+        time_ms,
+        time_runs_ms: runs,
+        regs_per_thread: res.regs,
+        smem_static: res.smem_static,
+        smem_dynamic: u32::try_from(dynamic_smem).unwrap_or(u32::MAX),
+    }
+}
+
 /// One sample as the line appended to the output file.
 pub fn sample_line(sample: &Sample) -> String {
     let mut line = serde_json::to_string(sample).expect("a Sample always serialises");
@@ -539,6 +705,89 @@ mod tests {
             !line.contains("\"error\""),
             "no error field for a good sample: {line}"
         );
+    }
+
+    fn env_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
+        move |k: &str| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn settings_come_from_the_environment() {
+        assert_eq!(Settings::from_env(&env_of(&[])), Settings::default());
+        let s = Settings::from_env(&env_of(&[
+            ("KLARAPTOR_COLLECT_TIME_ONLY", "1"),
+            ("KLARAPTOR_COLLECT_NO_FLUSH", "yes"),
+            (
+                "KLARAPTOR_COLLECT_EXTRA_METRICS",
+                " smsp__inst_executed_pipe_cbu.sum,,sm__cycles_elapsed.max ",
+            ),
+        ]));
+        assert!(s.time_only && s.no_flush);
+        assert_eq!(
+            s.extra_metrics,
+            ["smsp__inst_executed_pipe_cbu.sum", "sm__cycles_elapsed.max"]
+        );
+        assert!(!Settings::from_env(&env_of(&[("KLARAPTOR_COLLECT_TIME_ONLY", "0")])).time_only);
+        assert!(!Settings::from_env(&env_of(&[("KLARAPTOR_COLLECT_TIME_ONLY", "")])).time_only);
+    }
+
+    #[test]
+    fn a_time_only_sample_has_times_and_resources_and_zero_hardware_counters() {
+        let res = Resources {
+            regs: 10,
+            smem_static: 4096,
+        };
+        let c = counters(None, 0.0123, vec![0.0125, 0.0123, 0.0121], &res, 512);
+        assert_eq!(
+            c,
+            Counters {
+                inst_executed: 0,
+                inst_global_ld: 0,
+                inst_global_st: 0,
+                inst_shared_ld: 0,
+                inst_shared_st: 0,
+                inst_barrier: 0,
+                gld_requests: 0,
+                gst_requests: 0,
+                gld_sectors: 0,
+                gst_sectors: 0,
+                dram_bytes_read: 0,
+                dram_bytes_write: 0,
+                achieved_active_warps: 0.0,
+                time_ms: 0.0123,
+                time_runs_ms: vec![0.0125, 0.0123, 0.0121],
+                regs_per_thread: 10,
+                smem_static: 4096,
+                smem_dynamic: 512,
+            }
+        );
+        // A measured shape keeps every hardware field.
+        let full = saxpy_sample().counters.unwrap();
+        let hw = metrics::Hardware {
+            inst_executed: full.inst_executed,
+            inst_global_ld: full.inst_global_ld,
+            inst_global_st: full.inst_global_st,
+            inst_shared_ld: full.inst_shared_ld,
+            inst_shared_st: full.inst_shared_st,
+            inst_barrier: full.inst_barrier,
+            gld_requests: full.gld_requests,
+            gst_requests: full.gst_requests,
+            gld_sectors: full.gld_sectors,
+            gst_sectors: full.gst_sectors,
+            dram_bytes_read: full.dram_bytes_read,
+            dram_bytes_write: full.dram_bytes_write,
+            achieved_active_warps: full.achieved_active_warps,
+        };
+        let res = Resources {
+            regs: full.regs_per_thread,
+            smem_static: full.smem_static,
+        };
+        let c = counters(Some(&hw), full.time_ms, full.time_runs_ms.clone(), &res, 0);
+        assert_eq!(c, full);
     }
 
     #[test]

@@ -17,9 +17,27 @@
 //! request). Nothing links against libcuda or libcupti: the crate builds and its tests run on
 //! a machine without a GPU.
 //!
-//! Environment: `KLARAPTOR_CUPTI` (libcupti to use), `KLARAPTOR_LIBCUDA` (libcuda to use),
-//! `KLARAPTOR_COLLECT_DEBUG=1` (print each CUDA and CUPTI step on stderr),
-//! `KLARAPTOR_COLLECT_NO_FLUSH=1` (no L2 flush before profiler passes).
+//! Environment (read once, when the collector starts):
+//! - `KLARAPTOR_CUPTI` (libcupti to use), `KLARAPTOR_LIBCUDA` (libcuda to use);
+//! - `KLARAPTOR_COLLECT_TIME_ONLY=1`: time-only mode. Warm-up and timed launches only: CUPTI
+//!   is not loaded and no profiler pass runs. Every measured sample still carries `counters`:
+//!   `time_ms` and `time_runs_ms` as in the full mode, `regs_per_thread`, `smem_static` and
+//!   `smem_dynamic` set, and every hardware counter (`inst_*`, `g*_requests`, `g*_sectors`,
+//!   `dram_bytes_*`, `achieved_active_warps`) 0. `inst_executed == 0` tells such a sample from
+//!   a profiled one (a launch that ran executes at least one instruction). For exhaustive
+//!   searches over shapes at large sizes (the accuracy study), where only time matters;
+//! - `KLARAPTOR_COLLECT_DEBUG=1`: print each CUDA and CUPTI step on stderr, the kernel's
+//!   resources, and one `metric values {…}` line of raw CUPTI values per shape;
+//! - `KLARAPTOR_COLLECT_NO_FLUSH=1`: no L2 flush before profiler passes;
+//! - `KLARAPTOR_COLLECT_EXTRA_METRICS=a.sum,b.sum`: metrics collected besides the table's and
+//!   only shown in the `metric values` lines (for trying candidate metrics on a GPU).
+//!
+//! What the fields mean, where the collector's differ from ncu's: `regs_per_thread` is the
+//! compiled kernel's count (`CU_FUNC_ATTRIBUTE_NUM_REGS`, as `ptxas -v` and
+//! `cudaFuncGetAttributes` give it); ncu's `launch__registers_per_thread` can be larger for
+//! kernels of few registers (16 for a 10-register kernel on the H200) and fills the same
+//! number of 256-register allocation units per warp. `inst_barrier` is an approximation
+//! on every chip (no chip counts barrier instructions): see [`metrics`].
 
 pub mod collect;
 pub mod cupti;

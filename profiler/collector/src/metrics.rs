@@ -4,12 +4,25 @@
 //!
 //! Names were checked with the CUPTI 13.0 profiler host API's enumeration for GH100 (H100,
 //! H200), GA100, AD102, GB100, GB202, TU102 and GV100 (`tests/cupti_host.rs` repeats the check
-//! for GH100, GA100, AD102, GB100 and GB202 on every run). No chip of these has a warp-level
-//! barrier-instruction counter (`smsp__inst_executed_op_barrier` does not exist); barriers
-//! execute in the ADU pipe, which also executes constant loads (`LDC`), so the barrier count
-//! is `smsp__inst_executed_pipe_adu − smsp__inst_executed_op_ldc` (kernels with indirect
-//! branches, which the ADU also handles, count those too). The GPU check
-//! (`bench/gpu/collector`) compares it with the exact count of a kernel with `__syncthreads`.
+//! for GH100, GA100, AD102, GB100 and GB202 on every run).
+//!
+//! # Barrier instructions: an approximation
+//!
+//! No chip of these has a counter of barrier instructions: the range profiler's hardware
+//! counters count warp instructions by pipe and by a few opcode classes (`op_global_ld`,
+//! `op_ldc`, `op_branch`, …) but not `BAR`, and the `smsp__sass_inst_executed_op_*` family
+//! has no barrier class either (ncu counts `BAR` only per opcode, by patching the SASS).
+//! Barriers execute in the ADU pipe, so `smsp__inst_executed_pipe_adu −
+//! smsp__inst_executed_op_ldc` bounds them from above. On the H200 (2026-11-22 GPU check,
+//! `tests/fixtures/h200-2026-11-22`, per-instruction counts from ncu's source page) that
+//! difference is the exact `BAR` count plus the reads of special registers (`S2R`/`S2UR`:
+//! block and CTA ids) the ADU also serves: +1 per warp in saxpy and the strided copy, +2 in
+//! the naive matmul, +2 per warp and +1 per block in the block sum (whose exact count is
+//! 7–11 per warp). So the collector uses the difference only where a warp waited at a CTA
+//! barrier (`smsp__warps_issue_stalled_barrier > 0`), and 0 elsewhere: exact (0) for kernels
+//! without `__syncthreads`, an upper bound (+1 to +3 per warp) for kernels with it. One-warp
+//! blocks may pass a barrier without a stall and then count 0; a barrier costs such a block
+//! nothing. Chips whose table lacks the stall counter fall back to the plain difference.
 
 use std::collections::HashMap;
 
@@ -38,6 +51,8 @@ pub enum Source {
     Metric(&'static str),
     /// The first metric minus the second.
     Difference(&'static str, &'static str),
+    /// The first metric minus the second where the third is above zero, else 0.
+    DifferenceWhere(&'static str, &'static str, &'static str),
 }
 
 impl Source {
@@ -46,6 +61,7 @@ impl Source {
         match *self {
             Source::Metric(m) => vec![m],
             Source::Difference(a, b) => vec![a, b],
+            Source::DifferenceWhere(a, b, c) => vec![a, b, c],
         }
     }
 }
@@ -55,6 +71,7 @@ impl std::fmt::Display for Source {
         match self {
             Source::Metric(m) => f.write_str(m),
             Source::Difference(a, b) => write!(f, "{a} - {b}"),
+            Source::DifferenceWhere(a, b, c) => write!(f, "{a} - {b} where {c} > 0, else 0"),
         }
     }
 }
@@ -75,7 +92,7 @@ pub struct Spec {
 }
 
 use Field::*;
-use Source::{Difference, Metric};
+use Source::{Difference, DifferenceWhere, Metric};
 
 /// The metric table (sm_70 and newer). Counts are launch totals over the whole grid.
 pub const TABLE: &[Spec] = &[
@@ -119,8 +136,13 @@ pub const TABLE: &[Spec] = &[
     Spec {
         field: InstBarrier,
         kind: Kind::Count,
+        // An approximation: see the module documentation.
         sources: &[
-            Metric("smsp__inst_executed_op_barrier.sum"),
+            DifferenceWhere(
+                "smsp__inst_executed_pipe_adu.sum",
+                "smsp__inst_executed_op_ldc.sum",
+                "smsp__warps_issue_stalled_barrier.sum",
+            ),
             Difference(
                 "smsp__inst_executed_pipe_adu.sum",
                 "smsp__inst_executed_op_ldc.sum",
@@ -263,7 +285,7 @@ pub struct Hardware {
 pub enum DecodeError {
     #[error("metric {0} has no value")]
     Missing(&'static str),
-    #[error("{field:?} = {from} is {value}, not a finite non-negative number")]
+    #[error("{field:?} ({from}) is {value}, not a finite non-negative number")]
     Invalid {
         field: Field,
         from: String,
@@ -282,6 +304,16 @@ pub fn decode(resolved: &Resolved, values: &HashMap<&str, f64>) -> Result<Hardwa
         let v = match *src {
             Source::Metric(m) => get(m)?,
             Source::Difference(a, b) => get(a)? - get(b)?,
+            Source::DifferenceWhere(a, b, c) => {
+                let (va, vb, gate) = (get(a)?, get(b)?, get(c)?);
+                if gate.is_nan() {
+                    gate
+                } else if gate > 0.0 {
+                    va - vb
+                } else {
+                    0.0
+                }
+            }
         };
         // A difference of two exact counts may come out as -0.0 or a rounding hair below.
         if !v.is_finite() || v < -0.5 {
@@ -366,22 +398,20 @@ mod tests {
         }
     }
 
+    const ADU: &str = "smsp__inst_executed_pipe_adu.sum";
+    const LDC: &str = "smsp__inst_executed_op_ldc.sum";
+    const STALL_BARRIER: &str = "smsp__warps_issue_stalled_barrier.sum";
+
     #[test]
     fn resolve_takes_the_first_valid_source_and_asks_each_name_once() {
         let mut asked = Vec::new();
         let r = resolve(TABLE, |m| {
             asked.push(m.to_string());
-            // A chip with no hardware barrier or global-load op counters.
-            m != "smsp__inst_executed_op_barrier.sum" && m != "smsp__inst_executed_op_global_ld.sum"
+            // A chip with neither the barrier-stall counter nor the global-load op counter.
+            m != STALL_BARRIER && m != "smsp__inst_executed_op_global_ld.sum"
         })
         .unwrap();
-        assert_eq!(
-            r.source_of(InstBarrier),
-            Some(Difference(
-                "smsp__inst_executed_pipe_adu.sum",
-                "smsp__inst_executed_op_ldc.sum"
-            ))
-        );
+        assert_eq!(r.source_of(InstBarrier), Some(Difference(ADU, LDC)));
         assert_eq!(
             r.source_of(InstGlobalLd),
             Some(Metric("smsp__sass_inst_executed_op_global_ld.sum"))
@@ -391,9 +421,24 @@ mod tests {
         unique.dedup();
         assert_eq!(unique.len(), asked.len(), "no name is asked twice");
         let names = r.metric_names();
-        assert!(names.contains(&"smsp__inst_executed_pipe_adu.sum"));
-        assert!(!names.contains(&"smsp__inst_executed_op_barrier.sum"));
+        assert!(names.contains(&ADU));
+        assert!(!names.contains(&STALL_BARRIER));
         assert_eq!(names.len(), 14, "12 single metrics + a difference of two");
+    }
+
+    #[test]
+    fn with_every_counter_the_barrier_count_is_gated_by_barrier_stalls() {
+        let r = resolve(TABLE, |_| true).unwrap();
+        assert_eq!(
+            r.source_of(InstBarrier),
+            Some(DifferenceWhere(ADU, LDC, STALL_BARRIER))
+        );
+        assert_eq!(r.metric_names().len(), 15);
+        assert_eq!(
+            r.source_of(InstBarrier).unwrap().to_string(),
+            "smsp__inst_executed_pipe_adu.sum - smsp__inst_executed_op_ldc.sum \
+             where smsp__warps_issue_stalled_barrier.sum > 0, else 0"
+        );
     }
 
     #[test]
@@ -411,7 +456,9 @@ mod tests {
 
     /// The values CUPTI would evaluate for saxpy over n = 2^20 floats in blocks of 256
     /// threads, with a cold L2: each of the 32768 warps issues one 128-byte load of x and of
-    /// y (4 sectors each) and one store of y; 3 × 4 MiB come from and go to DRAM.
+    /// y (4 sectors each) and one store of y; 3 × 4 MiB come from and go to DRAM. The ADU
+    /// executes 4 LDC and one special-register read per warp (as on the H200), and no warp
+    /// waits at a barrier.
     fn saxpy_values() -> HashMap<&'static str, f64> {
         let warps = (1u64 << 20) / 32;
         HashMap::from([
@@ -420,8 +467,9 @@ mod tests {
             ("smsp__inst_executed_op_global_st.sum", warps as f64),
             ("smsp__inst_executed_op_shared_ld.sum", 0.0),
             ("smsp__inst_executed_op_shared_st.sum", 0.0),
-            ("smsp__inst_executed_pipe_adu.sum", 0.0),
-            ("smsp__inst_executed_op_ldc.sum", 0.0),
+            (ADU, (warps * 5) as f64),
+            (LDC, (warps * 4) as f64),
+            (STALL_BARRIER, 0.0),
             (
                 "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
                 (warps * 2) as f64,
@@ -445,7 +493,13 @@ mod tests {
     }
 
     fn gh100_like() -> Resolved {
-        resolve(TABLE, |m| m != "smsp__inst_executed_op_barrier.sum").unwrap()
+        resolve(TABLE, |_| true).unwrap()
+    }
+
+    /// The table as a chip without the barrier-stall counter resolves it (and as the H200
+    /// check of 2026-11-22 ran).
+    fn ungated() -> Resolved {
+        resolve(TABLE, |m| m != STALL_BARRIER).unwrap()
     }
 
     #[test]
@@ -473,15 +527,38 @@ mod tests {
     }
 
     #[test]
-    fn decode_computes_the_barrier_difference_and_rounds_counts() {
+    fn decode_computes_the_barrier_difference_where_warps_waited_and_rounds_counts() {
         let mut v = saxpy_values();
         // 4096 warps × 2 BAR.SYNC, and 100 LDC.
-        v.insert("smsp__inst_executed_pipe_adu.sum", 8292.0000001);
-        v.insert("smsp__inst_executed_op_ldc.sum", 100.0);
+        v.insert(ADU, 8292.0000001);
+        v.insert(LDC, 100.0);
+        v.insert(STALL_BARRIER, 5321.0);
         v.insert("dram__bytes_read.sum", 1023.9999);
         let hw = decode(&gh100_like(), &v).unwrap();
         assert_eq!(hw.inst_barrier, 8192);
         assert_eq!(hw.dram_bytes_read, 1024);
+    }
+
+    #[test]
+    fn without_barrier_stalls_the_adus_other_instructions_are_not_barriers() {
+        let v = saxpy_values();
+        assert_eq!(decode(&gh100_like(), &v).unwrap().inst_barrier, 0);
+        // Without the gate, saxpy's special-register reads pass for one barrier per warp.
+        assert_eq!(decode(&ungated(), &v).unwrap().inst_barrier, 32768);
+        let mut v = saxpy_values();
+        v.insert(STALL_BARRIER, f64::NAN);
+        assert!(matches!(
+            decode(&gh100_like(), &v),
+            Err(DecodeError::Invalid {
+                field: InstBarrier,
+                ..
+            })
+        ));
+        v.remove(STALL_BARRIER);
+        assert_eq!(
+            decode(&gh100_like(), &v),
+            Err(DecodeError::Missing(STALL_BARRIER))
+        );
     }
 
     #[test]
@@ -495,12 +572,15 @@ mod tests {
         );
 
         let mut v = saxpy_values();
-        v.insert("smsp__inst_executed_op_ldc.sum", 5.0);
+        v.insert(ADU, 0.0);
+        v.insert(LDC, 5.0);
+        v.insert(STALL_BARRIER, 1.0);
         let e = decode(&r, &v).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "InstBarrier = smsp__inst_executed_pipe_adu.sum - smsp__inst_executed_op_ldc.sum \
-             is -5, not a finite non-negative number"
+            "InstBarrier (smsp__inst_executed_pipe_adu.sum - smsp__inst_executed_op_ldc.sum \
+             where smsp__warps_issue_stalled_barrier.sum > 0, else 0) is -5, not a finite \
+             non-negative number"
         );
 
         let mut v = saxpy_values();
