@@ -1,11 +1,17 @@
-//! From profile records to fitted per-warp metrics.
+//! From profile records to fitted metrics.
 //!
 //! The model (klaraptor-model) takes, for one launch, per-warp averages of what the hardware
 //! counted: instructions, global load/store instructions, shared-memory instructions,
-//! barriers, 32-byte sectors per global request (coalescing) and DRAM bytes. The profile
-//! records hold launch totals; dividing by the number of warps the launch ran gives the
-//! per-warp figures, which are then fitted (klaraptor-fitting) as rational functions of the
-//! data sizes and the block dimensions, so they can be evaluated at sizes never profiled.
+//! barriers, 32-byte sectors per global request (coalescing) and DRAM bytes.
+//!
+//! What is fitted is the launch *total* of each count (and the sectors-per-request ratios as
+//! they are), as rational functions of the data sizes and the block dimensions; the rational
+//! program divides by the warps the launch really runs, computed exactly from the grid
+//! formula. Fitting per-warp averages directly extrapolates badly: at the small profiling
+//! sizes a large block leaves most of its warps idle (they only test a bound and exit), so
+//! the per-warp average there is dominated by a shape-dependent ceiling effect that vanishes
+//! at large sizes, while the total is dominated by the real work, a low-degree polynomial
+//! in the sizes.
 
 use std::collections::BTreeMap;
 
@@ -40,20 +46,42 @@ pub fn warps(block: [u32; 3], grid: [u32; 3]) -> f64 {
     (blocks * threads.div_ceil(32)) as f64
 }
 
-/// The per-warp metrics of one launch ([`METRICS`] order).
-pub fn per_warp(c: &Counters, block: [u32; 3], grid: [u32; 3]) -> [f64; 8] {
-    let w = warps(block, grid).max(1.0);
+/// Whether metric `i` of [`METRICS`] is fitted as a launch total (then divided by the
+/// launch's warps) rather than as a ratio.
+pub fn is_total(i: usize) -> bool {
+    !METRICS[i].ends_with("_per_req")
+}
+
+/// What is fitted for one launch ([`METRICS`] order): totals, and the two ratios.
+pub fn targets(c: &Counters) -> [f64; 8] {
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     [
-        c.inst_executed as f64 / w,
-        c.inst_global_ld as f64 / w,
-        c.inst_global_st as f64 / w,
-        (c.inst_shared_ld + c.inst_shared_st) as f64 / w,
-        c.inst_barrier as f64 / w,
+        c.inst_executed as f64,
+        c.inst_global_ld as f64,
+        c.inst_global_st as f64,
+        (c.inst_shared_ld + c.inst_shared_st) as f64,
+        c.inst_barrier as f64,
         ratio(c.gld_sectors, c.gld_requests),
         ratio(c.gst_sectors, c.gst_requests),
-        (c.dram_bytes_read + c.dram_bytes_write) as f64 / w,
+        (c.dram_bytes_read + c.dram_bytes_write) as f64,
     ]
+}
+
+/// The per-warp metrics of one launch from [`targets`]-style values.
+pub fn per_warp_of(values: &[f64; 8], block: [u32; 3], grid: [u32; 3]) -> [f64; 8] {
+    let w = warps(block, grid).max(1.0);
+    let mut out = *values;
+    for (i, v) in out.iter_mut().enumerate() {
+        if is_total(i) {
+            *v /= w;
+        }
+    }
+    out
+}
+
+/// The per-warp metrics of one launch ([`METRICS`] order).
+pub fn per_warp(c: &Counters, block: [u32; 3], grid: [u32; 3]) -> [f64; 8] {
+    per_warp_of(&targets(c), block, grid)
 }
 
 /// The fit's variables for a kernel: its data parameters, then bx (, by (, bz)).
@@ -87,7 +115,8 @@ pub fn usable<'a>(spec: &LinkSpec, entry: &'a Entry) -> Vec<(&'a Sample, &'a Cou
         .collect()
 }
 
-/// Fits every metric of [`METRICS`] over the entry's samples. `shapes` are the candidate
+/// Fits every metric of [`METRICS`] over the entry's samples (totals and ratios, see the
+/// module documentation). `shapes` are the candidate
 /// block shapes the functions will be evaluated on.
 pub fn fit_all(
     spec: &LinkSpec,
@@ -109,10 +138,7 @@ pub fn fit_all(
         .iter()
         .map(|(s, _)| point(spec, &s.sizes, s.block))
         .collect();
-    let values: Vec<[f64; 8]> = samples
-        .iter()
-        .map(|(s, c)| per_warp(c, s.block, s.grid))
-        .collect();
+    let values: Vec<[f64; 8]> = samples.iter().map(|(_, c)| targets(c)).collect();
     let domain = Domain::Grid {
         shapes: shapes
             .iter()

@@ -119,6 +119,21 @@ pub fn kernel_stem(id: &str) -> String {
     format!("{h:016x}")
 }
 
+/// The file stem the runtime used for kernel `id` in `dir`: what its `kernels.tsv` says
+/// (`<stem> TAB <id> TAB <name>` lines), else [`kernel_stem`].
+pub fn stem_in(dir: &Path, id: &str) -> String {
+    std::fs::read_to_string(dir.join("kernels.tsv"))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let mut f = l.split('\t');
+                let stem = f.next()?;
+                (f.next()? == id).then(|| stem.to_string())
+            })
+        })
+        .unwrap_or_else(|| kernel_stem(id))
+}
+
 /// Where and how the profiling variant runs.
 pub struct RunEnv<'a> {
     /// The directory the runtime writes into.
@@ -200,7 +215,7 @@ fn fmt_size(labels: &[String], size: &[i64]) -> String {
 
 /// The samples the collector wrote for kernel `id` into `out_dir`.
 pub fn read_samples(out_dir: &Path, id: &str) -> Result<Vec<Sample>> {
-    let path = out_dir.join(format!("{}.jsonl", kernel_stem(id)));
+    let path = out_dir.join(format!("{}.jsonl", stem_in(out_dir, id)));
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -511,9 +526,8 @@ pub fn import_captures(
             let csv_path = job.join("ncu.csv");
             let (got, sm) = if csv_path.is_file() {
                 // ncu capture: the launch log joined with ncu's rows.
-                let launches = job
-                    .join("launches")
-                    .join(format!("{}.launches.jsonl", kernel_stem(&spec.mangled)));
+                let dir = job.join("launches");
+                let launches = dir.join(format!("{}.launches.jsonl", stem_in(&dir, &spec.mangled)));
                 let Ok(log) = std::fs::read_to_string(&launches) else {
                     continue;
                 };

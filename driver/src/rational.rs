@@ -261,28 +261,32 @@ impl expr::Env for FullEnv<'_> {
 }
 
 impl RationalProgram {
-    /// The per-warp metrics at `data` for block `b` (clamped at 0: counts are never
-    /// negative, whatever a fitted function does far outside its data).
-    pub fn metrics_at(&self, data: &[i64], b: [u32; 3]) -> WarpMetrics {
+    /// The per-warp metrics at `data` for block `b` launched as grid `g`: the fitted totals
+    /// divided by the launch's warps, the fitted ratios as they are (all clamped at 0:
+    /// counts are never negative, whatever a fitted function does far outside its data).
+    pub fn metrics_at(&self, data: &[i64], b: [u32; 3], g: [u32; 3]) -> WarpMetrics {
         let mut x: Vec<f64> = data.iter().map(|&v| v as f64).collect();
         for v in b.iter().take(usize::from(self.dim.clamp(1, 3))) {
             x.push(f64::from(*v));
         }
-        let get = |name: &str| {
-            self.metrics
-                .get(name)
+        let mut v = [0.0; 8];
+        for (i, name) in METRICS.iter().enumerate() {
+            v[i] = self
+                .metrics
+                .get(*name)
                 .map(|f| f.eval(&x).max(0.0))
-                .unwrap_or(0.0)
-        };
+                .unwrap_or(0.0);
+        }
+        let v = metrics::per_warp_of(&v, b, g);
         WarpMetrics {
-            inst: get("inst"),
-            gld_inst: get("gld_inst"),
-            gst_inst: get("gst_inst"),
-            shared_inst: get("shared_inst"),
-            sync_inst: get("sync_inst"),
-            gld_sectors_per_req: get("gld_sectors_per_req"),
-            gst_sectors_per_req: get("gst_sectors_per_req"),
-            dram_bytes: get("dram_bytes"),
+            inst: v[0],
+            gld_inst: v[1],
+            gst_inst: v[2],
+            shared_inst: v[3],
+            sync_inst: v[4],
+            gld_sectors_per_req: v[5],
+            gst_sectors_per_req: v[6],
+            dram_bytes: v[7],
         }
     }
 
@@ -324,7 +328,7 @@ impl RationalProgram {
             if !ok {
                 continue;
             }
-            let m = self.metrics_at(data, b);
+            let m = self.metrics_at(data, b, g);
             let launch = Launch {
                 block: b,
                 grid: g,
@@ -483,14 +487,19 @@ impl RationalProgram {
         let args = args.join(", ");
         let _ = vars;
         c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n\n");
-        c.push_str("/* The per-warp metrics at data for block (fitted; clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], kl_metrics *m) {\n");
-        for name in METRICS {
-            let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args}));");
+        c.push_str("/* The per-warp metrics at data for block launched as grid: fitted launch totals\n * divided by the launch's warps, fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
+        c.push_str("  const uint64_t warps_per_block = ((uint64_t)block[0] * block[1] * block[2] + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n");
+        for (i, name) in METRICS.iter().enumerate() {
+            if metrics::is_total(i) {
+                let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / warps;");
+            } else {
+                let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args}));");
+            }
         }
         c.push_str("}\n\n");
         let _ = writeln!(
             c,
-            "/* The entry point the runtime calls (klaraptor_model.select). */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  double best = INFINITY;\n  int best_i = -1;\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    const double t = p.time_us;\n    if (!(t == t) || t == INFINITY) continue;\n    if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n    if (t <= best * (1.0 + 1e-9)) {{\n      /* A tie: more threads, then larger bx, then larger by. */\n      const uint32_t *o = kl_candidates[best_i];\n      const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n      if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n    }}\n  }}\n  if (best_i < 0) return 1;\n  block[0] = kl_candidates[best_i][0]; block[1] = kl_candidates[best_i][1]; block[2] = kl_candidates[best_i][2];\n  if (predicted_us) *predicted_us = best;\n  return 0;\n}}\n",
+            "/* The entry point the runtime calls (klaraptor_model.select). */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  double best = INFINITY;\n  int best_i = -1;\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    const double t = p.time_us;\n    if (!(t == t) || t == INFINITY) continue;\n    if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n    if (t <= best * (1.0 + 1e-9)) {{\n      /* A tie: more threads, then larger bx, then larger by. */\n      const uint32_t *o = kl_candidates[best_i];\n      const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n      if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n    }}\n  }}\n  if (best_i < 0) return 1;\n  block[0] = kl_candidates[best_i][0]; block[1] = kl_candidates[best_i][1]; block[2] = kl_candidates[best_i][2];\n  if (predicted_us) *predicted_us = best;\n  return 0;\n}}\n",
             self.regs_per_thread, self.smem_per_block
         );
         let _ = writeln!(

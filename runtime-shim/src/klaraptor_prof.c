@@ -181,7 +181,7 @@ static plan_kernel *plan_for(const char *id) {
 /* Output                                                                                   */
 
 static uint64_t fnv64(const char *s) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   for (; *s; s++) {
     h ^= (unsigned char)*s;
     h *= 1099511628211ull;

@@ -88,7 +88,7 @@ static void warn(const char *fmt, ...) {
 }
 
 static uint64_t fnv1a(const char *s) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   for (; *s; s++) {
     h ^= (unsigned char)*s;
     h *= 1099511628211ull;
