@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
   kl::Timer timer(o);
   dim3 block(32, 8);
   dim3 grid(kl::cdiv(nj, block.x), kl::cdiv(ni, block.y));
-  timer.run("conv2d", kl::dims({ni, nj}), [&] { conv2d<<<grid, block>>>(dA, dB, ni, nj); });
+  timer.run("conv2d", kl::dims({ni, nj}), conv2d, [&] { conv2d<<<grid, block>>>(dA, dB, ni, nj); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {
     timer.report();

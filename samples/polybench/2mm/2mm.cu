@@ -63,11 +63,11 @@ int main(int argc, char **argv) {
   kl::Timer timer(o);
   dim3 block(32, 8);
   dim3 grid_t(kl::cdiv(nj, block.x), kl::cdiv(ni, block.y));
-  timer.run("mm2_t", kl::dims({ni, nj, nk}), [&] {
+  timer.run("mm2_t", kl::dims({ni, nj, nk}), mm2_t, [&] {
     mm2_t<<<grid_t, block>>>(dA, dB, dT, alpha, ni, nj, nk);
   });
   dim3 grid_d(kl::cdiv(nl, block.x), kl::cdiv(ni, block.y));
-  timer.run("mm2_d", kl::dims({ni, nl, nj}), [&] {
+  timer.run("mm2_d", kl::dims({ni, nl, nj}), mm2_d, [&] {
     mm2_d<<<grid_d, block>>>(dT, dC, dD, beta, ni, nl, nj);
   });
   KL_CHECK(cudaDeviceSynchronize());

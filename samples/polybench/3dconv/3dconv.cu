@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
   dim3 block(32, 8);
   dim3 grid(kl::cdiv(nk, block.x), kl::cdiv(nj, block.y));
   for (int i = 1; i < ni - 1; ++i)
-    timer.run("conv3d", kl::dims({nk, nj}),
+    timer.run("conv3d", kl::dims({nk, nj}), conv3d,
               [&] { conv3d<<<grid, block>>>(dA, dB, ni, nj, nk, i); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

@@ -97,13 +97,16 @@ int main(int argc, char **argv) {
   const unsigned grid = kl::cdiv(n, block);
   const std::string size = kl::dims({n});
   for (int t = 0; t < steps; ++t) {
-    timer.run("adi_row_fwd", size, [&] { adi_row_fwd<<<grid, block>>>(dA, dB, dD, dX, n); });
-    timer.run("adi_row_back", size, [&] { adi_row_back<<<grid, block>>>(dA, dD, dX, n); });
+    timer.run("adi_row_fwd", size, adi_row_fwd,
+              [&] { adi_row_fwd<<<grid, block>>>(dA, dB, dD, dX, n); });
+    timer.run("adi_row_back", size, adi_row_back,
+              [&] { adi_row_back<<<grid, block>>>(dA, dD, dX, n); });
     for (int i = 0; i < n; ++i)
-      timer.run("adi_col_fwd", size,
+      timer.run("adi_col_fwd", size, adi_col_fwd,
                 [&] { adi_col_fwd<<<grid, block>>>(dA, dB, dD, dX, n, i); });
     for (int i = n - 1; i >= 0; --i)
-      timer.run("adi_col_back", size, [&] { adi_col_back<<<grid, block>>>(dA, dD, dX, n, i); });
+      timer.run("adi_col_back", size, adi_col_back,
+                [&] { adi_col_back<<<grid, block>>>(dA, dD, dX, n, i); });
   }
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

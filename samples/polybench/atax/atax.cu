@@ -40,9 +40,9 @@ int main(int argc, char **argv) {
 
   kl::Timer timer(o);
   const unsigned block = 256;
-  timer.run("atax_ax", kl::dims({nx, ny}),
+  timer.run("atax_ax", kl::dims({nx, ny}), atax_ax,
             [&] { atax_ax<<<kl::cdiv(nx, block), block>>>(dA, dx, dtmp, nx, ny); });
-  timer.run("atax_aty", kl::dims({ny, nx}),
+  timer.run("atax_aty", kl::dims({ny, nx}), atax_aty,
             [&] { atax_aty<<<kl::cdiv(ny, block), block>>>(dA, dtmp, dy, nx, ny); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

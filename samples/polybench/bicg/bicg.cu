@@ -38,9 +38,9 @@ int main(int argc, char **argv) {
 
   kl::Timer timer(o);
   const unsigned block = 256;
-  timer.run("bicg_s", kl::dims({ny, nx}),
+  timer.run("bicg_s", kl::dims({ny, nx}), bicg_s,
             [&] { bicg_s<<<kl::cdiv(ny, block), block>>>(dA, dr, ds, nx, ny); });
-  timer.run("bicg_q", kl::dims({nx, ny}),
+  timer.run("bicg_q", kl::dims({nx, ny}), bicg_q,
             [&] { bicg_q<<<kl::cdiv(nx, block), block>>>(dA, dp, dq, nx, ny); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

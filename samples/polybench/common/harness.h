@@ -18,7 +18,14 @@
 //     e.g. LU's k loop or a time loop) it is the sum over the k launches of each launch's
 //     median, i.e. what that site costs in one run of the program. block is the shape the
 //     kernel really ran with, read back from the device (KL_RECORD_BLOCK), so it is the one
-//     klaraptor chose when the launch was rewritten.
+//     klaraptor chose when the launch was rewritten. Then one line per kernel (for launch
+//     sites that name their kernel function) with what the CUDA occupancy API suggests:
+//
+//       KL_OCC <kernel> block=<n> min_grid=<g>
+//
+//     from cudaOccupancyMaxPotentialBlockSize(&g, &n, kernel, 0, 0): the 1-D block size that
+//     maximises occupancy (no dynamic shared memory, no block-size limit) and the smallest
+//     grid that reaches it. The accuracy study (bench/accuracy) compares it with klaraptor.
 //
 // In check mode the program compares every output with a CPU reference computed in double
 // precision from the same float inputs. The error measure is max_i |gpu_i - ref_i| /
@@ -41,6 +48,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #define KL_CHECK(call)                                                                   \
@@ -240,7 +248,14 @@ public:
   bool on() const { return on_; }
 
   // Runs one launch site: `launch` must perform exactly one <<<...>>> launch. In check mode
-  // it runs once; in timing mode once to warm up and then reps times, each timed.
+  // it runs once; in timing mode once to warm up and then reps times, each timed. With the
+  // kernel function given as well, timing mode also reports its KL_OCC line.
+  template <class Kernel, class Launch>
+  void run(const char *kernel, const std::string &size, Kernel *func, Launch &&launch) {
+    if (on_) occupancy(kernel, func);
+    run(kernel, size, std::forward<Launch>(launch));
+  }
+
   template <class Launch> void run(const char *kernel, const std::string &size, Launch &&launch) {
     if (!on_) {
       launch();
@@ -282,9 +297,31 @@ public:
     for (const Site &s : sites_)
       std::printf("KL_TIME %s %s median_ms=%.6f block=%s launches=%ld\n", s.kernel.c_str(),
                   s.size.c_str(), s.total_ms, s.block.c_str(), s.launches);
+    for (const Occupancy &o : occ_)
+      std::printf("KL_OCC %s block=%d min_grid=%d\n", o.kernel.c_str(), o.block, o.min_grid);
   }
 
 private:
+  struct Occupancy {
+    std::string kernel;
+    int block, min_grid;
+  };
+
+  // Asks the occupancy API once per kernel (the answer depends on the kernel's registers and
+  // shared memory, not on the data size).
+  template <class Kernel> void occupancy(const char *kernel, Kernel *func) {
+    for (const Occupancy &o : occ_)
+      if (o.kernel == kernel) return;
+#if !defined(KL_CPU_EMULATION)
+    int block = 0, min_grid = 0;
+    KL_CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, func, 0, 0));
+    occ_.push_back(Occupancy{kernel, block, min_grid});
+#else
+    (void)kernel; // the emulation has no occupancy API: no KL_OCC lines
+    (void)func;
+#endif
+  }
+
   struct Site {
     std::string kernel, size, block;
     double total_ms;
@@ -294,6 +331,7 @@ private:
   int reps_;
   cudaEvent_t start_{}, stop_{};
   std::vector<Site> sites_;
+  std::vector<Occupancy> occ_;
 };
 
 // ---------------------------------------------------------------------------------------

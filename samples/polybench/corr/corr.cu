@@ -87,13 +87,13 @@ int main(int argc, char **argv) {
   dim3 block2(32, 8);
   dim3 grid2(kl::cdiv(m, block2.x), kl::cdiv(n, block2.y));
   const std::string size = kl::dims({m, n});
-  timer.run("corr_mean", size,
+  timer.run("corr_mean", size, corr_mean,
             [&] { corr_mean<<<kl::cdiv(m, block), block>>>(ddata, dmean, m, n); });
-  timer.run("corr_std", size,
+  timer.run("corr_std", size, corr_std,
             [&] { corr_std<<<kl::cdiv(m, block), block>>>(ddata, dmean, dstd, m, n); });
-  timer.run("corr_center", size,
+  timer.run("corr_center", size, corr_center,
             [&] { corr_center<<<grid2, block2>>>(ddata, dmean, dstd, m, n); });
-  timer.run("corr_matrix", size,
+  timer.run("corr_matrix", size, corr_matrix,
             [&] { corr_matrix<<<kl::cdiv(m, block), block>>>(ddata, dsym, m, n); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

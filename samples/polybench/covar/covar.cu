@@ -60,11 +60,11 @@ int main(int argc, char **argv) {
   dim3 block2(32, 8);
   dim3 grid2(kl::cdiv(m, block2.x), kl::cdiv(n, block2.y));
   const std::string size = kl::dims({m, n});
-  timer.run("covar_mean", size,
+  timer.run("covar_mean", size, covar_mean,
             [&] { covar_mean<<<kl::cdiv(m, block), block>>>(ddata, dmean, m, n); });
-  timer.run("covar_center", size,
+  timer.run("covar_center", size, covar_center,
             [&] { covar_center<<<grid2, block2>>>(ddata, dmean, m, n); });
-  timer.run("covar_matrix", size,
+  timer.run("covar_matrix", size, covar_matrix,
             [&] { covar_matrix<<<kl::cdiv(m, block), block>>>(ddata, dsym, m, n); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

@@ -44,9 +44,10 @@ int main(int argc, char **argv) {
   dim3 grid(kl::cdiv(np, block.x), kl::cdiv(nq, block.y));
   const std::string size = kl::dims({np, nq});
   for (int r = 0; r < nr; ++r) {
-    timer.run("doitgen_sum", size,
+    timer.run("doitgen_sum", size, doitgen_sum,
               [&] { doitgen_sum<<<grid, block>>>(dA, dC4, dS, nq, np, r); });
-    timer.run("doitgen_copy", size, [&] { doitgen_copy<<<grid, block>>>(dA, dS, nq, np, r); });
+    timer.run("doitgen_copy", size, doitgen_copy,
+              [&] { doitgen_copy<<<grid, block>>>(dA, dS, nq, np, r); });
   }
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

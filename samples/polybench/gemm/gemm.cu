@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
   kl::Timer timer(o);
   dim3 block(32, 8);
   dim3 grid(kl::cdiv(nj, block.x), kl::cdiv(ni, block.y));
-  timer.run("gemm", kl::dims({ni, nj, nk}), [&] {
+  timer.run("gemm", kl::dims({ni, nj, nk}), gemm, [&] {
     gemm<<<grid, block>>>(dA, dB, dC, alpha, beta, ni, nj, nk);
   });
   KL_CHECK(cudaDeviceSynchronize());

@@ -59,12 +59,12 @@ int main(int argc, char **argv) {
   kl::Timer timer(o);
   dim3 block2(32, 8);
   dim3 grid2(kl::cdiv(n, block2.x), kl::cdiv(n, block2.y));
-  timer.run("gemver_a", kl::dims({n}),
+  timer.run("gemver_a", kl::dims({n}), gemver_a,
             [&] { gemver_a<<<grid2, block2>>>(dA, du1, dv1, du2, dv2, n); });
   const unsigned block = 256;
-  timer.run("gemver_x", kl::dims({n}),
+  timer.run("gemver_x", kl::dims({n}), gemver_x,
             [&] { gemver_x<<<kl::cdiv(n, block), block>>>(dA, dx, dy, dz, beta, n); });
-  timer.run("gemver_w", kl::dims({n}),
+  timer.run("gemver_w", kl::dims({n}), gemver_w,
             [&] { gemver_w<<<kl::cdiv(n, block), block>>>(dA, dx, dw, alpha, n); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
 
   kl::Timer timer(o);
   const unsigned block = 256;
-  timer.run("gesummv", kl::dims({n}),
+  timer.run("gesummv", kl::dims({n}), gesummv,
             [&] { gesummv<<<kl::cdiv(n, block), block>>>(dA, dB, dx, dy, alpha, beta, n); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

@@ -65,9 +65,11 @@ int main(int argc, char **argv) {
   const unsigned block = 256;
   const unsigned grid_m = kl::cdiv(m, block), grid_n = kl::cdiv(n, block);
   for (int k = 0; k < n; ++k) {
-    timer.run("gs_norm", kl::dims({m}), [&] { gs_norm<<<grid_m, block>>>(dA, dnrm, m, n, k); });
-    timer.run("gs_q", kl::dims({m}), [&] { gs_q<<<grid_m, block>>>(dA, dQ, dR, dnrm, m, n, k); });
-    timer.run("gs_update", kl::dims({n, m}),
+    timer.run("gs_norm", kl::dims({m}), gs_norm,
+              [&] { gs_norm<<<grid_m, block>>>(dA, dnrm, m, n, k); });
+    timer.run("gs_q", kl::dims({m}), gs_q,
+              [&] { gs_q<<<grid_m, block>>>(dA, dQ, dR, dnrm, m, n, k); });
+    timer.run("gs_update", kl::dims({n, m}), gs_update,
               [&] { gs_update<<<grid_n, block>>>(dA, dQ, dR, m, n, k); });
   }
   KL_CHECK(cudaDeviceSynchronize());

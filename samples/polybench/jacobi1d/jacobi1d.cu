@@ -33,8 +33,10 @@ int main(int argc, char **argv) {
   const unsigned block = 256;
   const unsigned grid = kl::cdiv(n, block);
   for (int t = 0; t < steps; ++t) {
-    timer.run("jacobi1d_step", kl::dims({n}), [&] { jacobi1d_step<<<grid, block>>>(dA, dB, n); });
-    timer.run("jacobi1d_copy", kl::dims({n}), [&] { jacobi1d_copy<<<grid, block>>>(dA, dB, n); });
+    timer.run("jacobi1d_step", kl::dims({n}), jacobi1d_step,
+              [&] { jacobi1d_step<<<grid, block>>>(dA, dB, n); });
+    timer.run("jacobi1d_copy", kl::dims({n}), jacobi1d_copy,
+              [&] { jacobi1d_copy<<<grid, block>>>(dA, dB, n); });
   }
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

@@ -39,8 +39,10 @@ int main(int argc, char **argv) {
   dim3 block(32, 8);
   dim3 grid(kl::cdiv(n, block.x), kl::cdiv(n, block.y));
   for (int t = 0; t < steps; ++t) {
-    timer.run("jacobi2d_step", kl::dims({n}), [&] { jacobi2d_step<<<grid, block>>>(dA, dB, n); });
-    timer.run("jacobi2d_copy", kl::dims({n}), [&] { jacobi2d_copy<<<grid, block>>>(dA, dB, n); });
+    timer.run("jacobi2d_step", kl::dims({n}), jacobi2d_step,
+              [&] { jacobi2d_step<<<grid, block>>>(dA, dB, n); });
+    timer.run("jacobi2d_copy", kl::dims({n}), jacobi2d_copy,
+              [&] { jacobi2d_copy<<<grid, block>>>(dA, dB, n); });
   }
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

@@ -39,9 +39,10 @@ int main(int argc, char **argv) {
   dim3 block2(32, 8);
   dim3 grid2(kl::cdiv(n, block2.x), kl::cdiv(n, block2.y));
   for (int k = 0; k < n; ++k) {
-    timer.run("lu_scale", kl::dims({n}),
+    timer.run("lu_scale", kl::dims({n}), lu_scale,
               [&] { lu_scale<<<kl::cdiv(n, block), block>>>(dA, n, k); });
-    timer.run("lu_update", kl::dims({n}), [&] { lu_update<<<grid2, block2>>>(dA, n, k); });
+    timer.run("lu_update", kl::dims({n}), lu_update,
+              [&] { lu_update<<<grid2, block2>>>(dA, n, k); });
   }
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

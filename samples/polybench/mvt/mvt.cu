@@ -41,9 +41,9 @@ int main(int argc, char **argv) {
 
   kl::Timer timer(o);
   const unsigned block = 256;
-  timer.run("mvt_x1", kl::dims({n}),
+  timer.run("mvt_x1", kl::dims({n}), mvt_x1,
             [&] { mvt_x1<<<kl::cdiv(n, block), block>>>(dA, dy1, dx1, n); });
-  timer.run("mvt_x2", kl::dims({n}),
+  timer.run("mvt_x2", kl::dims({n}), mvt_x2,
             [&] { mvt_x2<<<kl::cdiv(n, block), block>>>(dA, dy2, dx2, n); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
   kl::Timer timer(o);
   dim3 block(32, 8);
   dim3 grid(kl::cdiv(n, block.x), kl::cdiv(n, block.y));
-  timer.run("syr2k", kl::dims({n, m}),
+  timer.run("syr2k", kl::dims({n, m}), syr2k,
             [&] { syr2k<<<grid, block>>>(dA, dB, dC, alpha, beta, n, m); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {

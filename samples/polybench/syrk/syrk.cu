@@ -29,7 +29,8 @@ int main(int argc, char **argv) {
   kl::Timer timer(o);
   dim3 block(32, 8);
   dim3 grid(kl::cdiv(n, block.x), kl::cdiv(n, block.y));
-  timer.run("syrk", kl::dims({n, m}), [&] { syrk<<<grid, block>>>(dA, dC, alpha, beta, n, m); });
+  timer.run("syrk", kl::dims({n, m}), syrk,
+            [&] { syrk<<<grid, block>>>(dA, dC, alpha, beta, n, m); });
   KL_CHECK(cudaDeviceSynchronize());
   if (timer.on()) {
     timer.report();
