@@ -12,6 +12,13 @@
 //! the per-warp average there is dominated by a shape-dependent ceiling effect that vanishes
 //! at large sizes, while the total is dominated by the real work, a low-degree polynomial
 //! in the sizes.
+//!
+//! Warp-level counts (instructions, requests) are fitted after multiplying by the launch's
+//! lane occupancy `min(32, threads per block) / 32`: a block of fewer than 32 threads runs
+//! one warp per block with that many lanes, so the same work takes `32 / lanes` times as
+//! many warp instructions. Scaled this way the counts measure the work, nearly independent
+//! of the shape (a rational function cannot represent the `min`, but the program knows it
+//! exactly and undoes the scaling).
 
 use std::collections::BTreeMap;
 
@@ -52,10 +59,22 @@ pub fn is_total(i: usize) -> bool {
     !METRICS[i].ends_with("_per_req")
 }
 
-/// What is fitted for one launch ([`METRICS`] order): totals, and the two ratios.
-pub fn targets(c: &Counters) -> [f64; 8] {
+/// Whether metric `i` is a warp-level count (scaled by [`lane_factor`] when fitted).
+pub fn is_warp_count(i: usize) -> bool {
+    is_total(i) && METRICS[i] != "dram_bytes"
+}
+
+/// The lanes a warp of this block shape has, over 32: `min(32, threads) / 32`.
+pub fn lane_factor(block: [u32; 3]) -> f64 {
+    let threads = u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2]);
+    threads.min(32) as f64 / 32.0
+}
+
+/// What is fitted for one launch ([`METRICS`] order): totals (warp-level counts scaled by
+/// [`lane_factor`]), and the two ratios.
+pub fn targets(c: &Counters, block: [u32; 3]) -> [f64; 8] {
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-    [
+    let mut v = [
         c.inst_executed as f64,
         c.inst_global_ld as f64,
         c.inst_global_st as f64,
@@ -64,14 +83,25 @@ pub fn targets(c: &Counters) -> [f64; 8] {
         ratio(c.gld_sectors, c.gld_requests),
         ratio(c.gst_sectors, c.gst_requests),
         (c.dram_bytes_read + c.dram_bytes_write) as f64,
-    ]
+    ];
+    let f = lane_factor(block);
+    for (i, x) in v.iter_mut().enumerate() {
+        if is_warp_count(i) {
+            *x *= f;
+        }
+    }
+    v
 }
 
 /// The per-warp metrics of one launch from [`targets`]-style values.
 pub fn per_warp_of(values: &[f64; 8], block: [u32; 3], grid: [u32; 3]) -> [f64; 8] {
     let w = warps(block, grid).max(1.0);
+    let f = lane_factor(block);
     let mut out = *values;
     for (i, v) in out.iter_mut().enumerate() {
+        if is_warp_count(i) {
+            *v /= f;
+        }
         if is_total(i) {
             *v /= w;
         }
@@ -81,7 +111,7 @@ pub fn per_warp_of(values: &[f64; 8], block: [u32; 3], grid: [u32; 3]) -> [f64; 
 
 /// The per-warp metrics of one launch ([`METRICS`] order).
 pub fn per_warp(c: &Counters, block: [u32; 3], grid: [u32; 3]) -> [f64; 8] {
-    per_warp_of(&targets(c), block, grid)
+    per_warp_of(&targets(c, block), block, grid)
 }
 
 /// The fit's variables for a kernel: its data parameters, then bx (, by (, bz)).
@@ -138,7 +168,7 @@ pub fn fit_all(
         .iter()
         .map(|(s, _)| point(spec, &s.sizes, s.block))
         .collect();
-    let values: Vec<[f64; 8]> = samples.iter().map(|(_, c)| targets(c)).collect();
+    let values: Vec<[f64; 8]> = samples.iter().map(|(s, c)| targets(c, s.block)).collect();
     let domain = Domain::Grid {
         shapes: shapes
             .iter()

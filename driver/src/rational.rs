@@ -487,10 +487,15 @@ impl RationalProgram {
         let args = args.join(", ");
         let _ = vars;
         c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n\n");
-        c.push_str("/* The per-warp metrics at data for block launched as grid: fitted launch totals\n * divided by the launch's warps, fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
-        c.push_str("  const uint64_t warps_per_block = ((uint64_t)block[0] * block[1] * block[2] + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n");
+        c.push_str("/* The per-warp metrics at data for block launched as grid: fitted launch totals\n * divided by the launch's warps (warp-level counts also by its lane occupancy),\n * fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
+        c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n");
         for (i, name) in METRICS.iter().enumerate() {
-            if metrics::is_total(i) {
+            if metrics::is_warp_count(i) {
+                let _ = writeln!(
+                    c,
+                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / lanes / warps;"
+                );
+            } else if metrics::is_total(i) {
                 let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / warps;");
             } else {
                 let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args}));");
