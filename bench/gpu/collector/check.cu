@@ -7,8 +7,11 @@
 //       once, in the same order, for ncu to measure.
 //
 // The kernels: saxpy (1-D, coalesced), a naive matmul (2-D), a block sum with static shared
-// memory and __syncthreads, and a strided copy whose loads are uncoalesced. One saxpy shape
-// (2048 threads) is invalid on purpose: its sample must carry an error and the sweep go on.
+// memory and __syncthreads, a strided copy whose loads are uncoalesced, and a loop of n
+// barriers (n is the "size"; a fixed grid) with no block-index read, for the barrier count.
+// One saxpy shape (2048 threads) is invalid on purpose: its sample must carry an error and
+// the sweep go on. expected.tsv also gets, per shape, the kernel's register count as
+// cudaFuncGetAttributes gives it (the collector must report the same).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -67,7 +70,21 @@ __global__ void strided_copy(const float *in, float *out, int n) {
   if (i < n) out[i] = in[(int)(((long long)i * 32) % n)];
 }
 
-enum Kind { SAXPY, MATMUL, BLOCK_SUM, STRIDED };
+// n barriers per thread and nothing else of note: per warp the ADU runs n BAR, two LDC and
+// no read of a block or CTA index (nvcc 13.0, sm_90).
+__global__ void bar_loop(float *out, int n) {
+  float v = threadIdx.x;
+  for (int r = 0; r < n; r++) {
+    __syncthreads();
+    v = v * 0.5f + 1.0f;
+  }
+  if (v < 0.0f) out[threadIdx.x] = v;  // never: keeps the loop
+}
+
+enum Kind { SAXPY, MATMUL, BLOCK_SUM, STRIDED, BAR_LOOP };
+
+// bar_loop's grid: two blocks per SM of an H200.
+static const unsigned BAR_LOOP_GRID = 264;
 
 struct Job {
   const char *name;
@@ -98,6 +115,7 @@ static unsigned ceil_div(long long a, long long b) { return (unsigned)((a + b - 
 static dim3 grid_of(const Job &j, dim3 b) {
   switch (j.kind) {
     case MATMUL: return dim3(ceil_div(j.n, b.x), ceil_div(j.n, b.y), 1);
+    case BAR_LOOP: return dim3(BAR_LOOP_GRID, 1, 1);
     default: return dim3(ceil_div(j.n, b.x), 1, 1);
   }
 }
@@ -125,6 +143,8 @@ int main(int argc, char **argv) {
       {"matmul", MATMUL, 1024, {dim3(32, 4), dim3(16, 16), dim3(32, 32), dim3(1, 32)}, true},
       {"block_sum", BLOCK_SUM, 1 << 22, {dim3(64), dim3(256), dim3(1024)}, true},
       {"strided_copy", STRIDED, 1 << 22, {dim3(128), dim3(512)}, true},
+      {"bar_loop", BAR_LOOP, 16, {dim3(32), dim3(256), dim3(1024)}, true},
+      {"bar_loop", BAR_LOOP, 256, {dim3(32), dim3(256), dim3(1024)}, true},
   };
 
   size_t max_elems = 1 << 24;
@@ -169,12 +189,14 @@ int main(int argc, char **argv) {
     void *matmul_args[] = {&buf.a, &buf.b, &buf.c, &n};
     void *sum_args[] = {&buf.a, &buf.c, &n};
     void *strided_args[] = {&buf.a, &buf.c, &n};
+    void *bar_args[] = {&buf.c, &n};
     Launch l;
     switch (j.kind) {
       case SAXPY: l.fn = (const void *)saxpy; l.args = saxpy_args; break;
       case MATMUL: l.fn = (const void *)matmul; l.args = matmul_args; break;
       case BLOCK_SUM: l.fn = (const void *)block_sum; l.args = sum_args; break;
       case STRIDED: l.fn = (const void *)strided_copy; l.args = strided_args; break;
+      case BAR_LOOP: l.fn = (const void *)bar_loop; l.args = bar_args; break;
     }
     l.stream = j.own_stream ? stream : 0;
     for (dim3 b : j.blocks) {
@@ -193,6 +215,8 @@ int main(int argc, char **argv) {
       continue;
     }
 
+    cudaFuncAttributes attr;
+    CHECK(cudaFuncGetAttributes(&attr, l.fn));
     std::vector<uint32_t> blocks, grids;
     for (int i = 0; i < m; i++) {
       blocks.insert(blocks.end(), {l.blocks[i].x, l.blocks[i].y, l.blocks[i].z});
@@ -207,6 +231,7 @@ int main(int argc, char **argv) {
       auto expect = [&](const char *field, long long v) {
         fprintf(expected, "%s\t%d\t%s\t%s\t%s\t%lld\n", j.name, n, shape, grid, field, v);
       };
+      expect("regs_per_thread", attr.numRegs);
       switch (j.kind) {
         case SAXPY:
           expect("inst_global_ld", 2 * warps);
@@ -223,6 +248,10 @@ int main(int argc, char **argv) {
           expect("smem_static", 4096);
           break;
         }
+        case BAR_LOOP:
+          expect("inst_barrier", warps * n);
+          expect("inst_global_ld", 0);
+          break;
         case STRIDED:
           expect("inst_global_ld", warps);
           expect("gld_requests", warps);

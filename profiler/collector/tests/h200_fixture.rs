@@ -299,3 +299,114 @@ fn the_sass_counts_of_block_sum_explain_the_adu_pipe() {
         "only special-register reads are left"
     );
 }
+
+/// A copy of the fixture's collector output in a fresh temporary directory, with `edit`
+/// applied to each sample and `expected_extra` appended to expected.tsv.
+fn edited_copy(name: &str, edit: impl Fn(&mut Sample), expected_extra: &str) -> PathBuf {
+    let src = fixture().join("collector");
+    let dst =
+        std::env::temp_dir().join(format!("klaraptor-collector-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        let file = p.file_name().unwrap().to_owned();
+        let text = read(&p);
+        let out = if p.extension().is_some_and(|x| x == "jsonl") {
+            text.lines()
+                .map(|l| {
+                    let mut s: Sample = serde_json::from_str(l).unwrap();
+                    edit(&mut s);
+                    serde_json::to_string(&s).unwrap() + "\n"
+                })
+                .collect()
+        } else {
+            text + expected_extra
+        };
+        std::fs::write(dst.join(file), out).unwrap();
+    }
+    dst
+}
+
+#[test]
+fn the_time_only_check_accepts_zero_counters_and_refuses_measured_ones() {
+    let fast = edited_copy(
+        "time-only",
+        |s| {
+            if let Some(c) = &mut s.counters {
+                let keep = (
+                    c.time_ms,
+                    c.time_runs_ms.clone(),
+                    c.regs_per_thread,
+                    c.smem_static,
+                    c.smem_dynamic,
+                );
+                *c = Counters {
+                    inst_executed: 0,
+                    inst_global_ld: 0,
+                    inst_global_st: 0,
+                    inst_shared_ld: 0,
+                    inst_shared_st: 0,
+                    inst_barrier: 0,
+                    gld_requests: 0,
+                    gst_requests: 0,
+                    gld_sectors: 0,
+                    gst_sectors: 0,
+                    dram_bytes_read: 0,
+                    dram_bytes_write: 0,
+                    achieved_active_warps: 0.0,
+                    time_ms: keep.0,
+                    time_runs_ms: keep.1,
+                    regs_per_thread: keep.2,
+                    smem_static: keep.3,
+                    smem_dynamic: keep.4,
+                };
+            }
+        },
+        "",
+    );
+    let full = fixture().join("collector");
+    let r = report::time_only(&fast, &full).unwrap();
+    assert_eq!(
+        r.summary,
+        "time-only mode: 16/16 samples as expected (0 not); median time ratio time-only/full ×1.00"
+    );
+    // A full run passed off as time-only: only the failed shape is as expected.
+    let r = report::time_only(&full, &full).unwrap();
+    assert!(
+        r.summary.starts_with("time-only mode: 1/16 samples"),
+        "{}",
+        r.summary
+    );
+    assert!(r.markdown.contains("! hardware counters are not 0"));
+    std::fs::remove_dir_all(fast).unwrap();
+}
+
+#[test]
+fn the_register_count_of_the_runtime_is_compared_exactly() {
+    let dir = edited_copy(
+        "regs",
+        |_| {},
+        "saxpy\t16777216\t32x1x1\t524288x1x1\tregs_per_thread\t10\n\
+         matmul\t1024\t32x4x1\t32x256x1\tregs_per_thread\t31\n",
+    );
+    let r = report::compare(&report::Inputs {
+        collector: dir.clone(),
+        ncu_csv: fixture().join("ncu.csv"),
+        noflush: None,
+        ncu_dram: None,
+    })
+    .unwrap();
+    assert!(r
+        .markdown
+        .contains("| regs_per_thread from the code | 10 | ncu 16 | = collector |"));
+    assert!(r
+        .markdown
+        .contains("| regs_per_thread from the code | 31 | ncu 32 | ! collector |"));
+    assert!(
+        r.summary.contains("collector = count from the code: 41/57"),
+        "{}",
+        r.summary
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
