@@ -95,7 +95,7 @@ impl CuptiLib {
         let (raw, path) = load::open_first(
             "libcupti",
             "set KLARAPTOR_CUPTI to the libcupti.so.13 of CUDA 13 (or the directory holding it); \
-             it is in <cuda>/extras/CUPTI/lib64",
+             CUDA 13 installs it in <cuda>/lib64 (older toolkits: <cuda>/extras/CUPTI/lib64)",
             candidates,
             // SAFETY: from_library only resolves symbols; their signatures are bindgen's, from
             // the CUDA 13 headers this libcupti implements.

@@ -559,6 +559,12 @@ fn ncu_hardware(resolved: &Resolved, values: &HashMap<String, f64>) -> Result<Ha
 /// shape fails in both; the times are shown side by side.
 pub fn time_only(time_only: &Path, full: &Path) -> Result<Report, String> {
     let fast = read_samples(time_only)?;
+    if fast.is_empty() {
+        return Err(format!(
+            "{}: no samples (did the time-only run fail?)",
+            time_only.display()
+        ));
+    }
     let full = read_samples(full)?;
     let mut md = String::new();
     writeln!(
