@@ -115,9 +115,14 @@ pub fn per_warp(c: &Counters, block: [u32; 3], grid: [u32; 3]) -> [f64; 8] {
 }
 
 /// The fit's variables for a kernel: its data parameters, then bx (, by (, bz)).
+///
+/// The block dimensions enter as their base-2 logarithms (`lbx` = log2 bx, …): candidate
+/// shapes are spread geometrically from 1 to 1024, and what changes with a block dimension
+/// (coalescing, idle lanes, reuse) changes per doubling, so a low-degree function of the
+/// logarithm follows it where a polynomial in bx itself cannot.
 pub fn variables(spec: &LinkSpec) -> Vec<Variable> {
     let mut v: Vec<Variable> = spec.data.iter().map(Variable::data).collect();
-    for b in ["bx", "by", "bz"]
+    for b in ["lbx", "lby", "lbz"]
         .iter()
         .take(usize::from(spec.dim.clamp(1, 3)))
     {
@@ -130,7 +135,7 @@ pub fn variables(spec: &LinkSpec) -> Vec<Variable> {
 pub fn point(spec: &LinkSpec, sizes: &[i64], block: [u32; 3]) -> Vec<f64> {
     let mut p: Vec<f64> = sizes.iter().map(|&s| s as f64).collect();
     for b in block.iter().take(usize::from(spec.dim.clamp(1, 3))) {
-        p.push(f64::from(*b));
+        p.push(f64::from(*b).log2());
     }
     p
 }
@@ -172,7 +177,12 @@ pub fn fit_all(
     let domain = Domain::Grid {
         shapes: shapes
             .iter()
-            .map(|b| b.iter().take(nblock).map(|&x| f64::from(x)).collect())
+            .map(|b| {
+                b.iter()
+                    .take(nblock)
+                    .map(|&x| f64::from(x).log2())
+                    .collect()
+            })
             .collect(),
         data: vec![[1.0, DATA_BOUND]; spec.data.len()],
     };

@@ -21,13 +21,17 @@ use crate::linkspec::LinkSpec;
 /// Linker options that make a link the profiling variant (with the runtime archive).
 pub const WRAP_FLAGS: &[&str] = &["-Xlinker", "--wrap=__cudaLaunchKernel"];
 
-/// The block shapes profiled for a kernel of dimensionality `dim`: powers of two in every
-/// dimension the kernel uses, at most 1024 threads. In 1-D that is every candidate (1 … 1024,
-/// eleven shapes, plus the multiples of 32 that are not powers of two up to 384, so the fit
-/// sees shapes between the powers where occupancy steps); in 2-D all 66 power-of-two shapes;
-/// in 3-D the 286 of them are thinned to bz ≤ 8 and at least 8 threads. Tiny blocks stay:
-/// they are legal and the fit needs to see them. Shapes the device or the kernel's
-/// constraints reject are recorded as failed by the runtime, not silently dropped.
+/// The block shapes profiled for a kernel of dimensionality `dim`. The fit works on launch
+/// totals scaled by lane occupancy (metrics.rs), which depend on the shape far less than
+/// per-warp figures, so the plan samples the shapes rather than taking all of them:
+/// - 1-D: every power of two 1 … 1024 and the multiples of 32 between 64 and 384 that are
+///   not (19 shapes): occupancy steps most there;
+/// - 2-D: 1×1 and every power-of-two shape of 8, 64, 256 or 1024 threads (32 of the 66
+///   candidates): every bx and by from 1 to 1024 appears, with tiny, medium and full blocks;
+/// - 3-D: the same thread counts with bz ≤ 8.
+///
+/// Tiny blocks stay: they are legal and the fit must see them. Shapes the device or the
+/// kernel's constraints reject are recorded as failed by the runtime, not dropped.
 pub fn plan_shapes(dim: u8) -> Vec<[u32; 3]> {
     let p2 = |e: u32| 1u32 << e;
     let mut out = Vec::new();
@@ -42,19 +46,19 @@ pub fn plan_shapes(dim: u8) -> Vec<[u32; 3]> {
             out.sort();
         }
         2 => {
-            for ey in 0..=10 {
-                for ex in 0..=(10 - ey) {
-                    out.push([p2(ex), p2(ey), 1]);
+            out.push([1, 1, 1]);
+            for total in [3u32, 6, 8, 10] {
+                for ey in 0..=total {
+                    out.push([p2(total - ey), p2(ey), 1]);
                 }
             }
         }
         _ => {
-            for ez in 0..=3 {
-                for ey in 0..=(10 - ez) {
-                    for ex in 0..=(10 - ez - ey) {
-                        if ex + ey + ez >= 3 {
-                            out.push([p2(ex), p2(ey), p2(ez)]);
-                        }
+            out.push([1, 1, 1]);
+            for total in [3u32, 6, 8, 10] {
+                for ez in 0..=3.min(total) {
+                    for ey in 0..=(total - ez) {
+                        out.push([p2(total - ez - ey), p2(ey), p2(ez)]);
                     }
                 }
             }
@@ -84,8 +88,9 @@ pub fn plan_record(spec: &LinkSpec, runs: u32, warmup: u32) -> Plan {
         runs,
         warmup,
         note: format!(
-            "every power-of-two block shape of a {}-D kernel (see driver/src/profiling.rs), at \
-             the annotation's profile sizes; the fit extrapolates in data size from these",
+            "a sample of the block shapes of a {}-D kernel (plan_shapes in \
+             driver/src/profiling.rs), at the annotation's profile sizes; the fit extrapolates \
+             in data size from these",
             spec.dim
         ),
     }

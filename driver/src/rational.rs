@@ -267,7 +267,7 @@ impl RationalProgram {
     pub fn metrics_at(&self, data: &[i64], b: [u32; 3], g: [u32; 3]) -> WarpMetrics {
         let mut x: Vec<f64> = data.iter().map(|&v| v as f64).collect();
         for v in b.iter().take(usize::from(self.dim.clamp(1, 3))) {
-            x.push(f64::from(*v));
+            x.push(f64::from(*v).log2());
         }
         let mut v = [0.0; 8];
         for (i, name) in METRICS.iter().enumerate() {
@@ -482,12 +482,12 @@ impl RationalProgram {
             .map(|i| format!("(double)data[{i}]"))
             .collect();
         for i in 0..nb {
-            args.push(format!("(double)block[{i}]"));
+            args.push(format!("log2((double)block[{i}])"));
         }
         let args = args.join(", ");
         let _ = vars;
         c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n\n");
-        c.push_str("/* The per-warp metrics at data for block launched as grid: fitted launch totals\n * divided by the launch's warps (warp-level counts also by its lane occupancy),\n * fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
+        c.push_str("/* The per-warp metrics at data for block launched as grid (the fits take log2 of the\n * block dimensions): fitted launch totals\n * divided by the launch's warps (warp-level counts also by its lane occupancy),\n * fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
         c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n");
         for (i, name) in METRICS.iter().enumerate() {
             if metrics::is_warp_count(i) {
