@@ -466,7 +466,7 @@ impl RationalProgram {
             let _ = writeln!(c, "  const int64_t g{i} = {code}; /* {text} */");
         }
         c.push_str("  if (err || g0 < 1 || g1 < 1 || g2 < 1 || g0 > UINT32_MAX || g1 > UINT32_MAX || g2 > UINT32_MAX) return 1;\n  grid[0] = (uint32_t)g0; grid[1] = (uint32_t)g1; grid[2] = (uint32_t)g2;\n  return 0;\n}\n\n");
-        c.push_str("/* Block constraints; 1 when allowed. */\nstatic int kl_allowed(const int64_t *data, const uint32_t block[3]) {\n  int err = 0;\n");
+        c.push_str("/* Block constraints; 1 when allowed. */\nstatic int kl_allowed(const int64_t *data, const uint32_t block[3]) {\n  int err = 0; (void)err;\n");
         bind(&mut c);
         for b in &cons {
             let _ = writeln!(
