@@ -311,6 +311,7 @@ pub const NCU_METRICS: &[(&str, &[&str])] = &[
     ),
     ("pipe_adu", &["smsp__inst_executed_pipe_adu.sum"]),
     ("op_ldc", &["smsp__inst_executed_op_ldc.sum"]),
+    ("stall_barrier", &["smsp__warps_issue_stalled_barrier.sum"]),
     (
         "gld_requests",
         &["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"],
@@ -344,7 +345,13 @@ pub const NCU_METRICS: &[(&str, &[&str])] = &[
 ];
 
 /// Counters whose metric may be missing on a GPU (recorded as 0, and said so).
-const OPTIONAL: &[&str] = &["inst_barrier", "sm_count", "pipe_adu", "op_ldc"];
+const OPTIONAL: &[&str] = &[
+    "inst_barrier",
+    "sm_count",
+    "pipe_adu",
+    "op_ldc",
+    "stall_barrier",
+];
 
 /// Joins an ncu raw-page CSV with the runtime's launch log for kernel `id`: the n-th ncu row
 /// of the kernel is the n-th logged launch. Rows of other kernels are skipped; the program's
@@ -447,11 +454,14 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
                 inst_global_st: u("inst_global_st")?,
                 inst_shared_ld: u("inst_shared_ld")?,
                 inst_shared_st: u("inst_shared_st")?,
-                // No chip of CUPTI 13 counts barriers directly: where the metric is missing,
-                // the ADU pipe's instructions less the constant loads it also runs (the
-                // collector's definition, profiler/collector/src/metrics.rs).
+                // No chip of CUPTI 13 counts barriers directly. As the collector does
+                // (profiler/collector/src/metrics.rs): the ADU pipe's instructions less the
+                // constant loads it also runs, counted only where some warp stalled at a
+                // barrier (else 0); an upper bound by the index-register reads per warp.
                 inst_barrier: if cols.contains_key("inst_barrier") {
                     u("inst_barrier")?
+                } else if cols.contains_key("stall_barrier") && u("stall_barrier")? == 0 {
+                    0
                 } else {
                     u("pipe_adu")?.saturating_sub(u("op_ldc")?)
                 },
