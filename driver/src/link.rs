@@ -201,6 +201,8 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         );
         if job.require_model {
             eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
+            // As a failed link: no binary, not even one from an earlier link.
+            let _ = std::fs::remove_file(&job.output);
             return Ok(1);
         }
         eprintln!("klaraptor-cc: warning: {how}; these kernels keep the program's own launch dims");
@@ -227,8 +229,17 @@ pub fn link(job: &LinkJob) -> Result<i32> {
     let mut extra: Vec<String> = objects.iter().map(|o| o.display().to_string()).collect();
     extra.push(archive);
     let status = job.nvcc(&extra, None)?;
-    if status.success() && !objects.is_empty() {
-        publish(&staging, &models_dir)?;
+    if status.success() {
+        if objects.is_empty() {
+            // No rational program in this binary: manifests of an earlier link would make
+            // `klaraptor inspect` describe programs the binary does not hold.
+            if models_dir.is_dir() {
+                std::fs::remove_dir_all(&models_dir)
+                    .with_context(|| format!("removing {}", models_dir.display()))?;
+            }
+        } else {
+            publish(&staging, &models_dir)?;
+        }
     }
     Ok(status.code().unwrap_or(1))
 }
