@@ -105,6 +105,15 @@ pub fn inspect(target: &Path) -> Result<()> {
             pr.collector,
             pr.captured_at
         );
+        let tf = &p.time_fit;
+        outln!(
+            "  time calibration: {:.4} x model + {:.4} µs per block per SM (median error on {} profiled launches {} -> {})",
+            tf.scale,
+            tf.block_cost_us,
+            tf.samples,
+            pct(Some(tf.model_median_rel_error)),
+            pct(Some(tf.median_rel_error))
+        );
         outln!("  fit quality (per-warp metrics; held-out relative error: median / max / extrapolation max):");
         for (name, f) in &p.metrics {
             let d = &f.diagnostics;

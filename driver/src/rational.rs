@@ -60,6 +60,110 @@ pub struct RationalProgram {
     pub provenance: Provenance,
     /// The C file's name in the models directory.
     pub c_name: String,
+    /// The model's time calibrated against the profile's measured times.
+    #[serde(default)]
+    pub time_fit: TimeFit,
+}
+
+/// `predicted = scale · model + block_cost_us · ceil(blocks / SMs)`, fitted at build time by
+/// least squares in relative error over the profile's samples (measured time against the
+/// model's time for the same launch). The model has no term for the cost of starting and
+/// retiring a block; at the profile sizes, where launches take microseconds, it shows
+/// clearly, and it is what separates 64- from 512-thread blocks of a streaming kernel at
+/// any size. `scale` absorbs what the model's absolute time misses uniformly (caches).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimeFit {
+    pub scale: f64,
+    pub block_cost_us: f64,
+    /// Samples it was fitted on, and the median relative error of the calibrated time on
+    /// them (of the raw model's time, for comparison).
+    pub samples: usize,
+    pub median_rel_error: f64,
+    pub model_median_rel_error: f64,
+}
+
+impl Default for TimeFit {
+    fn default() -> Self {
+        TimeFit {
+            scale: 1.0,
+            block_cost_us: 0.0,
+            samples: 0,
+            median_rel_error: f64::NAN,
+            model_median_rel_error: f64::NAN,
+        }
+    }
+}
+
+impl TimeFit {
+    /// The calibrated time of a launch of `blocks` blocks whose model time is `model_us`.
+    pub fn apply(&self, model_us: f64, blocks: u64, sm_count: u32) -> f64 {
+        let per_sm = blocks.div_ceil(u64::from(sm_count.max(1))) as f64;
+        self.scale * model_us + self.block_cost_us * per_sm
+    }
+
+    /// Fits on (model µs, blocks per SM, measured µs) triples.
+    pub fn fit(points: &[(f64, f64, f64)]) -> TimeFit {
+        let pts: Vec<&(f64, f64, f64)> = points
+            .iter()
+            .filter(|(t, b, y)| t.is_finite() && *t > 0.0 && b.is_finite() && *y > 0.0)
+            .collect();
+        let median = |mut v: Vec<f64>| -> f64 {
+            if v.is_empty() {
+                return f64::NAN;
+            }
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        let err = |a: f64, c: f64| {
+            median(
+                pts.iter()
+                    .map(|(t, b, y)| ((a * t + c * b) - y).abs() / y)
+                    .collect(),
+            )
+        };
+        let raw = err(1.0, 0.0);
+        if pts.len() < 3 {
+            return TimeFit {
+                samples: pts.len(),
+                median_rel_error: raw,
+                model_median_rel_error: raw,
+                ..TimeFit::default()
+            };
+        }
+        // Weighted normal equations for rows (t/y, b/y) · (a, c) = 1.
+        let (mut s11, mut s12, mut s22, mut r1, mut r2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for (t, b, y) in &pts {
+            let (u, v) = (t / y, b / y);
+            s11 += u * u;
+            s12 += u * v;
+            s22 += v * v;
+            r1 += u;
+            r2 += v;
+        }
+        let det = s11 * s22 - s12 * s12;
+        let (mut a, mut c) = if det.abs() > 1e-12 * s11 * s22 {
+            ((r1 * s22 - r2 * s12) / det, (r2 * s11 - r1 * s12) / det)
+        } else {
+            (f64::NAN, f64::NAN)
+        };
+        if !(a.is_finite() && c.is_finite() && a > 0.0 && c >= 0.0) {
+            // One term only: the scale alone, else the block cost alone.
+            let a1 = r1 / s11;
+            let c1 = r2 / s22;
+            if a1.is_finite() && a1 > 0.0 && (!c1.is_finite() || err(a1, 0.0) <= err(0.0, c1)) {
+                (a, c) = (a1, 0.0);
+            } else {
+                (a, c) = (1.0, 0.0);
+            }
+        }
+        TimeFit {
+            scale: a,
+            block_cost_us: c,
+            samples: pts.len(),
+            median_rel_error: err(a, c),
+            model_median_rel_error: raw,
+        }
+    }
 }
 
 /// One candidate, evaluated.
@@ -68,7 +172,9 @@ pub struct Ranked {
     pub block: [u32; 3],
     pub grid: [u32; 3],
     pub metrics: WarpMetrics,
+    /// The model's prediction; its `time_us` is calibrated ([`TimeFit`]), `model_us` is not.
     pub prediction: Prediction,
+    pub model_us: f64,
 }
 
 /// File names of a program in the models directory.
@@ -207,7 +313,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         .max()
         .unwrap_or(0);
     let c_name = format!("{}.{}.c", slug(&spec.name), slug(&device.name));
-    Ok(RationalProgram {
+    let mut prog = RationalProgram {
         format: FORMAT,
         kernel: spec.name.clone(),
         mangled: spec.mangled.clone(),
@@ -231,7 +337,26 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
             generated_at: crate::now_iso8601(),
         },
         c_name,
-    })
+        time_fit: TimeFit::default(),
+    };
+    let points: Vec<(f64, f64, f64)> = usable
+        .iter()
+        .map(|(smp, c)| {
+            let m = prog.metrics_at(&smp.sizes, smp.block, smp.grid);
+            let launch = Launch {
+                block: smp.block,
+                grid: smp.grid,
+                regs_per_thread: prog.regs_per_thread,
+                smem_per_block: prog.smem_per_block,
+            };
+            let t = predict(&prog.device, &launch, &m).time_us;
+            let blocks = u64::from(smp.grid[0]) * u64::from(smp.grid[1]) * u64::from(smp.grid[2]);
+            let per_sm = blocks.div_ceil(u64::from(prog.device.sm_count.max(1))) as f64;
+            (t, per_sm, c.time_ms * 1000.0)
+        })
+        .collect();
+    prog.time_fit = TimeFit::fit(&points);
+    Ok(prog)
 }
 
 struct BlockEnv([u32; 3]);
@@ -335,15 +460,19 @@ impl RationalProgram {
                 regs_per_thread: self.regs_per_thread,
                 smem_per_block: self.smem_per_block,
             };
-            let p = predict(&self.device, &launch, &m);
+            let mut p = predict(&self.device, &launch, &m);
             if !p.time_us.is_finite() {
                 continue;
             }
+            let model_us = p.time_us;
+            let blocks = u64::from(g[0]) * u64::from(g[1]) * u64::from(g[2]);
+            p.time_us = self.time_fit.apply(model_us, blocks, self.device.sm_count);
             out.push(Ranked {
                 block: b,
                 grid: g,
                 metrics: m,
                 prediction: p,
+                model_us,
             });
         }
         out.sort_by(|a, b| better(a, b));
@@ -504,8 +633,8 @@ impl RationalProgram {
         c.push_str("}\n\n");
         let _ = writeln!(
             c,
-            "/* The entry point the runtime calls (klaraptor_model.select). */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  double best = INFINITY;\n  int best_i = -1;\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    const double t = p.time_us;\n    if (!(t == t) || t == INFINITY) continue;\n    if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n    if (t <= best * (1.0 + 1e-9)) {{\n      /* A tie: more threads, then larger bx, then larger by. */\n      const uint32_t *o = kl_candidates[best_i];\n      const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n      if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n    }}\n  }}\n  if (best_i < 0) return 1;\n  block[0] = kl_candidates[best_i][0]; block[1] = kl_candidates[best_i][1]; block[2] = kl_candidates[best_i][2];\n  if (predicted_us) *predicted_us = best;\n  return 0;\n}}\n",
-            self.regs_per_thread, self.smem_per_block
+            "/* The entry point the runtime calls (klaraptor_model.select). */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  double best = INFINITY;\n  int best_i = -1;\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double blocks_per_sm = (double)(((uint64_t)g[0] * g[1] * g[2] + kl_dev.sm_count - 1) / kl_dev.sm_count);\n    const double t = {:?} * p.time_us + {:?} * blocks_per_sm;\n    if (!(t == t) || t == INFINITY) continue;\n    if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n    if (t <= best * (1.0 + 1e-9)) {{\n      /* A tie: more threads, then larger bx, then larger by. */\n      const uint32_t *o = kl_candidates[best_i];\n      const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n      if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n    }}\n  }}\n  if (best_i < 0) return 1;\n  block[0] = kl_candidates[best_i][0]; block[1] = kl_candidates[best_i][1]; block[2] = kl_candidates[best_i][2];\n  if (predicted_us) *predicted_us = best;\n  return 0;\n}}\n",
+            self.regs_per_thread, self.smem_per_block, self.time_fit.scale, self.time_fit.block_cost_us
         );
         let _ = writeln!(
             c,
