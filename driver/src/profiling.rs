@@ -344,13 +344,16 @@ pub const NCU_METRICS: &[(&str, &[&str])] = &[
     ("sm_count", &["device__attribute_multiprocessor_count"]),
 ];
 
-/// Counters whose metric may be missing on a GPU (recorded as 0, and said so).
+/// Counters whose metric may be missing on a GPU (recorded as 0, and said so). The achieved
+/// occupancy is only shown (`klaraptor profile show`), never fitted; captures made before
+/// bench/gpu/fixtures/ncu_capture.sh found its metric name lack it.
 const OPTIONAL: &[&str] = &[
     "inst_barrier",
     "sm_count",
     "pipe_adu",
     "op_ldc",
     "stall_barrier",
+    "achieved_active_warps",
 ];
 
 /// Joins an ncu raw-page CSV with the runtime's launch log for kernel `id`: the n-th ncu row
@@ -515,6 +518,23 @@ pub fn ncu_sm_count(csv: &str) -> Option<u32> {
         .map(|v| v as u32)
 }
 
+/// `refused` and `launched` samples merged as the runtime's sweep produces them: for each
+/// data size (in order of first appearance), the refused shapes, then the launched ones.
+fn refused_first(refused: Vec<Sample>, launched: Vec<Sample>) -> Vec<Sample> {
+    let mut sizes: Vec<Vec<i64>> = Vec::new();
+    for s in refused.iter().chain(&launched) {
+        if !sizes.contains(&s.sizes) {
+            sizes.push(s.sizes.clone());
+        }
+    }
+    let mut out = Vec::with_capacity(refused.len() + launched.len());
+    for size in &sizes {
+        out.extend(refused.iter().filter(|s| &s.sizes == size).cloned());
+        out.extend(launched.iter().filter(|s| &s.sizes == size).cloned());
+    }
+    out
+}
+
 /// Builds profile entries from ncu captures (directories written by
 /// bench/gpu/fixtures/ncu_capture.sh: `ncu.csv`, `launches/`, and `env.txt` one level up) of
 /// the profiling variant `binary`, whose kernel specs say what was profiled.
@@ -548,10 +568,38 @@ pub fn import_captures(
                 };
                 let csv = std::fs::read_to_string(&csv_path)
                     .with_context(|| format!("reading {}", csv_path.display()))?;
-                let (s, _) = import_ncu(&csv, &log, &spec.mangled).with_context(|| {
+                let (s, missing) = import_ncu(&csv, &log, &spec.mangled).with_context(|| {
                     format!("joining {} with {}", csv_path.display(), launches.display())
                 })?;
-                (s, ncu_sm_count(&csv))
+                // (No chip has a barrier metric: inst_barrier is derived, see import_ncu.)
+                let zeroed: Vec<&str> = missing
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|m| !["inst_barrier", "stall_barrier"].contains(m))
+                    .collect();
+                if !zeroed.is_empty() {
+                    eprintln!(
+                        "klaraptor: note: {} has no column for {} (kernel {}): recorded as 0",
+                        csv_path.display(),
+                        zeroed.join(", "),
+                        spec.name
+                    );
+                }
+                if missing.iter().any(|m| m == "stall_barrier") {
+                    eprintln!(
+                        "klaraptor: note: {} has no barrier-stall column (kernel {}): barrier \
+                         counts are pipe_adu - op_ldc, not gated by stalls",
+                        csv_path.display(),
+                        spec.name
+                    );
+                }
+                // The shapes the runtime refused (constraints, device limits) were never
+                // launched: it recorded them in <stem>.jsonl beside the launch log.
+                let refused: Vec<Sample> = read_samples(&dir, &spec.mangled)?
+                    .into_iter()
+                    .filter(|r| r.error.is_some())
+                    .collect();
+                (refused_first(refused, s), ncu_sm_count(&csv))
             } else {
                 // Collector run: its samples as they are.
                 let s = read_samples(&job.join("records"), &spec.mangled)?;
