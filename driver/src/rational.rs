@@ -475,7 +475,7 @@ impl RationalProgram {
                 model_us,
             });
         }
-        out.sort_by(|a, b| better(a, b));
+        out.sort_by(better);
         Ok(out)
     }
 

@@ -488,7 +488,7 @@ impl Search<'_> {
             }
             if let Some(s) = self.score_of(cand) {
                 admissible += 1;
-                if best.as_ref().map_or(true, |(b, _)| s < *b) {
+                if best.as_ref().is_none_or(|(b, _)| s < *b) {
                     best = Some((s, cand.clone()));
                 }
             }
@@ -537,7 +537,7 @@ impl Search<'_> {
                 screened = self.screen(grid, Some(&pilot), None);
                 ranked = self.rank(grid, &screened);
                 if let Some((s, c)) = self.refit_top(&ranked) {
-                    if best.as_ref().map_or(true, |(b, _)| s < *b) {
+                    if best.as_ref().is_none_or(|(b, _)| s < *b) {
                         best = Some((s, c));
                     }
                 }

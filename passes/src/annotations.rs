@@ -304,12 +304,12 @@ fn strip_comments(s: &str) -> String {
             in_str = true;
             out.push(c);
         } else if s[i..].starts_with("//") {
-            out.extend(std::iter::repeat(' ').take(s[i..].chars().count()));
+            out.extend(std::iter::repeat_n(' ', s[i..].chars().count()));
             break;
         } else if s[i..].starts_with("/*") {
             let len = s[i + 2..].find("*/").map_or(s.len() - i, |e| e + 4);
             let skipped = s[i..i + len].chars().count();
-            out.extend(std::iter::repeat(' ').take(skipped));
+            out.extend(std::iter::repeat_n(' ', skipped));
             for _ in 1..skipped {
                 chars.next();
             }

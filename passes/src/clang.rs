@@ -333,7 +333,7 @@ fn load_libclang(requested: Option<&Path>) -> Result<Libclang, ClangError> {
     // Everything used here exists since libclang 7.
     if library
         .version()
-        .map_or(true, |v| v < clang_sys::Version::V7_0)
+        .is_none_or(|v| v < clang_sys::Version::V7_0)
     {
         return Err(ClangError::LibclangNotFound {
             looked,
