@@ -136,7 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                 }
             } else if candidates {
-                print!("# every candidate shape (an exhaustive search)\n");
+                println!("# every candidate shape (an exhaustive search)");
                 for s in &specs {
                     let shapes: Vec<String> = klaraptor::rational::candidates(s.dim)
                         .iter()

@@ -1,0 +1,616 @@
+//! The instrumented link with a profile database (no GPU): `samples/matmul` built with
+//! `make NVCC=klaraptor-cc` beside a copy of the committed H200 profiles
+//! (`samples/klaraptor-profiles`, found by walking up from the build directory) links a
+//! rational program per kernel; the generated C compiles warning-free and selects exactly
+//! what the Rust ranking (`klaraptor explain`) puts first; rebuilds reuse the profile entry
+//! while an edited kernel loses it; `--kl-require-model` and `KLARAPTOR_PROFILE_DB` behave as
+//! documented.
+
+mod common;
+use common::*;
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use klaraptor::linkspec::{scan_bytes, LinkSpec};
+use klaraptor::rational::{self, RationalProgram};
+use klaraptor_profiler::db::ProfileDb;
+
+const MM: &str = "_Z2mmPKfS0_Pfi";
+const SAXPY: &str = "_Z5saxpyfPKfPfi";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(name));
+        } else if !name.to_string_lossy().starts_with(".lock") {
+            std::fs::copy(&p, to.join(name)).unwrap();
+        }
+    }
+}
+
+/// `root/samples/matmul` (the sources only, not what a local build left there) and
+/// `root/samples/klaraptor-profiles`, in the repository's relative layout.
+fn copy_sample(root: &Path) -> PathBuf {
+    let sample = root.join("samples/matmul");
+    std::fs::create_dir_all(&sample).unwrap();
+    for f in ["Makefile", "kernels.h", "main.cu", "mm.cu", "saxpy.cu"] {
+        std::fs::copy(repo().join("samples/matmul").join(f), sample.join(f)).unwrap();
+    }
+    copy_dir(
+        &repo().join("samples/klaraptor-profiles"),
+        &root.join("samples/klaraptor-profiles"),
+    );
+    sample
+}
+
+/// A command with klaraptor-cc's environment pinned: the test's nvcc, no GPU (never profile
+/// here, whatever the machine), no database from the environment, and an empty user cache
+/// (a calibration cached on this machine would change the device description).
+fn command(dir: &Path, prog: &Path) -> Command {
+    let mut c = Command::new(prog);
+    c.current_dir(dir)
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("XDG_CACHE_HOME", dir.join(".test-cache"))
+        .env_remove("KLARAPTOR_PROFILE_DB")
+        .env_remove("KLARAPTOR_COLLECTOR")
+        .env_remove("NVCC_PREPEND_FLAGS")
+        .env_remove("NVCC_APPEND_FLAGS");
+    c
+}
+
+/// `make NVCC="klaraptor-cc <kl_flags>" <targets>` in `dir`, with `env` added.
+fn make(dir: &Path, kl_flags: &str, targets: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut c = command(dir, Path::new("make"));
+    c.arg(format!("NVCC={} {kl_flags}", klaraptor_cc().display()))
+        .args(targets);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("cannot run make")
+}
+
+fn ok(o: &Output) -> String {
+    let err = stderr(o);
+    assert!(
+        o.status.success(),
+        "failed ({}):\n{}\n{err}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout)
+    );
+    err
+}
+
+/// The sample built once for the read-only tests, under the target's scratch directory.
+struct Built {
+    sample: PathBuf,
+    make_stderr: String,
+}
+
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("link_models-shared");
+        let _ = std::fs::remove_dir_all(&root);
+        let sample = copy_sample(&root);
+        let make_stderr = ok(&make(&sample, "", &[], &[]));
+        Built {
+            sample,
+            make_stderr,
+        }
+    })
+}
+
+fn specs_of(path: &Path) -> Vec<LinkSpec> {
+    scan_bytes(&std::fs::read(path).unwrap(), path).unwrap()
+}
+
+fn programs(sample: &Path) -> Vec<(PathBuf, RationalProgram)> {
+    rational::load_dir(&sample.join("matmul.klaraptor")).unwrap()
+}
+
+fn program(sample: &Path, mangled: &str) -> RationalProgram {
+    programs(sample)
+        .into_iter()
+        .map(|(_, p)| p)
+        .find(|p| p.mangled == mangled)
+        .unwrap_or_else(|| panic!("no rational program of {mangled}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn nm(path: &Path) -> String {
+    let o = Command::new("nm")
+        .arg(path)
+        .output()
+        .expect("cannot run nm");
+    assert!(o.status.success(), "nm {}: {}", path.display(), stderr(&o));
+    text(&o.stdout)
+}
+
+fn contains_bytes(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn the_sample_links_a_rational_program_per_kernel() {
+    let b = built();
+    assert!(
+        !b.make_stderr.contains("warning"),
+        "a build with valid profiles warns:\n{}",
+        b.make_stderr
+    );
+    let bin = b.sample.join("matmul");
+    let models = b.sample.join("matmul.klaraptor");
+    assert_eq!(
+        files(&models),
+        [
+            "mm.nvidia-h200.c",
+            "mm.nvidia-h200.json",
+            "saxpy.nvidia-h200.c",
+            "saxpy.nvidia-h200.json"
+        ]
+    );
+
+    // The binary holds the runtime, both programs' registrations and the kernel specs.
+    let syms = nm(&bin);
+    for s in [" T klaraptor_register_model", " T klaraptor_select"] {
+        assert!(syms.contains(s), "{s} missing from nm matmul:\n{syms}");
+    }
+    let count = |name: &str| syms.lines().filter(|l| l.ends_with(name)).count();
+    assert_eq!(count(" kl_register_model"), 2, "{syms}");
+    assert_eq!(count(" kl_select"), 2, "{syms}");
+    let sections = Command::new("objdump")
+        .arg("-h")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert!(
+        text(&sections.stdout).contains(".klaraptor_spec"),
+        "{}",
+        text(&sections.stdout)
+    );
+    let bytes = std::fs::read(&bin).unwrap();
+    for s in [
+        MM,
+        SAXPY,
+        "NVIDIA H200",
+        "mm.nvidia-h200.c",
+        "saxpy.nvidia-h200.c",
+    ] {
+        assert!(contains_bytes(&bytes, s), "{s:?} is not in the binary");
+    }
+    let specs = specs_of(&bin);
+    let ids: Vec<&str> = specs.iter().map(|s| s.mangled.as_str()).collect();
+    assert_eq!(
+        ids.iter().copied().collect::<BTreeSet<_>>(),
+        [MM, SAXPY].into()
+    );
+
+    // Each program was made from the committed entry of its kernel's code hash.
+    let db = ProfileDb::open(b.sample.parent().unwrap().join("klaraptor-profiles")).unwrap();
+    for s in &specs {
+        let entries = db.entries_for(&s.mangled, &s.code_hash).unwrap();
+        assert_eq!(entries.len(), 1, "{}: {} entries", s.mangled, entries.len());
+        let p = program(&b.sample, &s.mangled);
+        assert_eq!(p.provenance.code_hash, s.code_hash);
+        assert_eq!(p.provenance.samples, entries[0].samples.len());
+        assert_eq!(p.provenance.captured_at, entries[0].captured_at);
+        assert_eq!(p.device.name, entries[0].device.name);
+    }
+
+    // Every C file compiles warning-free as strict C99, and calls the runtime's registration.
+    let inc = repo().join("runtime-shim/include");
+    for c in ["mm.nvidia-h200.c", "saxpy.nvidia-h200.c"] {
+        let obj = b.sample.join(format!("{c}.strict.o"));
+        let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args([
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-std=c99",
+                "-pedantic",
+                "-c",
+                "-I",
+            ])
+            .arg(&inc)
+            .arg(models.join(c))
+            .arg("-o")
+            .arg(&obj)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{c}:\n{}", stderr(&o));
+        let syms = nm(&obj);
+        assert!(syms.contains(" U klaraptor_register_model"), "{c}: {syms}");
+        std::fs::remove_file(&obj).unwrap();
+    }
+}
+
+#[test]
+fn inspect_lists_both_kernels_with_device_and_fit_quality() {
+    let b = built();
+    let o = command(&b.sample, &klaraptor())
+        .args(["inspect", "matmul"])
+        .output()
+        .unwrap();
+    ok(&o);
+    let out = text(&o.stdout);
+    for (mangled, name) in [(MM, "mm"), (SAXPY, "saxpy")] {
+        let p = program(&b.sample, mangled);
+        let at = out
+            .find(&format!("kernel {name} ({mangled})"))
+            .unwrap_or_else(|| panic!("{name} not listed:\n{out}"));
+        let block = &out[at..];
+        let block = &block[..block[1..].find("\nkernel ").map_or(block.len(), |i| i + 1)];
+        for want in [
+            format!("rational program: matmul.klaraptor/{name}.nvidia-h200.c"),
+            "device: NVIDIA H200 (sm_90, 132 SMs)".to_string(),
+            format!("{} candidate shapes", p.candidates.len()),
+            format!(
+                "profile: {} samples ({} failed)",
+                p.provenance.samples, p.provenance.failed_samples
+            ),
+            "fit quality".to_string(),
+        ] {
+            assert!(block.contains(&want), "{want:?} missing:\n{block}");
+        }
+        for m in klaraptor::metrics::METRICS {
+            let line = block
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{m} ")))
+                .unwrap_or_else(|| panic!("no fit line for {m}:\n{block}"));
+            assert!(
+                line.contains("degrees num") && line.contains("cond"),
+                "{line}"
+            );
+        }
+    }
+    assert!(out.contains("constraints: (bx >= 32)"), "{out}");
+}
+
+/// One row of `klaraptor explain`.
+struct Row {
+    chosen: bool,
+    rank: usize,
+    block: [u32; 3],
+    grid: [u32; 3],
+    us: f64,
+}
+
+fn explain_rows(out: &str) -> Vec<Row> {
+    let re = regex::Regex::new(
+        r"^([* ]) +(\d+) +(\d+)x(\d+)x(\d+) +(\d+)x(\d+)x(\d+) +([0-9.]+(?:e[+-]?\d+)?) ",
+    )
+    .unwrap();
+    out.lines()
+        .filter_map(|l| re.captures(l))
+        .map(|c| {
+            let n = |i: usize| c[i].parse::<u32>().unwrap();
+            Row {
+                chosen: &c[1] == "*",
+                rank: c[2].parse().unwrap(),
+                block: [n(3), n(4), n(5)],
+                grid: [n(6), n(7), n(8)],
+                us: c[9].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn explain_ranks_all_66_shapes_with_one_choice() {
+    let b = built();
+    let o = command(&b.sample, &klaraptor())
+        .args(["explain", "matmul", "mm", "--size", "4096"])
+        .output()
+        .unwrap();
+    ok(&o);
+    let out = text(&o.stdout);
+    assert!(out.starts_with("mm on NVIDIA H200 at N=4096"), "{out}");
+    let rows = explain_rows(&out);
+    assert_eq!(rows.len(), 66, "{out}");
+    assert_eq!(rows.iter().filter(|r| r.chosen).count(), 1, "{out}");
+    assert!(rows[0].chosen, "the first row is not the choice:\n{out}");
+    let ranks: Vec<usize> = rows.iter().map(|r| r.rank).collect();
+    assert_eq!(ranks, (1..=66).collect::<Vec<_>>());
+    let blocks: BTreeSet<[u32; 3]> = rows.iter().map(|r| r.block).collect();
+    assert_eq!(blocks, rational::candidates(2).into_iter().collect());
+    for w in rows.windows(2) {
+        assert!(w[0].us <= w[1].us + 1e-3, "not sorted by time:\n{out}");
+    }
+    for r in &rows {
+        assert_eq!(
+            r.grid,
+            [
+                4096u32.div_ceil(r.block[0]),
+                4096u32.div_ceil(r.block[1]),
+                1
+            ],
+            "grid of {:?}",
+            r.block
+        );
+    }
+    // What explain prints is RationalProgram::rank.
+    let ranked = program(&b.sample, MM).rank(&[4096]).unwrap();
+    assert_eq!(rows[0].block, ranked[0].block);
+}
+
+/// splitmix64: a deterministic source of test sizes.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// 200 distinct data sizes in 1..=100000: the edges, powers of two and their neighbours,
+/// the grid's y limit (65535: shapes with by = 1 drop out above it), and random ones.
+fn differential_sizes() -> Vec<i64> {
+    let mut s: BTreeSet<i64> = [1, 2, 3, 5, 31, 33, 65_534, 65_535, 65_536, 65_537, 100_000]
+        .into_iter()
+        .collect();
+    for e in 1..=16 {
+        for d in [-1, 0, 1] {
+            s.insert((1i64 << e) + d);
+        }
+    }
+    let mut state = 0x6b6c_6172_6170_746f;
+    while s.len() < 200 {
+        s.insert(1 + (splitmix(&mut state) % 100_000) as i64);
+    }
+    s.into_iter().collect()
+}
+
+/// Compiles the select harness (tests/fixtures/select-harness) with a generated program,
+/// with the flags klaraptor-cc compiles rational programs with.
+fn harness(c_file: &Path, exe: &Path) {
+    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args([
+            "-std=c99",
+            "-O2",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Wextra",
+            "-I",
+        ])
+        .arg(repo().join("runtime-shim/include"))
+        .arg(repo().join("tests/fixtures/select-harness/harness.c"))
+        .arg(c_file)
+        .arg("-lm")
+        .arg("-o")
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "building the harness:\n{}", stderr(&o));
+}
+
+/// The generated C of mm, called through the `klaraptor_model.select` pointer it registers,
+/// picks the block `RationalProgram::rank` (Rust, what `klaraptor explain` shows) ranks first,
+/// with the same predicted time, at 200 sizes.
+///
+/// Tolerance 1e-9 relative on the time. The C evaluates the fitted polynomials in the same
+/// Horner order, and the model with the same IEEE double operations in the same order, as
+/// the Rust (klaraptor-model's differential test finds the model bit-equal), compiled without
+/// FMA contraction; its one libm call, log2 of a power-of-two block dimension, is exact; and
+/// the manifest `rank` reads holds the very coefficients the C was written with (serde_json's
+/// `float_roundtrip`). So on x86-64 the two agree bit for bit (the test prints how often).
+/// The tolerance is for a C compiler that contracts `a*b+c` anyway: each contraction changes
+/// one rounding, and evaluating the fits far beyond the profiled sizes (N up to 1e5 from fits
+/// on 64..256) amplifies such changes (coefficients read back 1 ulp off, before
+/// `float_roundtrip`, moved the times by up to 1.5e-10). 1e-9 is also the selection's own tie
+/// tolerance, so a difference within it can only swap shapes the selection treats as tied.
+#[test]
+fn generated_c_selects_what_rust_ranks_first() {
+    let b = built();
+    let prog = program(&b.sample, MM);
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("harness");
+    harness(&b.sample.join("matmul.klaraptor/mm.nvidia-h200.c"), &exe);
+
+    // The harness passes the device the program was made for.
+    let o = Command::new(&exe).arg("device").output().unwrap();
+    let dev = ok_stdout(&o);
+    let d = &prog.device;
+    for want in [
+        format!("id {MM}"),
+        format!("model_device {}", d.name),
+        format!("name {}", d.name),
+        format!("sm_count {}", d.sm_count),
+        format!("max_threads_per_block {}", d.max_threads_per_block),
+        format!(
+            "max_block_dim {} {} {}",
+            d.max_block_dim[0], d.max_block_dim[1], d.max_block_dim[2]
+        ),
+        format!(
+            "max_grid_dim {} {} {}",
+            d.max_grid_dim[0], d.max_grid_dim[1], d.max_grid_dim[2]
+        ),
+        format!("max_threads_per_sm {}", d.max_threads_per_sm),
+        format!("max_blocks_per_sm {}", d.max_blocks_per_sm),
+        format!(
+            "cc {}.{}",
+            d.compute_capability.major, d.compute_capability.minor
+        ),
+    ] {
+        assert!(dev.lines().any(|l| l == want), "{want:?} not in\n{dev}");
+    }
+
+    let sizes = differential_sizes();
+    assert_eq!(sizes.len(), 200);
+    let mut child = Command::new(&exe)
+        .arg("select")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for n in &sizes {
+            writeln!(stdin, "{n}").unwrap();
+        }
+    }
+    let out = ok_stdout(&child.wait_with_output().unwrap());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), sizes.len(), "{out}");
+    let (mut exact, mut worst) = (0usize, 0.0f64);
+    for (n, line) in sizes.iter().zip(&lines) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f.len(), 6, "{line}");
+        assert_eq!(f[0].parse::<i64>().unwrap(), *n, "{line}");
+        let rc: i32 = f[1].parse().unwrap();
+        let block = [f[2], f[3], f[4]].map(|v| v.parse::<u32>().unwrap());
+        let us: f64 = f[5].parse().unwrap();
+        let ranked = prog.rank(&[*n]).unwrap();
+        let Some(first) = ranked.first() else {
+            assert_ne!(rc, 0, "N={n}: C chose {block:?}, Rust allows no shape");
+            continue;
+        };
+        assert_eq!(rc, 0, "N={n}: C chose nothing, Rust {:?}", first.block);
+        assert_eq!(
+            block, first.block,
+            "N={n}: C chose {block:?} ({us} µs), Rust {:?} ({} µs)",
+            first.block, first.prediction.time_us
+        );
+        let want = first.prediction.time_us;
+        let rel = (us - want).abs() / want.abs().max(f64::MIN_POSITIVE);
+        assert!(
+            rel <= 1e-9,
+            "N={n}: C predicts {us} µs, Rust {want} µs (relative {rel:e})"
+        );
+        exact += usize::from(us.to_bits() == want.to_bits());
+        worst = worst.max(rel);
+    }
+    eprintln!(
+        "C vs Rust: {} sizes, same block everywhere; predicted times bit-equal at {exact}, \
+         worst relative difference {worst:e}",
+        sizes.len()
+    );
+}
+
+fn ok_stdout(o: &Output) -> String {
+    ok(o);
+    text(&o.stdout)
+}
+
+#[test]
+fn a_rebuild_reuses_the_entry_and_an_edited_kernel_loses_it() {
+    let root = tempfile::tempdir().unwrap();
+    let sample = copy_sample(root.path());
+    ok(&make(&sample, "", &[], &[]));
+    let before = specs_of(&sample.join("mm.o"));
+    assert_eq!(before.len(), 1);
+
+    // Everything rebuilt, nothing changed: the same code hash, the same entry, no warning.
+    let err = ok(&make(&sample, "", &["-B"], &[]));
+    assert!(!err.contains("no profile"), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let again = specs_of(&sample.join("mm.o"));
+    assert_eq!(again[0].code_hash, before[0].code_hash);
+    assert_eq!(files(&sample.join("matmul.klaraptor")).len(), 4);
+
+    // An edited kernel: a new code hash, no entry for it, the warning naming it; saxpy, in
+    // another translation unit, keeps its program.
+    let mm_cu = sample.join("mm.cu");
+    let src = std::fs::read_to_string(&mm_cu).unwrap();
+    let edited = src.replace("float acc = 0.0f;", "float acc = 1.0f;");
+    assert_ne!(edited, src, "mm.cu no longer has the line this test edits");
+    std::fs::write(&mm_cu, edited).unwrap();
+    let err = ok(&make(&sample, "", &[], &[]));
+    let after = specs_of(&sample.join("mm.o"));
+    assert_ne!(after[0].code_hash, before[0].code_hash);
+    let db = sample.parent().unwrap().join("klaraptor-profiles");
+    assert!(
+        err.contains(&format!("warning: no profile in {}", db.display())),
+        "{err}"
+    );
+    assert!(err.contains("for mm (annotated at mm.cu:"), "{err}");
+    assert!(!err.contains("saxpy (annotated"), "{err}");
+    assert_eq!(
+        files(&sample.join("matmul.klaraptor")),
+        ["saxpy.nvidia-h200.c", "saxpy.nvidia-h200.json"]
+    );
+}
+
+#[test]
+fn an_empty_database_warns_and_require_model_fails_the_link() {
+    let root = tempfile::tempdir().unwrap();
+    let sample = copy_sample(root.path());
+    let empty = root.path().join("empty-db");
+    std::fs::create_dir(&empty).unwrap();
+
+    // KLARAPTOR_PROFILE_DB wins over the project's database: the warning names it, the
+    // program links with its own launch dims, and no models directory is left.
+    let err = ok(&make(
+        &sample,
+        "",
+        &[],
+        &[("KLARAPTOR_PROFILE_DB", empty.as_path())],
+    ));
+    assert!(
+        err.contains(&format!(
+            "warning: no profile in {} (from KLARAPTOR_PROFILE_DB)",
+            empty.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("mm (annotated at mm.cu:") && err.contains("saxpy (annotated at saxpy.cu:"),
+        "{err}"
+    );
+    assert!(sample.join("matmul").is_file());
+    assert!(!sample.join("matmul.klaraptor").exists());
+    assert!(
+        !empty.join("v1").exists(),
+        "the database got entries: {:?}",
+        files(&empty)
+    );
+
+    // --kl-require-model: the same link is an error (exit 1), and no binary is left, not even
+    // the one linked above.
+    let link = |extra: &[&str], db: Option<&Path>| {
+        let mut c = command(&sample, &klaraptor_cc());
+        c.args(extra).args([
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            "main.o",
+            "mm.o",
+            "saxpy.o",
+            "-o",
+            "matmul",
+        ]);
+        if let Some(db) = db {
+            c.env("KLARAPTOR_PROFILE_DB", db);
+        }
+        c.output().unwrap()
+    };
+    let o = link(&["--kl-require-model"], Some(&empty));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("error: no profile in {}", empty.display()))
+            && err.contains("(--kl-require-model)"),
+        "{err}"
+    );
+    assert!(!sample.join("matmul").exists(), "a binary was left");
+
+    // With the project's database every kernel has a program: the flag changes nothing.
+    let err = ok(&link(&["--kl-require-model"], None));
+    assert!(!err.contains("no profile"), "{err}");
+    assert!(sample.join("matmul").is_file());
+    assert_eq!(files(&sample.join("matmul.klaraptor")).len(), 4);
+}
