@@ -89,6 +89,8 @@ pub fn c_section(specs: &[LinkSpec]) -> Result<String> {
             match b {
                 b'"' => lit.push_str("\\\""),
                 b'\\' => lit.push_str("\\\\"),
+                // `cc -std=c99` reads trigraphs: `??/` in a recipe would become a backslash.
+                b'?' => lit.push_str("\\?"),
                 b'\n' => lit.push_str("\\n\"\n  \""),
                 0x20..=0x7e => lit.push(b as char),
                 _ => lit.push_str(&format!("\\{b:03o}")),
@@ -177,4 +179,140 @@ pub fn code_hash(host_translation: &str) -> String {
         feed(host_translation.as_bytes());
     }
     format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn spec(mangled: &str, run: Option<&str>) -> LinkSpec {
+        LinkSpec {
+            name: "gemm".into(),
+            mangled: mangled.into(),
+            data: vec!["NI".into(), "NJ".into()],
+            dim: 2,
+            grid: vec!["ceil(NJ, bx)".into(), "ceil(NI, by)".into()],
+            block: vec!["bx % 32 == 0".into(), "bx * by <= 512".into()],
+            profile_run: run.map(str::to_string),
+            profile_sizes: vec![vec![64, 64], vec![128, 256]],
+            code_hash: "0123456789abcdef".into(),
+            annotated_at: "dir with spaces/gemm.cu:12:9".into(),
+            build_dir: PathBuf::from("/tmp/build dir/ü"),
+        }
+    }
+
+    /// Text that a C string literal must escape: quotes, backslashes, a tab, non-ASCII
+    /// (octal escapes), and trigraphs (`cc -std=c99` would read `??=` as `#`, `??/` as `\`).
+    const AWKWARD: &str = "./gemm \"{NI}\" '{NJ}' \\ \t x??=y data/??/in µs → ok";
+
+    #[test]
+    fn embedded_specs_survive_c_compilation_and_scanning() {
+        let specs = vec![
+            spec("_Z4gemmfPKfiiiPf", Some(AWKWARD)),
+            spec("_Z4gemmIdEvPd", None),
+        ];
+        let c = c_section(&specs).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("specs.c");
+        let obj = dir.path().join("specs.o");
+        std::fs::write(&src, &c).unwrap();
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let out = Command::new(&cc)
+            .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{c}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bytes = std::fs::read(&obj).unwrap();
+        // (The compiler chooses the order of the constants in the section: GCC reverses it.)
+        let mut back = scan_bytes(&bytes, &obj).unwrap();
+        back.sort_by(|a, b| a.mangled.cmp(&b.mangled));
+        let mut want = specs.clone();
+        want.sort_by(|a, b| a.mangled.cmp(&b.mangled));
+        assert_eq!(back, want);
+        // In a section of its own, which `ld -r` and archives keep.
+        let h = Command::new("objdump").arg("-h").arg(&obj).output().unwrap();
+        assert!(String::from_utf8_lossy(&h.stdout).contains(".klaraptor_spec"));
+        // Two objects: scan_inputs keeps one spec per kernel, the first it sees.
+        let mut other = specs[0].clone();
+        other.code_hash = "fedcba9876543210".into();
+        let obj2 = dir.path().join("other.bin");
+        let mut junk = b"\x7fELF junk before ".to_vec();
+        junk.extend(other.embedded().unwrap().bytes());
+        junk.extend(b" and after");
+        std::fs::write(&obj2, &junk).unwrap();
+        let all = scan_inputs([obj2.as_path(), obj.as_path()]).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0], other);
+        assert_eq!(all[1], specs[1]);
+        let all = scan_inputs([obj.as_path(), obj2.as_path()]).unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(all.contains(&specs[0]) && all.contains(&specs[1]));
+    }
+
+    #[test]
+    fn a_damaged_spec_names_the_file() {
+        let text = format!("{BEGIN}name = \"k\"\nthis is not toml\n{END}");
+        let err = scan_bytes(text.as_bytes(), Path::new("lib/old.o")).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("lib/old.o") && msg.contains("rebuild it"), "{msg}");
+        // A begin marker without an end is not a spec (truncated data), and no spec is none.
+        let cut = format!("{BEGIN}name = \"k\"\n");
+        assert!(scan_bytes(cut.as_bytes(), Path::new("x")).unwrap().is_empty());
+        assert!(scan_bytes(b"", Path::new("x")).unwrap().is_empty());
+    }
+
+    /// A host translation as `nvcc -cuda` writes it (shortened): host code, then the
+    /// fatbinary as assembler data lines.
+    fn translation(host: &str, fatbin: &[&str]) -> String {
+        let mut t = format!("static int host = {host};\nint main(void) {{ return host; }}\n");
+        t.push_str("asm(\n\".section .nv_fatbin, \\\"a\\\"\\n\"\n\".align 8\\n\"\n");
+        for l in fatbin {
+            t.push_str(l);
+            t.push('\n');
+        }
+        t.push_str("\".text\\n\");\n");
+        t
+    }
+
+    const FATBIN: [&str; 3] = [
+        r#"".quad 0x00100001ba55ed50,0x0000000000000f48\n""#,
+        r#"".quad 0x0000004001010002,0x0000000000000df0\n""#,
+        r#"".byte 0x7f,0x45\n""#,
+    ];
+
+    #[test]
+    fn code_hash_is_fnv1a_of_the_fatbinary_lines_only() {
+        let t = translation("1", &FATBIN);
+        // FNV-1a 64 of the three data lines, concatenated, computed independently. Pinned:
+        // the hash keys every profile database entry, committed ones included.
+        assert_eq!(code_hash(&t), "d393ba936c75b02c");
+        assert_eq!(code_hash(&t), code_hash(&t.clone()));
+        // Host code and indentation do not matter; the device code does.
+        assert_eq!(code_hash(&translation("2", &FATBIN)), code_hash(&t));
+        let indented: Vec<String> = FATBIN.iter().map(|l| format!("    {l}")).collect();
+        let indented: Vec<&str> = indented.iter().map(String::as_str).collect();
+        assert_eq!(code_hash(&translation("1", &indented)), code_hash(&t));
+        let mut changed = FATBIN;
+        changed[1] = r#"".quad 0x0000004001010002,0x0000000000000df1\n""#;
+        assert_ne!(code_hash(&translation("1", &changed)), code_hash(&t));
+        let fewer = &FATBIN[..2];
+        assert_ne!(code_hash(&translation("1", fewer)), code_hash(&t));
+    }
+
+    #[test]
+    fn without_a_fatbinary_the_whole_translation_is_hashed() {
+        let a = code_hash("int main(void) { return 0; }\n");
+        let b = code_hash("int main(void) { return 1; }\n");
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 16);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+    }
 }
