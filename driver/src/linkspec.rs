@@ -238,7 +238,11 @@ mod tests {
         want.sort_by(|a, b| a.mangled.cmp(&b.mangled));
         assert_eq!(back, want);
         // In a section of its own, which `ld -r` and archives keep.
-        let h = Command::new("objdump").arg("-h").arg(&obj).output().unwrap();
+        let h = Command::new("objdump")
+            .arg("-h")
+            .arg(&obj)
+            .output()
+            .unwrap();
         assert!(String::from_utf8_lossy(&h.stdout).contains(".klaraptor_spec"));
         // Two objects: scan_inputs keeps one spec per kernel, the first it sees.
         let mut other = specs[0].clone();
@@ -262,10 +266,15 @@ mod tests {
         let text = format!("{BEGIN}name = \"k\"\nthis is not toml\n{END}");
         let err = scan_bytes(text.as_bytes(), Path::new("lib/old.o")).unwrap_err();
         let msg = format!("{err:#}");
-        assert!(msg.contains("lib/old.o") && msg.contains("rebuild it"), "{msg}");
+        assert!(
+            msg.contains("lib/old.o") && msg.contains("rebuild it"),
+            "{msg}"
+        );
         // A begin marker without an end is not a spec (truncated data), and no spec is none.
         let cut = format!("{BEGIN}name = \"k\"\n");
-        assert!(scan_bytes(cut.as_bytes(), Path::new("x")).unwrap().is_empty());
+        assert!(scan_bytes(cut.as_bytes(), Path::new("x"))
+            .unwrap()
+            .is_empty());
         assert!(scan_bytes(b"", Path::new("x")).unwrap().is_empty());
     }
 
