@@ -674,3 +674,128 @@ pub fn import_captures(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(data: &[&str], dim: u8, run: Option<&str>) -> LinkSpec {
+        LinkSpec {
+            name: "k".into(),
+            mangled: "_Z1kPfii".into(),
+            data: data.iter().map(|s| s.to_string()).collect(),
+            dim,
+            grid: vec![],
+            block: vec![],
+            profile_run: run.map(str::to_string),
+            profile_sizes: vec![vec![64; data.len()]],
+            code_hash: "0000000000000000".into(),
+            annotated_at: "k.cu:3:9".into(),
+            build_dir: PathBuf::from("."),
+        }
+    }
+
+    #[test]
+    fn plan_shapes_per_dimensionality() {
+        let threads = |b: &[u32; 3]| b[0] * b[1] * b[2];
+        // 1-D: the eleven powers of two 1 … 1024 and eight multiples of 32 up to 384, sorted.
+        let one = plan_shapes(1);
+        assert_eq!(one.len(), 19);
+        assert!(one.windows(2).all(|w| w[0][0] < w[1][0]));
+        assert_eq!((one[0], one[18]), ([1, 1, 1], [1024, 1, 1]));
+        assert!(one.iter().all(|b| b[1] == 1 && b[2] == 1));
+        // 2-D: 1x1, then every power-of-two shape of 8, 64, 256 and 1024 threads (4 + 7 + 9
+        // + 11 of them).
+        let two = plan_shapes(2);
+        assert_eq!(two.len(), 32);
+        let mut per_total = BTreeMap::new();
+        for b in &two {
+            *per_total.entry(threads(b)).or_insert(0) += 1;
+        }
+        assert_eq!(
+            per_total.into_iter().collect::<Vec<_>>(),
+            [(1, 1), (8, 4), (64, 7), (256, 9), (1024, 11)]
+        );
+        assert!(two.iter().all(|b| b[2] == 1));
+        // 3-D: the same thread counts with bz ≤ 8: 1 + 10 + 22 + 30 + 38.
+        let three = plan_shapes(3);
+        assert_eq!(three.len(), 101);
+        assert!(three.iter().all(|b| b[2] <= 8));
+        for (dim, shapes) in [(1, &one), (2, &two), (3, &three)] {
+            let distinct: std::collections::BTreeSet<_> = shapes.iter().collect();
+            assert_eq!(distinct.len(), shapes.len(), "{dim}-D: a shape twice");
+            assert!(shapes.iter().all(|b| threads(b) <= 1024), "{dim}-D");
+            if dim > 1 {
+                assert!(
+                    shapes.iter().flatten().all(|x| x.is_power_of_two()),
+                    "{dim}-D"
+                );
+            }
+        }
+        // The plan file lists them per kernel.
+        let s = spec(&["N"], 2, None);
+        let file = plan_file(std::slice::from_ref(&s));
+        let line = file.lines().nth(1).unwrap();
+        assert!(line.starts_with("_Z1kPfii 1x1x1 8x1x1 4x2x1 "), "{line}");
+        assert_eq!(line.split(' ').count(), 33);
+    }
+
+    #[test]
+    fn recipe_commands_substitute_every_label() {
+        let s = spec(
+            &["N", "NN", "K"],
+            2,
+            Some("./app {N} {NN} --k={K} {N}x{N} {M}"),
+        );
+        assert_eq!(
+            recipe_command(&s, &[64, 128, 7]).unwrap(),
+            "./app 64 128 --k=7 64x64 {M}"
+        );
+        assert_eq!(
+            recipe_command(&s, &[-1, 0, 1 << 40]).unwrap(),
+            "./app -1 0 --k=1099511627776 -1x-1 {M}"
+        );
+    }
+
+    #[test]
+    fn a_kernel_without_a_recipe_says_how_to_add_one() {
+        let s = spec(&["N"], 1, None);
+        let err = recipe_command(&s, &[64]).unwrap_err().to_string();
+        assert!(err.contains("kernel k (annotated at k.cu:3:9) has no profile recipe"));
+        assert!(
+            err.contains(r#"profile(run="./app {N}", sizes=[…])"#),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn csv_fields_follow_rfc_4180_quoting() {
+        assert_eq!(csv_fields("a,b,,c"), ["a", "b", "", "c"]);
+        assert_eq!(
+            csv_fields(r#""ID","Kernel Name","1,388,544","(32, 8, 1)""#),
+            ["ID", "Kernel Name", "1,388,544", "(32, 8, 1)"]
+        );
+        assert_eq!(
+            csv_fields(r#""say ""hi""",plain,"",end"#),
+            [r#"say "hi""#, "plain", "", "end"]
+        );
+        assert_eq!(csv_fields(""), [""]);
+        assert_eq!(csv_fields(r#""trailing","#), ["trailing", ""]);
+    }
+
+    #[test]
+    fn kernel_stems_are_fnv1a_of_the_id_unless_kernels_tsv_says() {
+        // FNV-1a 64, computed independently.
+        assert_eq!(kernel_stem("_Z2mmPKfS0_Pfi"), "b55911a393d4d39c");
+        assert_eq!(kernel_stem("_Z5saxpyfPKfPfi"), "cc2b4160c996a6c6");
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(stem_in(dir.path(), "_Z2mmPKfS0_Pfi"), "b55911a393d4d39c");
+        std::fs::write(
+            dir.path().join("kernels.tsv"),
+            "d7754040eeef94c2\t_Z2mmPKfS0_Pfi\tmm\n",
+        )
+        .unwrap();
+        assert_eq!(stem_in(dir.path(), "_Z2mmPKfS0_Pfi"), "d7754040eeef94c2");
+        assert_eq!(stem_in(dir.path(), "_Z5saxpyfPKfPfi"), "cc2b4160c996a6c6");
+    }
+}
