@@ -220,3 +220,126 @@ pub fn fit_all(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two launches of the matmul sample's mm at N = 64 on the H200, as ncu counted them
+    /// (tests/fixtures/ncu-capture-h200-2026-11-22/job1/ncu.csv, rows ID 0 and ID 35; barriers
+    /// are pipe_adu − op_ldc there).
+    fn mm_row(id: u32) -> ([u32; 3], [u32; 3], Counters) {
+        let (block, grid, inst, ld, st, bar, ld_req, st_req, ld_sec, st_sec) = match id {
+            0 => (
+                [1, 1, 1],
+                [64, 64, 1],
+                1_388_544,
+                524_288,
+                4_096,
+                24_576 - 16_384,
+                524_288,
+                4_096,
+                524_288,
+                4_096,
+            ),
+            35 => (
+                [32, 8, 1],
+                [2, 8, 1],
+                43_392,
+                16_384,
+                128,
+                768 - 512,
+                16_384,
+                128,
+                40_960,
+                512,
+            ),
+            _ => unreachable!("only rows 0 and 35 are transcribed"),
+        };
+        let c = Counters {
+            inst_executed: inst,
+            inst_global_ld: ld,
+            inst_global_st: st,
+            inst_shared_ld: 0,
+            inst_shared_st: 0,
+            inst_barrier: bar,
+            gld_requests: ld_req,
+            gst_requests: st_req,
+            gld_sectors: ld_sec,
+            gst_sectors: st_sec,
+            dram_bytes_read: 38_656,
+            dram_bytes_write: 0,
+            achieved_active_warps: 0.0,
+            time_ms: if id == 0 { 0.007968 } else { 0.005376 },
+            time_runs_ms: vec![],
+            regs_per_thread: 32,
+            smem_static: 0,
+            smem_dynamic: 0,
+        };
+        (block, grid, c)
+    }
+
+    #[test]
+    fn warps_and_lanes() {
+        assert_eq!(warps([1, 1, 1], [64, 64, 1]), 4096.0);
+        assert_eq!(warps([32, 8, 1], [2, 8, 1]), 128.0);
+        assert_eq!(warps([33, 1, 1], [1, 1, 1]), 2.0);
+        assert_eq!(warps([4, 4, 4], [3, 1, 2]), 12.0);
+        assert_eq!(lane_factor([1, 1, 1]), 1.0 / 32.0);
+        assert_eq!(lane_factor([4, 2, 2]), 0.5);
+        assert_eq!(lane_factor([32, 8, 1]), 1.0);
+        let warp_counts: Vec<&str> = (0..METRICS.len())
+            .filter(|&i| is_warp_count(i))
+            .map(|i| METRICS[i])
+            .collect();
+        assert_eq!(
+            warp_counts,
+            ["inst", "gld_inst", "gst_inst", "shared_inst", "sync_inst"]
+        );
+        assert!(
+            is_total(7) && !is_warp_count(7),
+            "DRAM bytes are not per lane"
+        );
+        assert!(!is_total(5) && !is_total(6));
+    }
+
+    #[test]
+    fn targets_of_real_launches() {
+        // 1x1x1: one lane per warp, so the warp-level counts are 32 times the work; scaled by
+        // 1/32 they equal the 32x8 launch's (same work, full warps). The ratios differ: one
+        // sector per request for single-lane warps, 2.5 and 4 for 32x8's rows.
+        let (b, _, c) = mm_row(0);
+        assert_eq!(
+            targets(&c, b),
+            [43_392.0, 16_384.0, 128.0, 0.0, 256.0, 1.0, 1.0, 38_656.0]
+        );
+        let (b, _, c) = mm_row(35);
+        assert_eq!(
+            targets(&c, b),
+            [43_392.0, 16_384.0, 128.0, 0.0, 256.0, 2.5, 4.0, 38_656.0]
+        );
+        // No requests: a ratio of 0, not NaN.
+        let mut none = c.clone();
+        none.gst_requests = 0;
+        none.gst_sectors = 0;
+        assert_eq!(targets(&none, b)[6], 0.0);
+    }
+
+    #[test]
+    fn per_warp_of_real_launches() {
+        // Each warp of mm at N = 64 runs the same 339 instructions, 128 loads, 1 store and 2
+        // barrier-pipe instructions whatever the shape; DRAM bytes are shared by all warps.
+        let (b, g, c) = mm_row(0);
+        let want0 = [339.0, 128.0, 1.0, 0.0, 2.0, 1.0, 1.0, 38_656.0 / 4096.0];
+        assert_eq!(per_warp_of(&targets(&c, b), b, g), want0);
+        assert_eq!(per_warp(&c, b, g), want0);
+        let (b, g, c) = mm_row(35);
+        let want35 = [339.0, 128.0, 1.0, 0.0, 2.0, 2.5, 4.0, 302.0];
+        assert_eq!(per_warp_of(&targets(&c, b), b, g), want35);
+        assert_eq!(per_warp(&c, b, g), want35);
+        // Per warp times warps gives the raw totals back.
+        let (b0, g0, c0) = mm_row(0);
+        assert_eq!(want0[0] * warps(b0, g0), c0.inst_executed as f64);
+        assert_eq!(want35[0] * warps(b, g), c.inst_executed as f64);
+    }
+}
