@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# The GPU-machine side of the accuracy study. Run from the repository root, one phase a call:
+#
+#   PHASE=profile    bench/accuracy/device.sh   # recipe runs, full collector, default plans
+#   PHASE=exhaustive bench/accuracy/device.sh   # every candidate shape at every study size
+#   PHASE=choice     bench/accuracy/device.sh   # klaraptor's choice and the default, --time 5
+#
+# Needs what bench/accuracy/prepare.sh made on the build machine, carried: .dev/study/ (the
+# binaries, plans and jobs.txt) and .dev/collector/libklaraptor_collector.so. Nothing is
+# built here. Writes under $OUT/$PHASE/:
+#   env.txt      nvidia-smi name,uuid,compute_cap,driver_version; nvcc --version; date -u
+#                (the format `klaraptor import` reads; profile/<program>/env.txt is a copy)
+#   summary.tsv  per job: id, exit status, wall s, kernel time s, estimated s
+#   profile:     <program>/run<i>/records/ (the collector's records), stdout.txt, stderr.txt
+#   exhaustive:  <program>/x<k>/records/, stdout.txt (the variant's KL_TIME/KL_OCC), stderr.txt
+#   choice:      <program>/x<k>/model.log (KLARAPTOR_LOG), model.out, model.err (--time 5),
+#                default.out, default.err (KLARAPTOR_DISABLE=1 --time 5)
+# and prints one line per job (wall and kernel time against the estimate) and the totals.
+#
+# Environment: PHASE (required); OUT (default /tmp/accuracy-out); STUDY (default .dev/study);
+#   COLLECTOR (default .dev/collector/libklaraptor_collector.so); DEADLINE_S (default 450: a
+#   job whose estimate would end past it is skipped, and said so); LIMIT_FACTOR (default 4)
+#   and LIMIT_MIN_S / LIMIT_MAX_S (default 30 / 150): each job's timeout is its estimate
+#   times the factor, within those bounds; JOBS (an extended regex on job ids, e.g.
+#   '^(gemm|atax)/'); NVCC (default /usr/local/cuda/bin/nvcc, only for its --version).
+set -u
+PHASE=${PHASE:-}
+case $PHASE in profile|exhaustive|choice) ;; *)
+  echo "device.sh: set PHASE=profile, exhaustive or choice" >&2; exit 2 ;;
+esac
+[ -d bench/accuracy ] || { echo "device.sh: run from the repository root" >&2; exit 2; }
+root=$(pwd)
+abs() { case $1 in /*) echo "$1" ;; *) echo "$root/$1" ;; esac; }
+OUT=$(abs "${OUT:-/tmp/accuracy-out}")
+STUDY=$(abs "${STUDY:-.dev/study}")
+COLLECTOR=$(abs "${COLLECTOR:-.dev/collector/libklaraptor_collector.so}")
+DEADLINE_S=${DEADLINE_S:-450}
+LIMIT_FACTOR=${LIMIT_FACTOR:-4}
+LIMIT_MIN_S=${LIMIT_MIN_S:-30}
+LIMIT_MAX_S=${LIMIT_MAX_S:-150}
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+jobs_txt=$STUDY/jobs.txt
+[ -f "$jobs_txt" ] || { echo "device.sh: no $jobs_txt: run bench/accuracy/prepare.sh build on the build machine and carry .dev/study" >&2; exit 2; }
+if [ "$PHASE" != choice ]; then
+  [ -f "$COLLECTOR" ] || { echo "device.sh: no collector at $COLLECTOR (carry .dev/collector)" >&2; exit 2; }
+fi
+if [ "$PHASE" = exhaustive ] && ! grep -a -q KLARAPTOR_COLLECT_TIME_ONLY "$COLLECTOR"; then
+  echo "device.sh: $COLLECTOR has no time-only mode (KLARAPTOR_COLLECT_TIME_ONLY): the sweep would run every profiler pass at the study sizes; rebuild .dev/collector first" >&2
+  exit 2
+fi
+ph=$OUT/$PHASE
+mkdir -p "$ph"
+: > "$ph/summary.tsv"
+printf '# id\trc\twall_s\tgpu_s\test_s\n' > "$ph/summary.tsv"
+{
+  nvidia-smi --query-gpu=name,uuid,compute_cap,driver_version --format=csv,noheader | head -1
+  "$NVCC" --version
+  date -u +%Y-%m-%dT%H:%M:%SZ
+} > "$ph/env.txt" 2>&1
+head -1 "$ph/env.txt"
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+limit_for() {
+  awk -v e="$1" -v f="$LIMIT_FACTOR" -v lo="$LIMIT_MIN_S" -v hi="$LIMIT_MAX_S" \
+    'BEGIN { l = e * f; if (l < lo) l = lo; if (l > hi) l = hi; printf "%d", l + 0.999 }'
+}
+# Kernel time the records hold: per sample the timed runs plus one warm-up at the median.
+records_gpu_s() {
+  cat "$1"/*.jsonl 2>/dev/null | awk '
+    { t = 0
+      if (match($0, /"time_runs_ms":\[[^]]*\]/)) {
+        s = substr($0, RSTART + 16, RLENGTH - 17); n = split(s, v, ",")
+        for (i = 1; i <= n; i++) t += v[i]
+      }
+      if (match($0, /"time_ms":[0-9.eE+-]+/)) t += substr($0, RSTART + 10, RLENGTH - 10)
+      sum += t }
+    END { printf "%.3f", sum / 1000 }'
+}
+# Kernel time of KL_TIME lines (one warm-up and five timed launches per site).
+kltime_gpu_s() {
+  cat "$@" 2>/dev/null | awk '/^KL_TIME / { for (i = 1; i <= NF; i++) if ($i ~ /^median_ms=/) { split($i, a, "="); s += 6 * a[2] } }
+    END { printf "%.3f", s / 1000 }'
+}
+
+if [ "$PHASE" = choice ]; then
+  for d in "$STUDY"/*/; do
+    p=$(basename "$d")
+    [ -x "$d/$p.klaraptor" ] || continue
+    ls "$d/models/"*.json > /dev/null 2>&1 ||
+      echo "device.sh: warning: $p has no models/ (prepare.sh models not run?): its launches keep the program's own shape"
+  done
+fi
+
+t0=$(now)
+n_ok=0 n_fail=0 n_skip=0 checked=0
+failed="" skipped=""
+est_total=0
+while IFS=$'\t' read -r phase id prog est plan cmd; do
+  case $phase in ''|\#*) continue ;; esac
+  [ "$phase" = "$PHASE" ] || continue
+  if [ -n "${JOBS:-}" ] && ! [[ $id =~ $JOBS ]]; then continue; fi
+  el=$(since "$t0")
+  if awk -v e="$el" -v x="$est" -v d="$DEADLINE_S" 'BEGIN { exit !(e + x > d) }'; then
+    printf '%s\tskipped\t0\t0\t%s\n' "$id" "$est" >> "$ph/summary.tsv"
+    printf '[%6.1f s] %-10s %-16s skipped: est %s s would pass DEADLINE_S=%s\n' "$el" "$PHASE" "$id" "$est" "$DEADLINE_S"
+    n_skip=$((n_skip + 1)); skipped="$skipped $id"
+    continue
+  fi
+  limit=$(limit_for "$est")
+  stem=${id#*/}
+  dir=$ph/$prog/$stem
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  js=$(now)
+  case $PHASE in
+    profile|exhaustive)
+      mkdir -p "$dir/records"
+      [ "$PHASE" = profile ] && cp "$ph/env.txt" "$ph/$prog/env.txt"
+      extra=()
+      [ "$PHASE" = exhaustive ] && extra=(KLARAPTOR_COLLECT_TIME_ONLY=1 KLARAPTOR_PROFILE_MAX_SIZES=1000)
+      (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_DISABLE -u KLARAPTOR_LOG \
+         KLARAPTOR_PROFILE_OUT="$dir/records" KLARAPTOR_PROFILE_PLAN="$STUDY/$plan" \
+         KLARAPTOR_COLLECTOR="$COLLECTOR" KLARAPTOR_PROFILE_RUNS=5 KLARAPTOR_PROFILE_WARMUP=1 \
+         "${extra[@]}" timeout -k 5 "$limit" sh -c "$cmd" > "$dir/stdout.txt" 2> "$dir/stderr.txt")
+      rc=$?
+      gpu=$(records_gpu_s "$dir/records")
+      ;;
+    choice)
+      (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_DISABLE -u KLARAPTOR_PROFILE_OUT \
+         -u KLARAPTOR_PROFILE_PLAN KLARAPTOR_LOG="$dir/model.log" \
+         timeout -k 5 "$limit" sh -c "$cmd" > "$dir/model.out" 2> "$dir/model.err")
+      rc1=$?
+      (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_LOG -u KLARAPTOR_PROFILE_OUT \
+         -u KLARAPTOR_PROFILE_PLAN KLARAPTOR_DISABLE=1 \
+         timeout -k 5 "$limit" sh -c "$cmd" > "$dir/default.out" 2> "$dir/default.err")
+      rc2=$?
+      rc="$rc1,$rc2"
+      gpu=$(kltime_gpu_s "$dir/model.out" "$dir/default.out")
+      ;;
+  esac
+  wall=$(since "$js")
+  printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$rc" "$wall" "$gpu" "$est" >> "$ph/summary.tsv"
+  # A recipe run exits 1 when its own check fails under the sweep (accumulating kernels run
+  # once per shape): that is expected, the records are what counts.
+  ok=0
+  case "$PHASE:$rc" in profile:0|profile:1|exhaustive:0|choice:0,0) ok=1 ;; esac
+  if [ $ok -eq 1 ]; then n_ok=$((n_ok + 1)); else n_fail=$((n_fail + 1)); failed="$failed $id(rc=$rc)"; fi
+  note=""
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && note=" TIMEOUT after ${limit} s"
+  printf '[%6.1f s] %-10s %-16s rc=%-5s wall %6.2f s (est %5s) kernels %7.3f s%s\n' \
+    "$(since "$t0")" "$PHASE" "$id" "$rc" "$wall" "$est" "$gpu" "$note"
+  if [ $ok -eq 0 ]; then
+    for f in "$dir"/*.err "$dir/stderr.txt"; do [ -s "$f" ] && tail -n 3 "$f" | sed 's/^/    /'; done
+  fi
+  # The first exhaustive records must be time-only: counters mean the collector ignored
+  # KLARAPTOR_COLLECT_TIME_ONLY and every later sweep would run the profiler's passes.
+  if [ "$PHASE" = exhaustive ] && [ $checked -eq 0 ] && ls "$dir/records/"*.jsonl > /dev/null 2>&1; then
+    checked=1
+    if grep -h -o '"inst_executed":[0-9]*' "$dir/records/"*.jsonl | grep -q -v ':0$'; then
+      echo "device.sh: the records of $id hold counters: the collector did not honour KLARAPTOR_COLLECT_TIME_ONLY=1; stopping" >&2
+      exit 3
+    fi
+  fi
+done < "$jobs_txt"
+
+total=$(since "$t0")
+est_total=$(awk -F'\t' -v p="$PHASE" '$1 == p { s += $4 } END { printf "%.0f", s }' "$jobs_txt")
+echo "$PHASE: $n_ok ok, $n_fail failed, $n_skip skipped; ${total} s in all (jobs.txt estimates ${est_total} s for the whole phase)"
+[ -n "$failed" ] && echo "failed:$failed"
+[ -n "$skipped" ] && echo "skipped (run again with JOBS='^(...)$' to do them):$skipped"
+echo "results under $ph"
+[ $n_fail -eq 0 ]

@@ -1,0 +1,494 @@
+//! Readers for what the GPU machine leaves (bench/accuracy/device.sh) and what the build
+//! machine keeps in the study directory.
+//!
+//! ```text
+//! <device>/<phase>/env.txt          nvidia-smi line, nvcc --version, date (klaraptor import's format)
+//! <device>/<phase>/summary.tsv      id, rc, wall_s, gpu_s, est_s per job
+//! <device>/profile/<p>/run<i>/records/           the collector's records (kernels.tsv, <stem>.jsonl)
+//! <device>/exhaustive/<p>/x<k>/records/          the time-only sweeps, same format
+//! <device>/exhaustive/<p>/x<k>/stdout.txt        the variant's own KL_TIME/KL_OCC lines
+//! <device>/choice/<p>/x<k>/model.log             KLARAPTOR_LOG of the instrumented build
+//! <device>/choice/<p>/x<k>/model.out, default.out   its --time 5 output, with and without
+//!                                                   KLARAPTOR_DISABLE=1
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use klaraptor_profiler::record::Sample;
+
+/// The machine a phase ran on (env.txt).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Env {
+    pub gpu: String,
+    pub uuid: String,
+    pub cc: String,
+    pub driver: String,
+    /// "13.0, V13.0.88" from nvcc's "release" line.
+    pub cuda: String,
+    /// ISO 8601 UTC, e.g. 2026-11-23T10:00:00Z.
+    pub date: String,
+}
+
+impl Env {
+    /// YYYY-MM-DD of the date.
+    pub fn day(&self) -> &str {
+        self.date.get(..10).unwrap_or(&self.date)
+    }
+}
+
+pub fn read_env(path: &Path) -> Result<Env> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse_env(&text).with_context(|| format!("in {}", path.display()))
+}
+
+pub fn parse_env(text: &str) -> Result<Env> {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("");
+    let f: Vec<&str> = first.split(',').map(str::trim).collect();
+    if f.len() < 4 {
+        bail!(
+            "the first line should be `nvidia-smi --query-gpu=name,uuid,compute_cap,\
+             driver_version --format=csv,noheader`, not {first:?}"
+        );
+    }
+    let mut env = Env {
+        gpu: f[0].into(),
+        uuid: f[1].into(),
+        cc: f[2].into(),
+        driver: f[3].into(),
+        ..Env::default()
+    };
+    for l in lines {
+        let l = l.trim();
+        if let Some(v) = l.split("release ").nth(1) {
+            env.cuda = v.trim().to_string();
+        } else if l.len() == 20 && l.ends_with('Z') && l.as_bytes()[10] == b'T' {
+            env.date = l.to_string();
+        }
+    }
+    if env.date.is_empty() {
+        bail!("no date line (date -u +%Y-%m-%dT%H:%M:%SZ)");
+    }
+    Ok(env)
+}
+
+/// One line of a phase's summary.tsv.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryRow {
+    pub id: String,
+    /// Exit status(es) as device.sh wrote them ("0", "124", "0,0" for the two choice runs,
+    /// "skipped").
+    pub rc: String,
+    pub wall_s: f64,
+    /// Kernel time the job measured (sum over its timed and warm-up launches), seconds.
+    pub gpu_s: f64,
+    pub est_s: f64,
+}
+
+impl SummaryRow {
+    pub fn ran(&self) -> bool {
+        self.rc != "skipped"
+    }
+}
+
+pub fn read_summary(path: &Path) -> Result<Vec<SummaryRow>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.starts_with('#') || l.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split('\t').collect();
+        let num = |s: &str| -> Result<f64> {
+            s.trim()
+                .parse::<f64>()
+                .with_context(|| format!("{}:{}: {s:?} is not a number", path.display(), i + 1))
+        };
+        if f.len() < 5 {
+            bail!(
+                "{}:{}: expected id, rc, wall_s, gpu_s, est_s (tab-separated)",
+                path.display(),
+                i + 1
+            );
+        }
+        out.push(SummaryRow {
+            id: f[0].into(),
+            rc: f[1].into(),
+            wall_s: num(f[2])?,
+            gpu_s: num(f[3])?,
+            est_s: num(f[4])?,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_block(s: &str) -> Option<[u32; 3]> {
+    let v: Vec<u32> = s
+        .split('x')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    match v[..] {
+        [x] => Some([x, 1, 1]),
+        [x, y] => Some([x, y, 1]),
+        [x, y, z] => Some([x, y, z]),
+        _ => None,
+    }
+}
+
+fn field<'a>(tok: &'a str, key: &str) -> Option<&'a str> {
+    tok.strip_prefix(key)?.strip_prefix('=')
+}
+
+/// `KL_TIME <kernel> <d1>x<d2>... median_ms=<t> block=<bx>x<by>x<bz> launches=<k>`
+#[derive(Debug, Clone, PartialEq)]
+pub struct KlTime {
+    pub kernel: String,
+    pub dims: Vec<i64>,
+    pub median_ms: f64,
+    pub block: [u32; 3],
+    pub launches: u64,
+}
+
+/// `None` for a line that is not a KL_TIME line.
+pub fn parse_kl_time(line: &str) -> Option<Result<KlTime>> {
+    let rest = line.strip_prefix("KL_TIME ")?;
+    Some(
+        (|| -> Result<KlTime> {
+            let t: Vec<&str> = rest.split_whitespace().collect();
+            if t.len() != 5 {
+                bail!("expected `KL_TIME <kernel> <dims> median_ms=… block=… launches=…`");
+            }
+            let dims = t[1]
+                .split('x')
+                .map(|d| d.parse::<i64>())
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("dims {:?}", t[1]))?;
+            let median_ms = field(t[2], "median_ms")
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("median_ms in {:?}", t[2]))?;
+            let block = field(t[3], "block")
+                .and_then(parse_block)
+                .with_context(|| format!("block in {:?}", t[3]))?;
+            let launches = field(t[4], "launches")
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("launches in {:?}", t[4]))?;
+            Ok(KlTime {
+                kernel: t[0].into(),
+                dims,
+                median_ms,
+                block,
+                launches,
+            })
+        })()
+        .with_context(|| format!("in the line {line:?}")),
+    )
+}
+
+/// `KL_OCC <kernel> block=<n> min_grid=<g>`
+#[derive(Debug, Clone, PartialEq)]
+pub struct KlOcc {
+    pub kernel: String,
+    pub block: u32,
+    pub min_grid: u32,
+}
+
+pub fn parse_kl_occ(line: &str) -> Option<Result<KlOcc>> {
+    let rest = line.strip_prefix("KL_OCC ")?;
+    Some(
+        (|| -> Result<KlOcc> {
+            let t: Vec<&str> = rest.split_whitespace().collect();
+            if t.len() != 3 {
+                bail!("expected `KL_OCC <kernel> block=<n> min_grid=<g>`");
+            }
+            Ok(KlOcc {
+                kernel: t[0].into(),
+                block: field(t[1], "block")
+                    .and_then(|v| v.parse().ok())
+                    .context("block=")?,
+                min_grid: field(t[2], "min_grid")
+                    .and_then(|v| v.parse().ok())
+                    .context("min_grid=")?,
+            })
+        })()
+        .with_context(|| format!("in the line {line:?}")),
+    )
+}
+
+/// The KL_TIME and KL_OCC lines of a program's output.
+#[derive(Debug, Clone, Default)]
+pub struct TimingOutput {
+    pub times: Vec<KlTime>,
+    pub occ: Vec<KlOcc>,
+}
+
+impl TimingOutput {
+    pub fn time_of(&self, kernel: &str, dims: &[i64]) -> Option<&KlTime> {
+        self.times
+            .iter()
+            .find(|t| t.kernel == kernel && t.dims == dims)
+    }
+    pub fn occ_of(&self, kernel: &str) -> Option<&KlOcc> {
+        self.occ.iter().find(|o| o.kernel == kernel)
+    }
+}
+
+pub fn read_timing_output(path: &Path) -> Result<TimingOutput> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = TimingOutput::default();
+    for (i, l) in text.lines().enumerate() {
+        let at = || format!("{}:{}", path.display(), i + 1);
+        if let Some(t) = parse_kl_time(l) {
+            out.times.push(t.with_context(at)?);
+        } else if let Some(o) = parse_kl_occ(l) {
+            out.occ.push(o.with_context(at)?);
+        }
+    }
+    Ok(out)
+}
+
+/// One decision line of `KLARAPTOR_LOG` (runtime-shim/src/klaraptor_rt.c, log_decision):
+/// `klaraptor: <kernel> L=v… block=AxBxC grid=AxBxC source=<text> device=<i>:<name>
+/// [program_block=AxBxC]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub kernel: String,
+    pub data: Vec<(String, i64)>,
+    pub block: [u32; 3],
+    pub grid: [u32; 3],
+    /// "model predicted_us=…", "program", "forced", "fallback: …".
+    pub source: String,
+    pub predicted_us: Option<f64>,
+    pub device: String,
+    /// The program's own block, when the launch was rewritten.
+    pub program_block: Option<[u32; 3]>,
+}
+
+impl Decision {
+    pub fn from_model(&self) -> bool {
+        self.source == "model" || self.source.starts_with("model ")
+    }
+    pub fn sizes(&self) -> Vec<i64> {
+        self.data.iter().map(|(_, v)| *v).collect()
+    }
+}
+
+/// `None` for a line that is not a decision (other log lines: unknown kernels, memo full).
+pub fn parse_decision(line: &str) -> Option<Result<Decision>> {
+    let rest = line.strip_prefix("klaraptor: ")?;
+    if !rest.contains(" block=") || !rest.contains(" source=") {
+        return None;
+    }
+    Some(
+        (|| -> Result<Decision> {
+            let (head, tail) = rest.split_once(" source=").context("no source=")?;
+            let mut toks = head.split_whitespace();
+            let kernel = toks.next().context("no kernel")?.to_string();
+            let mut data = Vec::new();
+            let (mut block, mut grid) = (None, None);
+            for t in toks {
+                let (k, v) = t.split_once('=').with_context(|| format!("token {t:?}"))?;
+                match k {
+                    "block" => block = parse_block(v),
+                    "grid" => grid = parse_block(v),
+                    _ => data.push((
+                        k.to_string(),
+                        v.parse::<i64>()
+                            .with_context(|| format!("data value {t:?}"))?,
+                    )),
+                }
+            }
+            let (tail, program_block) = match tail.rsplit_once(" program_block=") {
+                Some((t, pb)) => (t, Some(parse_block(pb.trim()).context("program_block")?)),
+                None => (tail, None),
+            };
+            let (source, device) = tail.rsplit_once(" device=").context("no device=")?;
+            let predicted_us = source
+                .strip_prefix("model predicted_us=")
+                .and_then(|v| v.trim().parse::<f64>().ok());
+            Ok(Decision {
+                kernel,
+                data,
+                block: block.context("no block=")?,
+                grid: grid.context("no grid=")?,
+                source: source.to_string(),
+                predicted_us,
+                device: device.trim().to_string(),
+                program_block,
+            })
+        })()
+        .with_context(|| format!("in the log line {line:?}")),
+    )
+}
+
+pub fn read_decisions(path: &Path) -> Result<Vec<Decision>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if let Some(d) = parse_decision(l) {
+            out.push(d.with_context(|| format!("{}:{}", path.display(), i + 1))?);
+        }
+    }
+    Ok(out)
+}
+
+/// The samples one kernel got in one records directory.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// The kernel's id (mangled name) and source name, from kernels.tsv.
+    pub id: String,
+    pub name: String,
+    pub samples: Vec<Sample>,
+}
+
+/// Every kernel's samples in a records directory (the profiling runtime's layout:
+/// `kernels.tsv` with `<stem> TAB <id> TAB <name>` lines, `<stem>.jsonl` per kernel).
+pub fn read_records(dir: &Path) -> Result<Vec<Sweep>> {
+    let index = dir.join("kernels.tsv");
+    let text = match std::fs::read_to_string(&index) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", index.display())),
+    };
+    let mut by_stem: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split('\t').collect();
+        if f.len() < 3 {
+            bail!(
+                "{}:{}: expected <stem> TAB <id> TAB <name>",
+                index.display(),
+                i + 1
+            );
+        }
+        by_stem.insert(f[0].into(), (f[1].into(), f[2].into()));
+    }
+    let mut out = Vec::new();
+    for (stem, (id, name)) in by_stem {
+        let path = dir.join(format!("{stem}.jsonl"));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let mut samples = Vec::new();
+        for (i, l) in text.lines().enumerate() {
+            if l.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Sample>(l) {
+                Ok(s) => samples.push(s),
+                // A run killed by its timeout can leave half a line at the end.
+                Err(_) if i + 1 == text.lines().count() && !text.ends_with('\n') => {}
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("{}:{}: not a sample", path.display(), i + 1))
+                }
+            }
+        }
+        out.push(Sweep { id, name, samples });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_lines() {
+        let e = parse_env(
+            "NVIDIA H200, GPU-85849941-3ec6-b15c-b8d9-73421661c834, 9.0, 580.159.04\n\
+             nvcc: NVIDIA (R) Cuda compiler driver\n\
+             Cuda compilation tools, release 13.0, V13.0.88\n\
+             Build cuda_13.0.r13.0/compiler.36424714_0\n\
+             2026-11-23T10:11:12Z\n",
+        )
+        .unwrap();
+        assert_eq!(e.gpu, "NVIDIA H200");
+        assert_eq!(e.cc, "9.0");
+        assert_eq!(e.driver, "580.159.04");
+        assert_eq!(e.cuda, "13.0, V13.0.88");
+        assert_eq!(e.day(), "2026-11-23");
+        assert!(parse_env("NVIDIA H200\n2026-11-23T10:11:12Z\n").is_err());
+        assert!(parse_env("a, b, c, d\n").is_err());
+    }
+
+    #[test]
+    fn kl_time_and_occ() {
+        let t =
+            parse_kl_time("KL_TIME gemm 1000x1000x1000 median_ms=0.412000 block=32x8x1 launches=1")
+                .unwrap()
+                .unwrap();
+        assert_eq!(t.kernel, "gemm");
+        assert_eq!(t.dims, [1000, 1000, 1000]);
+        assert_eq!(t.median_ms, 0.412);
+        assert_eq!(t.block, [32, 8, 1]);
+        assert_eq!(t.launches, 1);
+        assert!(parse_kl_time("KL_TIMEX").is_none());
+        assert!(
+            parse_kl_time("KL_TIME gemm 1000 median_ms=x block=1x1x1 launches=1")
+                .unwrap()
+                .is_err()
+        );
+        let o = parse_kl_occ("KL_OCC gemm block=768 min_grid=264")
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.block, o.min_grid), (768, 264));
+        assert!(parse_kl_occ("KL_OCC gemm block=768").unwrap().is_err());
+    }
+
+    #[test]
+    fn decisions() {
+        let d = parse_decision(
+            "klaraptor: gemm NI=1000 NJ=1000 NK=1000 block=64x4x1 grid=16x250x1 source=model \
+             predicted_us=388 device=0:NVIDIA H200 program_block=32x8x1",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(d.kernel, "gemm");
+        assert_eq!(d.sizes(), [1000, 1000, 1000]);
+        assert_eq!(d.data[1].0, "NJ");
+        assert_eq!(d.block, [64, 4, 1]);
+        assert_eq!(d.grid, [16, 250, 1]);
+        assert!(d.from_model());
+        assert_eq!(d.predicted_us, Some(388.0));
+        assert_eq!(d.device, "0:NVIDIA H200");
+        assert_eq!(d.program_block, Some([32, 8, 1]));
+        let f = parse_decision(
+            "klaraptor: mvt_x1 N=5000 block=256x1x1 grid=20x1x1 source=fallback: no model for \
+             this device (the model is for NVIDIA H100) device=0:NVIDIA H200",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!f.from_model());
+        assert!(f.source.starts_with("fallback: no model"));
+        assert_eq!(f.program_block, None);
+        assert!(parse_decision("klaraptor: the memo is full: later decisions are made").is_none());
+    }
+
+    #[test]
+    fn summary_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("summary.tsv");
+        std::fs::write(
+            &p,
+            "# id\trc\twall_s\tgpu_s\test_s\ngemm/x1\t0\t2.5\t1.25\t2.6\ngemm/x2\tskipped\t0\t0\t2.7\n",
+        )
+        .unwrap();
+        let r = read_summary(&p).unwrap();
+        assert_eq!(r.len(), 2);
+        assert!(r[0].ran() && !r[1].ran());
+        assert_eq!(r[0].gpu_s, 1.25);
+        std::fs::write(&p, "gemm/x1\t0\tslow\t1\t1\n").unwrap();
+        let e = format!("{:#}", read_summary(&p).unwrap_err());
+        assert!(e.contains("summary.tsv:1") && e.contains("\"slow\""), "{e}");
+    }
+}

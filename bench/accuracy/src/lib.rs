@@ -1,0 +1,131 @@
+//! The accuracy study of klaraptor on the PolyBench samples (issue #7, "the proof").
+//!
+//! `accuracy-report jobs` turns `sizes.toml` and the profiling variants that
+//! `bench/accuracy/prepare.sh` built into the GPU machine's job list; `bench/accuracy/device.sh`
+//! runs it there; `accuracy-report report` reads what came back and writes, into
+//! `bench/results/`, the records (`accuracy-<gpu>-<date>.json`), the report
+//! (`accuracy-<gpu>-<date>.md`) and two charts. See bench/accuracy/README.md.
+
+pub mod charts;
+pub mod inputs;
+pub mod jobs;
+pub mod report;
+pub mod sizes;
+pub mod study;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// The kernels the shapes chart shows by default (those of the paper's Fig. 4, and a 2-D
+/// one).
+pub const SHAPE_KERNELS: [&str; 4] = ["atax_ax", "corr_matrix", "gs_update", "gemm"];
+
+/// The files a report wrote.
+#[derive(Debug)]
+pub struct Written {
+    pub json: PathBuf,
+    pub markdown: PathBuf,
+    pub charts: Vec<PathBuf>,
+    pub cases: usize,
+}
+
+/// "NVIDIA H200" → "h200".
+pub fn gpu_tag(name: &str) -> String {
+    let n = name.trim();
+    let n = n.strip_prefix("NVIDIA ").unwrap_or(n);
+    let mut out: String = n
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while out.contains("--") {
+        out = out.replace("--", "-");
+    }
+    let out = out.trim_matches('-').to_string();
+    if out.is_empty() {
+        "gpu".into()
+    } else {
+        out
+    }
+}
+
+/// Reads the study and the device output, writes the records, the report and the charts
+/// into `out`.
+pub fn report(
+    paths: &study::Paths,
+    sizes: &sizes::Sizes,
+    out: &Path,
+    date: Option<&str>,
+    shape_kernels: &[String],
+) -> Result<Written> {
+    let st = study::Study::load(paths, sizes)?;
+    let env = st.main_env().cloned().unwrap_or_default();
+    let stem = format!(
+        "accuracy-{}-{}",
+        gpu_tag(&env.gpu),
+        date.unwrap_or_else(|| env.day())
+    );
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let json = out.join(format!("{stem}.json"));
+    let recs = report::records(&st);
+    std::fs::write(&json, serde_json::to_string_pretty(&recs)? + "\n")
+        .with_context(|| format!("writing {}", json.display()))?;
+    let ratios = out.join(format!("{stem}-ratios.svg"));
+    charts::ratio_chart(
+        &st,
+        &ratios,
+        &format!(
+            "klaraptor, default and occupancy shapes against the optimum, {}, largest size per kernel",
+            env.gpu
+        ),
+    )?;
+    let shapes = out.join(format!("{stem}-shapes.svg"));
+    let shown = charts::shapes_chart(
+        &st,
+        &shapes,
+        shape_kernels,
+        &format!(
+            "Predicted and measured time over the block shapes, {}",
+            env.gpu
+        ),
+    )?;
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    let mut chart_links = vec![(
+        "ratios per kernel (Fig. 1 of the KLARAPTOR paper)".to_string(),
+        name(&ratios),
+    )];
+    if shown > 0 {
+        chart_links.push((
+            "predicted against measured time over the shapes (Fig. 4 of the paper)".into(),
+            name(&shapes),
+        ));
+    }
+    let md = out.join(format!("{stem}.md"));
+    std::fs::write(&md, report::markdown(&st, &name(&json), &chart_links))
+        .with_context(|| format!("writing {}", md.display()))?;
+    Ok(Written {
+        json,
+        markdown: md,
+        charts: vec![ratios, shapes],
+        cases: st.cases.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn gpu_tags() {
+        assert_eq!(super::gpu_tag("NVIDIA H200"), "h200");
+        assert_eq!(
+            super::gpu_tag("NVIDIA GeForce RTX 4090"),
+            "geforce-rtx-4090"
+        );
+        assert_eq!(super::gpu_tag(""), "gpu");
+    }
+}

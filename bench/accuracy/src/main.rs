@@ -1,0 +1,123 @@
+//! `accuracy-report`: the job list for the GPU machine, and the report from what it measured.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use klaraptor_accuracy::{jobs, sizes::Sizes, study::Paths};
+
+#[derive(Parser)]
+#[command(
+    name = "accuracy-report",
+    version,
+    about = "klaraptor's accuracy study on the PolyBench samples (bench/accuracy/README.md)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write <study>/jobs.txt and the plans it names, from sizes.toml and the profiling
+    /// variants prepare.sh built into <study>/<program>/.
+    Jobs {
+        #[arg(long, default_value = ".dev/study")]
+        study: PathBuf,
+        #[arg(long, default_value = "bench/accuracy/sizes.toml")]
+        sizes: PathBuf,
+        /// Only these programs (default: every program of sizes.toml).
+        #[arg(long = "program", value_name = "PROGRAM")]
+        programs: Vec<String>,
+    },
+    /// Read the device output (device.sh's $OUT, unpacked) and the study directory; write
+    /// accuracy-<gpu>-<date>.{json,md} and two SVG charts into --out.
+    Report {
+        /// The unpacked device output: profile/, exhaustive/, choice/.
+        #[arg(long)]
+        device: PathBuf,
+        #[arg(long, default_value = ".dev/study")]
+        study: PathBuf,
+        #[arg(long, default_value = "bench/accuracy/sizes.toml")]
+        sizes: PathBuf,
+        #[arg(long, default_value = "bench/results")]
+        out: PathBuf,
+        /// The date in the file names (default: the exhaustive phase's, from its env.txt).
+        #[arg(long)]
+        date: Option<String>,
+        /// Kernels for the predicted-against-measured chart.
+        #[arg(long, value_delimiter = ',')]
+        shape_kernels: Option<Vec<String>>,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("accuracy-report: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Cmd::Jobs {
+            study,
+            sizes,
+            programs,
+        } => {
+            let s = Sizes::load(&sizes)?;
+            let w = jobs::write(&study, &s, &programs)?;
+            println!(
+                "{}: {} programs; jobs: profile {} (~{:.0} s), exhaustive {} (~{:.0} s), \
+                 choice {} (~{:.0} s)",
+                w.jobs_txt.display(),
+                w.programs,
+                w.jobs[0],
+                w.est_s[0],
+                w.jobs[1],
+                w.est_s[1],
+                w.jobs[2],
+                w.est_s[2]
+            );
+            Ok(())
+        }
+        Cmd::Report {
+            device,
+            study,
+            sizes,
+            out,
+            date,
+            shape_kernels,
+        } => {
+            let s = Sizes::load(&sizes)?;
+            let kernels = shape_kernels.unwrap_or_else(|| {
+                klaraptor_accuracy::SHAPE_KERNELS
+                    .iter()
+                    .map(|k| k.to_string())
+                    .collect()
+            });
+            let w = klaraptor_accuracy::report(
+                &Paths { study, device },
+                &s,
+                &out,
+                date.as_deref(),
+                &kernels,
+            )?;
+            println!(
+                "{} cases: {}, {}, {}",
+                w.cases,
+                w.markdown.display(),
+                w.json.display(),
+                w.charts
+                    .iter()
+                    .map(|c| c.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,540 @@
+//! The study's outputs: the JSON records, the markdown report.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::study::{self, Case, Method, Study};
+
+/// One record of `accuracy-<gpu>-<date>.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub program: String,
+    pub kernel: String,
+    /// Data parameter → value (the kernel's annotation labels).
+    pub sizes: serde_json::Map<String, serde_json::Value>,
+    pub method: &'static str,
+    pub block: Option<[u32; 3]>,
+    /// The exhaustive sweep's median time of `block` (null: not measured).
+    pub time_ms: Option<f64>,
+    /// The rational program's prediction for `block`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_ms: Option<f64>,
+    /// optimum time / time.
+    pub ratio: Option<f64>,
+    /// Where the shape came from and how it was timed.
+    pub how: String,
+    /// The harness's KL_TIME median of the run that used this shape, and its launch count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub harness_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub harness_launches: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flag: Option<String>,
+    /// The exhaustive job (`<program>/x<k>` of sizes.toml).
+    pub job: String,
+}
+
+pub fn records(st: &Study) -> Vec<Record> {
+    let mut out = Vec::new();
+    for c in &st.cases {
+        let mut sizes = serde_json::Map::new();
+        for (l, v) in c.labels.iter().zip(&c.sizes) {
+            sizes.insert(l.clone(), serde_json::Value::from(*v));
+        }
+        for m in Method::ALL {
+            let Some(p) = c.picks.get(&m) else { continue };
+            out.push(Record {
+                program: c.program.clone(),
+                kernel: c.kernel.clone(),
+                sizes: sizes.clone(),
+                method: m.as_str(),
+                block: p.block,
+                time_ms: p.time_ms,
+                predicted_ms: p.predicted_ms,
+                ratio: p.ratio,
+                how: p.how.clone(),
+                harness_ms: p.harness_ms,
+                harness_launches: p.harness_launches,
+                flag: p.flag.clone(),
+                job: c.job.clone(),
+            });
+        }
+    }
+    out
+}
+
+fn shape(b: Option<[u32; 3]>) -> String {
+    match b {
+        Some([x, y, 1]) if y != 1 => format!("{x}×{y}"),
+        Some([x, 1, 1]) => format!("{x}"),
+        Some([x, y, z]) => format!("{x}×{y}×{z}"),
+        None => "–".into(),
+    }
+}
+
+fn ratio_cell(c: &Case, m: Method) -> String {
+    let p = c.picks.get(&m);
+    match p {
+        Some(p) => {
+            let r = p
+                .ratio
+                .map(|r| format!("{r:.2}"))
+                .unwrap_or_else(|| "–".into());
+            let mark = if p.flag.is_some() { "*" } else { "" };
+            format!("{} {r}{mark}", shape(p.block))
+        }
+        None => "–".into(),
+    }
+}
+
+fn sizes_cell(c: &Case) -> String {
+    format!("{} = {}", c.labels.join("×"), c.sizes_text())
+}
+
+fn tick(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "**not met**"
+    }
+}
+
+/// The rank (1 = first) of the measured optimum in the predicted order.
+pub fn optimum_rank(c: &Case) -> Option<usize> {
+    let best = c.picks.get(&Method::Optimum)?.block?;
+    let pb = *c.predicted.get(&best)?;
+    Some(c.predicted.values().filter(|&&v| v < pb).count() + 1)
+}
+
+/// The markdown report. `files` are the chart and JSON file names, for links.
+pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> String {
+    let mut s = String::new();
+    let env = st.main_env().cloned().unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "# Accuracy of klaraptor's launch choice: PolyBench samples on {}, {}\n",
+        env.gpu,
+        env.day()
+    );
+    let _ = writeln!(
+        s,
+        "GPU: {} ({}, compute capability {}), driver {}, CUDA {}.",
+        env.gpu, env.uuid, env.cc, env.driver, env.cuda
+    );
+    let phases: Vec<String> = st
+        .env
+        .iter()
+        .map(|(p, e)| format!("{p} {}", e.date))
+        .collect();
+    let _ = writeln!(s, "Phases run (UTC): {}.", phases.join(", "));
+    if let Some(b) = &st.build_info {
+        let _ = writeln!(s, "Build: {}.", b.replace('\n', "; "));
+    }
+    let _ = writeln!(
+        s,
+        "Records: [`{json_name}`]({json_name}); written by `accuracy-report` \
+         (bench/accuracy). Method and rules: [below](#how-each-method-was-timed).\n"
+    );
+
+    // Summary.
+    let _ = writeln!(s, "## Summary\n");
+    let _ = writeln!(
+        s,
+        "Ratio = time of the optimal shape / time of the method's shape, both from the same \
+         exhaustive sweep (1 = optimal). Over {} kernel × size cases ({} kernels):\n",
+        st.cases.len(),
+        st.criteria.len()
+    );
+    let _ = writeln!(
+        s,
+        "| method | cases | geometric mean | minimum | share ≥ 0.90 | cases < 0.80 |"
+    );
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    let mut all = std::collections::BTreeMap::new();
+    for m in Method::COMPARED {
+        let r = st.ratios(m);
+        if let Some(x) = study::stats(&r) {
+            all.insert(m, x);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.3} | {:.3} | {:.0} % | {} |",
+                m.as_str(),
+                x.n,
+                x.geomean,
+                x.min,
+                100.0 * x.share_ge_090,
+                x.below_080
+            );
+        } else {
+            let _ = writeln!(s, "| {} | 0 | – | – | – | – |", m.as_str());
+        }
+    }
+    let common: Vec<(Method, Option<study::Stats>)> = Method::COMPARED
+        .iter()
+        .map(|&m| (m, study::stats(&st.ratios_common(m))))
+        .collect();
+    if let Some((_, Some(first))) = common.first() {
+        let parts: Vec<String> = common
+            .iter()
+            .filter_map(|(m, x)| x.map(|x| format!("{} {:.3}", m.as_str(), x.geomean)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nOn the {} cases where all three methods have a ratio, the geometric means are: {}.",
+            first.n,
+            parts.join(", ")
+        );
+    }
+    let k = all.get(&Method::Klaraptor);
+    let gm = |m: Method| {
+        common
+            .iter()
+            .find(|(x, _)| *x == m)
+            .and_then(|(_, x)| x.map(|x| x.geomean))
+    };
+    let _ = writeln!(s, "\nTargets of the issue (#7):\n");
+    let _ = writeln!(
+        s,
+        "- geometric mean ≥ 0.95: {}",
+        k.map(|x| format!("{:.3}, {}", x.geomean, tick(x.geomean >= 0.95)))
+            .unwrap_or_else(|| "no data".into())
+    );
+    let _ = writeln!(
+        s,
+        "- no case below 0.80: {}",
+        k.map(|x| format!("minimum {:.3}, {}", x.min, tick(x.below_080 == 0)))
+            .unwrap_or_else(|| "no data".into())
+    );
+    for other in [Method::Default, Method::Occupancy] {
+        let _ = writeln!(
+            s,
+            "- better than {} (geometric mean on the common cases): {}",
+            other.as_str(),
+            match (gm(Method::Klaraptor), gm(other)) {
+                (Some(a), Some(b)) => format!("{a:.3} vs {b:.3}, {}", tick(a > b)),
+                _ => "no data".into(),
+            }
+        );
+    }
+    let rhos: Vec<f64> = st.cases.iter().filter_map(|c| c.spearman).collect();
+    if !rhos.is_empty() {
+        let mut v = rhos.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        let _ = writeln!(
+            s,
+            "\nSpearman's ρ between predicted and measured time over the shapes: median {:.2} \
+             over {} cases, {:.0} % of them ≥ 0.8, minimum {:.2}.",
+            v[v.len() / 2],
+            v.len(),
+            100.0 * v.iter().filter(|&&r| r >= 0.8).count() as f64 / v.len() as f64,
+            v[0]
+        );
+    }
+    if !charts.is_empty() {
+        let _ = writeln!(s);
+        for (title, file) in charts {
+            let _ = writeln!(s, "![{title}]({file})\n");
+        }
+    }
+
+    // Per case.
+    let _ = writeln!(s, "## Per kernel and size\n");
+    let _ = writeln!(
+        s,
+        "Each method cell: its shape (bx×by, or bx for 1-D) and its ratio; * marks a flag \
+         (listed under [Flags](#flags-and-warnings)). ρ: Spearman over the shapes.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| program | kernel | sizes | shapes | optimum | klaraptor | default | occupancy | ρ |"
+    );
+    let _ = writeln!(
+        s,
+        "| --- | --- | --- | ---: | --- | --- | --- | --- | ---: |"
+    );
+    for c in &st.cases {
+        let o = c.picks.get(&Method::Optimum);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {}/{} | {} {} | {} | {} | {} | {} |",
+            c.program,
+            c.kernel,
+            sizes_cell(c),
+            c.measured.len(),
+            c.candidates,
+            shape(o.and_then(|p| p.block)),
+            o.and_then(|p| p.time_ms)
+                .map(|t| format!("{t:.4} ms"))
+                .unwrap_or_else(|| "–".into()),
+            ratio_cell(c, Method::Klaraptor),
+            ratio_cell(c, Method::Default),
+            ratio_cell(c, Method::Occupancy),
+            c.spearman
+                .map(|r| format!("{r:.2}"))
+                .unwrap_or_else(|| "–".into())
+        );
+    }
+
+    // Spearman.
+    let _ = writeln!(s, "\n## Predicted against measured time over the shapes\n");
+    let _ = writeln!(
+        s,
+        "ρ: Spearman's rank correlation between the rational program's predicted time and the \
+         measured time, over the shapes measured at that size (ties share their average rank). \
+         Rank of the optimum: where the measured optimum stands in the predicted order (1 = the \
+         model ranks it first).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| program | kernel | sizes | shapes | ρ | rank of the optimum |"
+    );
+    let _ = writeln!(s, "| --- | --- | --- | ---: | ---: | ---: |");
+    for c in &st.cases {
+        let n = c
+            .measured
+            .keys()
+            .filter(|b| c.predicted.contains_key(*b))
+            .count();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            c.program,
+            c.kernel,
+            sizes_cell(c),
+            n,
+            c.spearman
+                .map(|r| format!("{r:.3}"))
+                .unwrap_or_else(|| "–".into()),
+            optimum_rank(c)
+                .map(|r| format!("{r} of {}", c.predicted.len()))
+                .unwrap_or_else(|| "–".into())
+        );
+    }
+
+    // Harness cross-check.
+    let _ = writeln!(s, "\n## Sweep against harness timing\n");
+    let _ = writeln!(
+        s,
+        "The klaraptor and default runs time their shape with the sample's own harness \
+         (`--time 5`: one warm-up, the median of five launches). Where the site is a single \
+         launch, that median should match the sweep's time of the same shape.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| program | kernel | sizes | method | shape | sweep ms | harness ms | harness / sweep |"
+    );
+    let _ = writeln!(s, "| --- | --- | --- | --- | --- | ---: | ---: | ---: |");
+    let mut far = 0;
+    let mut compared = 0;
+    for c in &st.cases {
+        for m in [Method::Klaraptor, Method::Default] {
+            let Some(p) = c.picks.get(&m) else { continue };
+            if let (Some(t), Some(h), Some(1)) = (p.time_ms, p.harness_ms, p.harness_launches) {
+                compared += 1;
+                let q = h / t;
+                if !(0.8..=1.25).contains(&q) {
+                    far += 1;
+                }
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.2} |",
+                    c.program,
+                    c.kernel,
+                    sizes_cell(c),
+                    m.as_str(),
+                    shape(p.block),
+                    t,
+                    h,
+                    q
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n{compared} single-launch sites compared; {far} differ by more than a factor 1.25."
+    );
+
+    // Cost.
+    let _ = writeln!(
+        s,
+        "\n## Build-time cost: klaraptor against an exhaustive search\n"
+    );
+    let _ = writeln!(
+        s,
+        "klaraptor's cost is paid once per kernel and device, at build time: the profile runs \
+         (the recipe commands under the full collector: every planned shape at the small \
+         profile sizes, with hardware counters) and the fit (the model link's time minus the \
+         plain link's, on the build machine: fitting, code generation, compiling the rational \
+         programs). It then covers every data size. The exhaustive search is paid again at \
+         every new data size; here it ran once per study size. Wall time includes process \
+         start and input generation; GPU time sums the timed and warm-up launches the \
+         collector measured.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| program | profile runs | profile wall s | profile GPU s | fit s | exhaustive runs | exhaustive wall s | exhaustive GPU s |"
+    );
+    let _ = writeln!(
+        s,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let mut tot = study::Cost::default();
+    let mut fit_all = Some(0.0);
+    for c in &st.costs {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.2} | {} | {} | {:.1} | {:.2} |",
+            c.program,
+            c.profile_runs,
+            c.profile_wall_s,
+            c.profile_gpu_s,
+            c.fit_s
+                .map(|f| format!("{f:.1}"))
+                .unwrap_or_else(|| "–".into()),
+            c.exhaustive_runs,
+            c.exhaustive_wall_s,
+            c.exhaustive_gpu_s
+        );
+        tot.profile_runs += c.profile_runs;
+        tot.profile_wall_s += c.profile_wall_s;
+        tot.profile_gpu_s += c.profile_gpu_s;
+        tot.exhaustive_runs += c.exhaustive_runs;
+        tot.exhaustive_wall_s += c.exhaustive_wall_s;
+        tot.exhaustive_gpu_s += c.exhaustive_gpu_s;
+        fit_all = match (fit_all, c.fit_s) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+    let _ = writeln!(
+        s,
+        "| **total** | {} | {:.1} | {:.2} | {} | {} | {:.1} | {:.2} |",
+        tot.profile_runs,
+        tot.profile_wall_s,
+        tot.profile_gpu_s,
+        fit_all
+            .map(|f| format!("{f:.1}"))
+            .unwrap_or_else(|| "–".into()),
+        tot.exhaustive_runs,
+        tot.exhaustive_wall_s,
+        tot.exhaustive_gpu_s
+    );
+    for (phase, rows) in &st.summaries {
+        let ran: Vec<_> = rows.iter().filter(|r| r.ran()).collect();
+        let est: f64 = ran.iter().map(|r| r.est_s).sum();
+        let wall: f64 = ran.iter().map(|r| r.wall_s).sum();
+        let _ = writeln!(
+            s,
+            "\nPhase {phase}: {} of {} jobs ran, {wall:.0} s wall against {est:.0} s estimated.",
+            ran.len(),
+            rows.len()
+        );
+    }
+
+    // Criteria.
+    let _ = writeln!(s, "\n## Sizes against the issue's criteria\n");
+    let _ = writeln!(
+        s,
+        "At least three sizes per kernel, one not a power of two, and one at which every data \
+         parameter of the grid formula is at least 8 × its largest profiled value (×profiled: \
+         the best such factor over the kernel's sizes; the profiled sizes are those of its \
+         profile records). Data parameters that only set a loop length may be smaller there \
+         (bench/accuracy/sizes.toml says why).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| program | kernel | sizes | not a power of two | grid parameters | ×profiled | |"
+    );
+    let _ = writeln!(s, "| --- | --- | ---: | --- | --- | ---: | --- |");
+    for c in &st.criteria {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            c.program,
+            c.kernel,
+            c.sizes,
+            if c.non_pow2 { "yes" } else { "no" },
+            c.grid_labels.join(", "),
+            c.grid_factor
+                .map(|f| format!("{f:.1}"))
+                .unwrap_or_else(|| "no profile sizes".into()),
+            if c.ok() { "ok" } else { "**short**" }
+        );
+    }
+
+    // Method.
+    let _ = writeln!(s, "\n## How each method was timed\n");
+    let _ = writeln!(
+        s,
+        "- **Exhaustive sweep** (the *optimum* and every other method's time): the program's \
+         profiling variant (`klaraptor-cc --kl-profiling-variant`) ran at each study size with \
+         `--time 1`; at the first launch of each swept kernel the profiling runtime launched \
+         every candidate shape (66 power-of-two shapes in 2-D; 1, 2, 4, 8, 16 and the 32 \
+         multiples of 32 in 1-D) under the time-only collector (`KLARAPTOR_COLLECT_TIME_ONLY=1`: \
+         one warm-up launch, then five launches each between two CUDA events, the median kept; \
+         no L2 flush between them, as a program launching the kernel repeatedly sees it). For a \
+         kernel launched from a host loop (lu, gramschm, adi's column kernels, doitgen, 3dconv) \
+         that is the loop's first launch.\n\
+         - **klaraptor**: the instrumented build, `KLARAPTOR_LOG=… <program> <sizes> --time 5`; \
+         the log's decision (`source=model`) gives the shape; its time is the sweep's time of \
+         that shape.\n\
+         - **default**: the same build with `KLARAPTOR_DISABLE=1 … --time 5`; the block the \
+         harness read back from the device (32×8 for 2-D kernels, 256 for 1-D).\n\
+         - **occupancy**: `cudaOccupancyMaxPotentialBlockSize(&grid, &block, kernel, 0, 0)` \
+         (the `KL_OCC` line of the harness). 1-D kernels use that block. For 2-D kernels the \
+         block size is rounded down to a power of two (the candidates are powers of two) and \
+         the fastest measured shape with that many threads is taken: the most favourable \
+         reading of \"its best 2-D factorisation\". A shape that is not among the measured \
+         ones gets no time and no ratio (said in its record).\n\
+         - **predicted**: the rational program's time for each shape, from its manifest \
+         (`<binary>.klaraptor/*.json`, `RationalProgram::rank` at the case's sizes).\n\
+         - The harness's own `KL_TIME` medians of the klaraptor and default runs are in the \
+         records (`harness_ms`) and compared above; for a site in a host loop they sum the \
+         loop's launches."
+    );
+
+    // Flags.
+    let _ = writeln!(s, "\n## Flags and warnings\n");
+    let mut any = false;
+    for w in &st.warnings {
+        any = true;
+        let _ = writeln!(s, "- {w}");
+    }
+    for c in &st.cases {
+        for m in Method::COMPARED {
+            if let Some(f) = c.picks.get(&m).and_then(|p| p.flag.as_ref()) {
+                any = true;
+                let _ = writeln!(
+                    s,
+                    "- {} {} at {}: {}: {f}",
+                    c.program,
+                    c.kernel,
+                    c.sizes_text(),
+                    m.as_str()
+                );
+            }
+        }
+        if !c.failed.is_empty() {
+            any = true;
+            let shapes: Vec<String> = c
+                .failed
+                .iter()
+                .map(|(b, why)| format!("{} ({why})", shape(Some(*b))))
+                .collect();
+            let _ = writeln!(
+                s,
+                "- {} {} at {}: shapes not measured: {}",
+                c.program,
+                c.kernel,
+                c.sizes_text(),
+                shapes.join("; ")
+            );
+        }
+    }
+    if !any {
+        let _ = writeln!(s, "None.");
+    }
+    s
+}

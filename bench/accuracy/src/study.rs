@@ -1,0 +1,918 @@
+//! The study: per kernel × data size, the exhaustive table of measured times over the
+//! candidate shapes, the shape each method picks, and how close each comes to the optimum.
+//!
+//! Every method's shape is timed by the same exhaustive sweep (the profiling variant under
+//! the time-only collector: one warm-up and five timed launches per shape, the median kept),
+//! so the ratios compare like with like:
+//! - **optimum**: the fastest shape of the sweep;
+//! - **klaraptor**: the shape the instrumented build chose at that size (its
+//!   `KLARAPTOR_LOG` line, `source=model`);
+//! - **default**: the program's own shape (the block `KLARAPTOR_DISABLE=1 --time` reports,
+//!   read back from the device: 32×8 for 2-D kernels, 256 for 1-D ones);
+//! - **occupancy**: the block size `cudaOccupancyMaxPotentialBlockSize` returns (the
+//!   harness's `KL_OCC` line); for a 2-D kernel its best 2-D factorisation, see
+//!   [`occupancy_shape`].
+//!
+//! The ratio of a method is optimum time / method time (1 = optimal). The harness's own
+//! `KL_TIME` of the klaraptor and default runs is kept beside, as a cross-check of the
+//! sweep's timing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use klaraptor::rational::{self, RationalProgram};
+
+use crate::inputs::{self, Decision, Env, SummaryRow, TimingOutput};
+use crate::sizes::Sizes;
+
+/// The methods compared, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Method {
+    Optimum,
+    Klaraptor,
+    Default,
+    Occupancy,
+}
+
+impl Method {
+    pub const ALL: [Method; 4] = [
+        Method::Optimum,
+        Method::Klaraptor,
+        Method::Default,
+        Method::Occupancy,
+    ];
+    /// The methods that are compared with the optimum.
+    pub const COMPARED: [Method; 3] = [Method::Klaraptor, Method::Default, Method::Occupancy];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Optimum => "optimum",
+            Method::Klaraptor => "klaraptor",
+            Method::Default => "default",
+            Method::Occupancy => "occupancy",
+        }
+    }
+}
+
+/// The shape a method picked at one kernel × size, and its time in the sweep.
+#[derive(Debug, Clone, Default)]
+pub struct Pick {
+    pub block: Option<[u32; 3]>,
+    /// The sweep's median time of that shape.
+    pub time_ms: Option<f64>,
+    /// optimum time / time.
+    pub ratio: Option<f64>,
+    /// The rational program's prediction for that shape, where there is one.
+    pub predicted_ms: Option<f64>,
+    /// Where the shape came from and how it was timed.
+    pub how: String,
+    /// The harness's KL_TIME of the run that used this shape (klaraptor, default), and its
+    /// launch count (a site in a host loop sums its launches).
+    pub harness_ms: Option<f64>,
+    pub harness_launches: Option<u64>,
+    /// Something a reader should know (a fallback, a disagreement).
+    pub flag: Option<String>,
+}
+
+/// One kernel at one data size.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub program: String,
+    pub kernel: String,
+    pub job: String,
+    pub dim: u8,
+    pub labels: Vec<String>,
+    pub sizes: Vec<i64>,
+    /// Shape → median time (ms) of every shape the sweep measured.
+    pub measured: BTreeMap<[u32; 3], f64>,
+    /// Shapes that could not be measured, and why.
+    pub failed: Vec<([u32; 3], String)>,
+    /// How many candidate shapes the kernel has.
+    pub candidates: usize,
+    /// Shape → predicted time (ms), from the rational program (empty without one).
+    pub predicted: BTreeMap<[u32; 3], f64>,
+    pub picks: BTreeMap<Method, Pick>,
+    /// Spearman's rank correlation of predicted and measured time over the shapes.
+    pub spearman: Option<f64>,
+}
+
+impl Case {
+    pub fn complete(&self) -> bool {
+        self.measured.len() + self.failed.len() >= self.candidates
+    }
+    pub fn sizes_text(&self) -> String {
+        self.sizes
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("×")
+    }
+    pub fn work(&self) -> f64 {
+        self.sizes.iter().map(|&v| v as f64).product()
+    }
+    pub fn ratio(&self, m: Method) -> Option<f64> {
+        self.picks.get(&m).and_then(|p| p.ratio)
+    }
+}
+
+/// A kernel as the study directory knows it.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    pub program: String,
+    pub name: String,
+    pub mangled: String,
+    pub dim: u8,
+    pub labels: Vec<String>,
+    pub grid: Vec<String>,
+    pub manifest: Option<RationalProgram>,
+    /// Every data size the profile records hold for it (and the manifest's plan sizes).
+    pub profiled: BTreeSet<Vec<i64>>,
+}
+
+/// What the issue asks of each kernel's sizes, checked on the data.
+#[derive(Debug, Clone)]
+pub struct Criteria {
+    pub program: String,
+    pub kernel: String,
+    pub sizes: usize,
+    pub non_pow2: bool,
+    /// The largest factor by which every grid data parameter exceeds its largest profiled
+    /// value, over the kernel's sizes (None without profile sizes).
+    pub grid_factor: Option<f64>,
+    /// The labels that enter the grid formula.
+    pub grid_labels: Vec<String>,
+}
+
+impl Criteria {
+    pub fn ok(&self) -> bool {
+        self.sizes >= 3 && self.non_pow2 && self.grid_factor.is_some_and(|f| f >= 8.0)
+    }
+}
+
+/// Build-time cost of one program.
+#[derive(Debug, Clone, Default)]
+pub struct Cost {
+    pub program: String,
+    pub profile_runs: usize,
+    pub profile_wall_s: f64,
+    pub profile_gpu_s: f64,
+    /// Model link minus plain link (fit, code generation, C compile), from build-times.tsv.
+    pub fit_s: Option<f64>,
+    pub exhaustive_runs: usize,
+    pub exhaustive_wall_s: f64,
+    pub exhaustive_gpu_s: f64,
+}
+
+/// Everything the report shows.
+#[derive(Debug, Clone, Default)]
+pub struct Study {
+    pub env: BTreeMap<String, Env>,
+    pub build_info: Option<String>,
+    pub cases: Vec<Case>,
+    pub kernels: Vec<Kernel>,
+    pub criteria: Vec<Criteria>,
+    pub costs: Vec<Cost>,
+    pub summaries: BTreeMap<String, Vec<SummaryRow>>,
+    /// Things that did not go as planned (missing sweeps, failed jobs).
+    pub warnings: Vec<String>,
+}
+
+/// Where the inputs are.
+pub struct Paths {
+    /// The study directory (.dev/study): binaries, kernels.tsv, models/, build-times.tsv.
+    pub study: PathBuf,
+    /// The unpacked device output ($OUT of device.sh): profile/, exhaustive/, choice/.
+    pub device: PathBuf,
+}
+
+fn is_pow2(v: i64) -> bool {
+    v > 0 && (v & (v - 1)) == 0
+}
+
+/// The 2-D (or 3-D) shape the occupancy baseline stands for, from the 1-D block size `n` the
+/// occupancy API returned: `n` itself for a 1-D kernel; otherwise the candidates are powers
+/// of two, so `n` is rounded down to a power of two `p` and, of the power-of-two shapes with
+/// `p` threads in the kernel's dimensions, the one the sweep measured fastest is taken (the
+/// "best factorisation": the most favourable reading of the baseline).
+pub fn occupancy_shape(
+    dim: u8,
+    n: u32,
+    measured: &BTreeMap<[u32; 3], f64>,
+) -> (Option<[u32; 3]>, String) {
+    if n == 0 {
+        return (None, "the occupancy API returned block 0".into());
+    }
+    if dim <= 1 {
+        return (
+            Some([n, 1, 1]),
+            format!("cudaOccupancyMaxPotentialBlockSize: block {n}"),
+        );
+    }
+    let p = 1u32 << (31 - n.leading_zeros());
+    let mut best: Option<([u32; 3], f64)> = None;
+    let mut count = 0;
+    for (b, &t) in measured {
+        let threads = u64::from(b[0]) * u64::from(b[1]) * u64::from(b[2]);
+        let fits = threads == u64::from(p)
+            && b.iter().all(|&v| v.is_power_of_two())
+            && (dim >= 3 || b[2] == 1);
+        if fits {
+            count += 1;
+            if best.is_none_or(|(_, bt)| t < bt) {
+                best = Some((*b, t));
+            }
+        }
+    }
+    let rounded = if p == n {
+        String::new()
+    } else {
+        format!(" → {p} (the largest power of two ≤ {n}: candidates are powers of two)")
+    };
+    match best {
+        Some((b, _)) => (
+            Some(b),
+            format!(
+                "cudaOccupancyMaxPotentialBlockSize: block {n}{rounded}; the fastest of its \
+                 {count} measured {dim}-D factorisations"
+            ),
+        ),
+        None => (
+            None,
+            format!("cudaOccupancyMaxPotentialBlockSize: block {n}{rounded}; none of its factorisations was measured"),
+        ),
+    }
+}
+
+/// Spearman's rank correlation of two equally long series (ties get their average rank);
+/// `None` with fewer than three points or a constant series.
+pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
+    if a.len() != b.len() || a.len() < 3 {
+        return None;
+    }
+    let ra = ranks(a);
+    let rb = ranks(b);
+    let n = a.len() as f64;
+    let ma = ra.iter().sum::<f64>() / n;
+    let mb = rb.iter().sum::<f64>() / n;
+    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
+    for (x, y) in ra.iter().zip(&rb) {
+        sab += (x - ma) * (y - mb);
+        saa += (x - ma) * (x - ma);
+        sbb += (y - mb) * (y - mb);
+    }
+    if saa == 0.0 || sbb == 0.0 {
+        return None;
+    }
+    Some(sab / (saa * sbb).sqrt())
+}
+
+fn ranks(v: &[f64]) -> Vec<f64> {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    idx.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
+    let mut r = vec![0.0; v.len()];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
+            j += 1;
+        }
+        let avg = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &idx[i..=j] {
+            r[k] = avg;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+/// Summary statistics of a method's ratios.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    pub n: usize,
+    pub geomean: f64,
+    pub min: f64,
+    pub share_ge_090: f64,
+    pub below_080: usize,
+}
+
+pub fn stats(ratios: &[f64]) -> Option<Stats> {
+    if ratios.is_empty() {
+        return None;
+    }
+    let n = ratios.len();
+    let geomean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / n as f64).exp();
+    Some(Stats {
+        n,
+        geomean,
+        min: ratios.iter().cloned().fold(f64::INFINITY, f64::min),
+        share_ge_090: ratios.iter().filter(|&&r| r >= 0.90).count() as f64 / n as f64,
+        below_080: ratios.iter().filter(|&&r| r < 0.80).count(),
+    })
+}
+
+impl Study {
+    /// The ratios of a method over the cases where it has one.
+    pub fn ratios(&self, m: Method) -> Vec<f64> {
+        self.cases.iter().filter_map(|c| c.ratio(m)).collect()
+    }
+
+    /// The ratios of a method over the cases where every compared method has one (so the
+    /// methods are compared on the same cases).
+    pub fn ratios_common(&self, m: Method) -> Vec<f64> {
+        self.cases
+            .iter()
+            .filter(|c| Method::COMPARED.iter().all(|&o| c.ratio(o).is_some()))
+            .filter_map(|c| c.ratio(m))
+            .collect()
+    }
+
+    /// The machine of the exhaustive phase (else of another phase).
+    pub fn main_env(&self) -> Option<&Env> {
+        ["exhaustive", "choice", "profile"]
+            .iter()
+            .find_map(|p| self.env.get(*p))
+    }
+
+    pub fn load(paths: &Paths, sizes: &Sizes) -> Result<Study> {
+        let mut st = Study::default();
+        for phase in ["profile", "exhaustive", "choice"] {
+            let dir = paths.device.join(phase);
+            let env = dir.join("env.txt");
+            if env.is_file() {
+                st.env.insert(phase.into(), inputs::read_env(&env)?);
+            }
+            let sum = dir.join("summary.tsv");
+            if sum.is_file() {
+                st.summaries
+                    .insert(phase.into(), inputs::read_summary(&sum)?);
+            }
+        }
+        if !st.env.contains_key("exhaustive") {
+            anyhow::bail!(
+                "{} has no exhaustive/env.txt: give the unpacked output of \
+                 `PHASE=exhaustive bench/accuracy/device.sh` (its $OUT)",
+                paths.device.display()
+            );
+        }
+        st.build_info = std::fs::read_to_string(paths.study.join("BUILD-INFO"))
+            .ok()
+            .map(|s| s.trim().to_string());
+        for p in sizes.programs() {
+            st.kernels.extend(load_kernels(paths, &p)?);
+        }
+        for nj in sizes.numbered() {
+            let p = &nj.job.program;
+            let xdir = paths.device.join("exhaustive").join(p).join(&nj.stem);
+            let cdir = paths.device.join("choice").join(p).join(&nj.stem);
+            let sweeps = inputs::read_records(&xdir.join("records"))?;
+            let decisions = if cdir.join("model.log").is_file() {
+                inputs::read_decisions(&cdir.join("model.log"))?
+            } else {
+                Vec::new()
+            };
+            let model_out = read_opt_timing(&cdir.join("model.out"))?;
+            let default_out = read_opt_timing(&cdir.join("default.out"))?;
+            let variant_out = read_opt_timing(&xdir.join("stdout.txt"))?;
+            for k in &nj.job.sweep {
+                let found: Vec<&inputs::Sweep> = sweeps.iter().filter(|s| &s.name == k).collect();
+                if found.is_empty() {
+                    let rc = st
+                        .summaries
+                        .get("exhaustive")
+                        .and_then(|r| r.iter().find(|r| r.id == nj.id))
+                        .map(|r| format!(" (job exit status {})", r.rc))
+                        .unwrap_or_else(|| " (the job did not run)".into());
+                    st.warnings
+                        .push(format!("{}: no sweep of {k} recorded{rc}", nj.id));
+                    continue;
+                }
+                let Some(kernel) = st
+                    .kernels
+                    .iter()
+                    .find(|x| &x.program == p && &x.name == k)
+                    .cloned()
+                else {
+                    st.warnings.push(format!(
+                        "{}: {k} is not in {}/{p}/kernels.tsv",
+                        nj.id,
+                        paths.study.display()
+                    ));
+                    continue;
+                };
+                for sw in found {
+                    let mut by_size: BTreeMap<Vec<i64>, Vec<&klaraptor_profiler::record::Sample>> =
+                        BTreeMap::new();
+                    for s in &sw.samples {
+                        by_size.entry(s.sizes.clone()).or_default().push(s);
+                    }
+                    for (size, samples) in by_size {
+                        let case = build_case(
+                            &kernel,
+                            &nj.id,
+                            size,
+                            &samples,
+                            &decisions,
+                            [&model_out, &default_out, &variant_out],
+                        );
+                        if !case.complete() {
+                            st.warnings.push(format!(
+                                "{}: the sweep of {k} at {} is incomplete: {} of {} shapes \
+                                 (killed by its timeout?); its optimum is over those only",
+                                nj.id,
+                                case.sizes_text(),
+                                case.measured.len() + case.failed.len(),
+                                case.candidates
+                            ));
+                        }
+                        st.cases.push(case);
+                    }
+                }
+            }
+        }
+        for (phase, rows) in &st.summaries {
+            for r in rows {
+                if r.rc != "0" && r.rc != "0,0" && !(phase == "profile" && r.rc == "1") {
+                    st.warnings
+                        .push(format!("{phase} job {} exited with {}", r.id, r.rc));
+                }
+            }
+        }
+        st.criteria = criteria(&st.kernels, &st.cases);
+        st.costs = costs(paths, sizes, &st.summaries)?;
+        Ok(st)
+    }
+}
+
+fn read_opt_timing(path: &Path) -> Result<TimingOutput> {
+    if path.is_file() {
+        inputs::read_timing_output(path)
+    } else {
+        Ok(TimingOutput::default())
+    }
+}
+
+/// The kernels of a program: kernels.tsv (written by `accuracy-report jobs`), the manifests
+/// in models/, and the sizes in the profile records.
+fn load_kernels(paths: &Paths, program: &str) -> Result<Vec<Kernel>> {
+    let dir = paths.study.join(program);
+    let tsv = dir.join("kernels.tsv");
+    let text = std::fs::read_to_string(&tsv).with_context(|| {
+        format!(
+            "reading {} (run bench/accuracy/prepare.sh build, which writes it)",
+            tsv.display()
+        )
+    })?;
+    let manifests = if dir.join("models").is_dir() {
+        rational::load_dir(&dir.join("models"))?
+    } else {
+        Vec::new()
+    };
+    let mut profile_sweeps = Vec::new();
+    let pdir = paths.device.join("profile").join(program);
+    if let Ok(rd) = std::fs::read_dir(&pdir) {
+        let mut runs: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        runs.sort();
+        for run in runs {
+            if run.join("records").is_dir() {
+                profile_sweeps.extend(inputs::read_records(&run.join("records"))?);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.starts_with('#') || l.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split('\t').collect();
+        if f.len() < 5 {
+            anyhow::bail!(
+                "{}:{}: expected 5 tab-separated fields",
+                tsv.display(),
+                i + 1
+            );
+        }
+        let mangled = f[1].to_string();
+        let manifest = manifests
+            .iter()
+            .find(|(_, m)| m.mangled == mangled)
+            .map(|(_, m)| m.clone());
+        let mut profiled: BTreeSet<Vec<i64>> = profile_sweeps
+            .iter()
+            .filter(|s| s.id == mangled)
+            .flat_map(|s| s.samples.iter().map(|x| x.sizes.clone()))
+            .collect();
+        if let Some(m) = &manifest {
+            profiled.extend(m.provenance.profile_sizes.iter().cloned());
+        }
+        out.push(Kernel {
+            program: program.to_string(),
+            name: f[0].into(),
+            mangled,
+            dim: f[2]
+                .parse()
+                .with_context(|| format!("{}:{}: dim", tsv.display(), i + 1))?,
+            labels: f[3]
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            grid: f[4]
+                .split(';')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            manifest,
+            profiled,
+        });
+    }
+    Ok(out)
+}
+
+fn default_block(dim: u8) -> [u32; 3] {
+    if dim >= 2 {
+        [32, 8, 1]
+    } else {
+        [256, 1, 1]
+    }
+}
+
+fn shape_text(b: [u32; 3]) -> String {
+    format!("{}x{}x{}", b[0], b[1], b[2])
+}
+
+fn build_case(
+    kernel: &Kernel,
+    job: &str,
+    sizes: Vec<i64>,
+    samples: &[&klaraptor_profiler::record::Sample],
+    decisions: &[Decision],
+    [model_out, default_out, variant_out]: [&TimingOutput; 3],
+) -> Case {
+    let mut measured = BTreeMap::new();
+    let mut failed = Vec::new();
+    for s in samples {
+        match (&s.error, &s.counters) {
+            (None, Some(c)) if c.time_ms.is_finite() && c.time_ms > 0.0 => {
+                measured.insert(s.block, c.time_ms);
+            }
+            (Some(e), _) => failed.push((s.block, e.clone())),
+            _ => failed.push((s.block, "no time recorded".into())),
+        }
+    }
+    let candidates = kernel
+        .manifest
+        .as_ref()
+        .map(|m| m.candidates.len())
+        .unwrap_or_else(|| rational::candidates(kernel.dim).len());
+    // Predictions over every candidate, and the model's own first choice.
+    let mut predicted = BTreeMap::new();
+    let mut model_first = None;
+    let mut rank_error = None;
+    if let Some(m) = &kernel.manifest {
+        match m.rank(&sizes) {
+            Ok(r) => {
+                model_first = r.first().map(|x| x.block);
+                for x in r {
+                    predicted.insert(x.block, x.prediction.time_us / 1000.0);
+                }
+            }
+            Err(e) => rank_error = Some(format!("{e:#}")),
+        }
+    }
+    let mut case = Case {
+        program: kernel.program.clone(),
+        kernel: kernel.name.clone(),
+        job: job.to_string(),
+        dim: kernel.dim,
+        labels: kernel.labels.clone(),
+        sizes: sizes.clone(),
+        measured,
+        failed,
+        candidates,
+        predicted,
+        picks: BTreeMap::new(),
+        spearman: None,
+    };
+    let best = case
+        .measured
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(b, t)| (*b, *t));
+
+    // optimum
+    if let Some((b, t)) = best {
+        case.picks.insert(
+            Method::Optimum,
+            Pick {
+                block: Some(b),
+                time_ms: Some(t),
+                ratio: Some(1.0),
+                predicted_ms: case.predicted.get(&b).copied(),
+                how: format!(
+                    "the fastest of {} measured shapes (exhaustive sweep)",
+                    case.measured.len()
+                ),
+                ..Pick::default()
+            },
+        );
+    }
+
+    // klaraptor
+    let decision = decisions
+        .iter()
+        .find(|d| d.kernel == kernel.name && d.sizes() == sizes);
+    let mut k = Pick::default();
+    match decision {
+        Some(d) if d.from_model() => {
+            k.block = Some(d.block);
+            k.how =
+                "klaraptor's choice in the instrumented build (KLARAPTOR_LOG, source=model)".into();
+            if let Some(f) = model_first.filter(|f| *f != d.block) {
+                k.flag = Some(format!(
+                    "the manifest ranks {} first, the run chose {}",
+                    shape_text(f),
+                    shape_text(d.block)
+                ));
+            }
+            k.predicted_ms = d.predicted_us.map(|u| u / 1000.0);
+        }
+        Some(d) => {
+            k.block = Some(d.block);
+            k.how = format!(
+                "no model choice: the run launched its own shape ({})",
+                d.source
+            );
+            k.flag = Some(format!("klaraptor did not choose: {}", d.source));
+        }
+        None => {
+            if let Some(f) = model_first {
+                k.block = Some(f);
+                k.how = "the rational program's first-ranked shape (manifest; no choice-run log \
+                         line for this size)"
+                    .into();
+                k.flag = Some("no choice run: shape from the manifest".into());
+            } else {
+                k.how = match (&kernel.manifest, &rank_error) {
+                    (None, _) => {
+                        "no rational program (no profile, or prepare.sh models not run)".into()
+                    }
+                    (Some(_), Some(e)) => format!("the rational program could not rank: {e}"),
+                    (Some(_), None) => "the rational program allowed no shape".into(),
+                };
+            }
+        }
+    }
+    if let Some(t) = model_out.time_of(&kernel.name, &sizes) {
+        k.harness_ms = Some(t.median_ms);
+        k.harness_launches = Some(t.launches);
+        if k.block.is_some_and(|b| b != t.block) && decision.is_some() {
+            let note = format!("KL_TIME reports block {}", shape_text(t.block));
+            k.flag = Some(match k.flag.take() {
+                Some(f) => format!("{f}; {note}"),
+                None => note,
+            });
+        }
+    }
+    case.picks.insert(Method::Klaraptor, k);
+
+    // default
+    let mut d = Pick::default();
+    if let Some(t) = default_out.time_of(&kernel.name, &sizes) {
+        d.block = Some(t.block);
+        d.how = "the program's own shape (KLARAPTOR_DISABLE=1, read back from the device)".into();
+        d.harness_ms = Some(t.median_ms);
+        d.harness_launches = Some(t.launches);
+    } else if let Some(pb) = decision.and_then(|x| x.program_block) {
+        d.block = Some(pb);
+        d.how = "the program's own shape (program_block of the KLARAPTOR_LOG line)".into();
+    } else {
+        d.block = Some(default_block(kernel.dim));
+        d.how = "the sample's documented default (no choice run for this size)".into();
+        d.flag = Some("no choice run: documented default".into());
+    }
+    case.picks.insert(Method::Default, d);
+
+    // occupancy
+    let occ = [model_out, default_out, variant_out]
+        .iter()
+        .find_map(|o| o.occ_of(&kernel.name));
+    let mut o = Pick::default();
+    match occ {
+        Some(x) => {
+            let (b, how) = occupancy_shape(kernel.dim, x.block, &case.measured);
+            o.block = b;
+            o.how = how;
+        }
+        None => o.how = "no KL_OCC line for this kernel".into(),
+    }
+    case.picks.insert(Method::Occupancy, o);
+
+    // times, ratios, predictions
+    for m in Method::COMPARED {
+        let p = case.picks.get_mut(&m).expect("inserted above");
+        if let Some(b) = p.block {
+            p.predicted_ms = case.predicted.get(&b).copied().or(p.predicted_ms);
+            match case.measured.get(&b) {
+                Some(&t) => {
+                    p.time_ms = Some(t);
+                    p.ratio = best.map(|(_, bt)| bt / t);
+                    p.how.push_str("; timed by the exhaustive sweep");
+                }
+                None => {
+                    p.how.push_str(&format!(
+                        "; {} is not among the measured shapes: no time",
+                        shape_text(b)
+                    ));
+                }
+            }
+        }
+    }
+    // Spearman over the shapes with both.
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for (b, t) in &case.measured {
+        if let Some(p) = case.predicted.get(b) {
+            xs.push(*p);
+            ys.push(*t);
+        }
+    }
+    case.spearman = spearman(&xs, &ys);
+    case
+}
+
+/// The labels a kernel's grid formulas mention.
+pub fn grid_labels(k: &Kernel) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in &k.grid {
+        for tok in g.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if k.labels.iter().any(|l| l == tok) && !out.iter().any(|o: &String| o == tok) {
+                out.push(tok.to_string());
+            }
+        }
+    }
+    out
+}
+
+fn criteria(kernels: &[Kernel], cases: &[Case]) -> Vec<Criteria> {
+    let mut out = Vec::new();
+    for k in kernels {
+        let mine: Vec<&Case> = cases
+            .iter()
+            .filter(|c| c.program == k.program && c.kernel == k.name && !c.measured.is_empty())
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let sizes: BTreeSet<&Vec<i64>> = mine.iter().map(|c| &c.sizes).collect();
+        let non_pow2 = sizes.iter().any(|s| s.iter().any(|&v| !is_pow2(v)));
+        let gl = grid_labels(k);
+        let idx: Vec<usize> = gl
+            .iter()
+            .filter_map(|l| k.labels.iter().position(|x| x == l))
+            .collect();
+        let grid_factor = if k.profiled.is_empty() || idx.is_empty() {
+            None
+        } else {
+            let maxp: Vec<f64> = idx
+                .iter()
+                .map(|&i| {
+                    k.profiled
+                        .iter()
+                        .filter_map(|s| s.get(i))
+                        .fold(0.0f64, |a, &v| a.max(v as f64))
+                })
+                .collect();
+            sizes
+                .iter()
+                .map(|s| {
+                    idx.iter()
+                        .zip(&maxp)
+                        .map(|(&i, &m)| s.get(i).map(|&v| v as f64 / m.max(1.0)).unwrap_or(0.0))
+                        .fold(f64::INFINITY, f64::min)
+                })
+                .fold(None, |a: Option<f64>, f| Some(a.map_or(f, |a| a.max(f))))
+        };
+        out.push(Criteria {
+            program: k.program.clone(),
+            kernel: k.name.clone(),
+            sizes: sizes.len(),
+            non_pow2,
+            grid_factor,
+            grid_labels: gl,
+        });
+    }
+    out
+}
+
+fn costs(
+    paths: &Paths,
+    sizes: &Sizes,
+    summaries: &BTreeMap<String, Vec<SummaryRow>>,
+) -> Result<Vec<Cost>> {
+    let mut out = Vec::new();
+    for p in sizes.programs() {
+        let mut c = Cost {
+            program: p.clone(),
+            ..Cost::default()
+        };
+        let prefix = format!("{p}/");
+        for r in summaries.get("profile").into_iter().flatten() {
+            if r.id.starts_with(&prefix) && r.ran() {
+                c.profile_runs += 1;
+                c.profile_wall_s += r.wall_s;
+                c.profile_gpu_s += r.gpu_s;
+            }
+        }
+        for r in summaries.get("exhaustive").into_iter().flatten() {
+            if r.id.starts_with(&prefix) && r.ran() {
+                c.exhaustive_runs += 1;
+                c.exhaustive_wall_s += r.wall_s;
+                c.exhaustive_gpu_s += r.gpu_s;
+            }
+        }
+        let bt = paths.study.join(&p).join("build-times.tsv");
+        if let Ok(text) = std::fs::read_to_string(&bt) {
+            let get = |key: &str| -> Option<f64> {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+            };
+            if let (Some(plain), Some(model)) = (get("plain_link_s\t"), get("model_link_s\t")) {
+                c.fit_s = Some((model - plain).max(0.0));
+            }
+        }
+        out.push(c);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spearman_values() {
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(spearman(&a, &[10.0, 20.0, 30.0, 40.0, 50.0]), Some(1.0));
+        assert_eq!(spearman(&a, &[5.0, 4.0, 3.0, 2.0, 1.0]), Some(-1.0));
+        // A monotone transform does not change it.
+        let r = spearman(&a, &[1.0, 8.0, 27.0, 64.0, 125.0]).unwrap();
+        assert!((r - 1.0).abs() < 1e-12);
+        // Ties share their average rank: y = 1 3 2 2 5 has ranks 1 4 2.5 2.5 5; against
+        // x = 1..5 that gives, by hand, sum dx·dy = 6.5, sum dx² = 10, sum dy² = 9.5.
+        let r = spearman(&a, &[1.0, 3.0, 2.0, 2.0, 5.0]).unwrap();
+        assert!((r - 6.5 / 95f64.sqrt()).abs() < 1e-12, "{r}");
+        assert_eq!(spearman(&[1.0, 2.0], &[1.0, 2.0]), None);
+        assert_eq!(spearman(&a, &[1.0; 5]), None);
+    }
+
+    #[test]
+    fn stats_values() {
+        let s = stats(&[1.0, 0.5, 0.95, 0.85]).unwrap();
+        assert_eq!(s.n, 4);
+        assert!((s.geomean - (1.0f64 * 0.5 * 0.95 * 0.85).powf(0.25)).abs() < 1e-12);
+        assert_eq!(s.min, 0.5);
+        assert_eq!(s.share_ge_090, 0.5);
+        assert_eq!(s.below_080, 1);
+        assert!(stats(&[]).is_none());
+    }
+
+    #[test]
+    fn occupancy_rule() {
+        let mut m = BTreeMap::new();
+        m.insert([1024, 1, 1], 3.0);
+        m.insert([512, 1, 1], 2.0);
+        m.insert([256, 2, 1], 1.5);
+        m.insert([32, 16, 1], 1.0);
+        m.insert([16, 32, 1], 1.2);
+        m.insert([32, 32, 1], 0.5);
+        m.insert([30, 1, 1], 0.1); // not a power of two: never a factorisation
+                                   // 1-D: the block itself.
+        assert_eq!(occupancy_shape(1, 768, &m).0, Some([768, 1, 1]));
+        // 2-D, a power of two: the fastest of its factorisations.
+        let (b, how) = occupancy_shape(2, 512, &m);
+        assert_eq!(b, Some([32, 16, 1]));
+        assert!(how.contains("fastest of its 4 measured"), "{how}");
+        // Not a power of two: rounded down.
+        let (b, how) = occupancy_shape(2, 768, &m);
+        assert_eq!(b, Some([32, 16, 1]));
+        assert!(how.contains("→ 512"), "{how}");
+        let (b, how) = occupancy_shape(2, 64, &m);
+        assert_eq!(b, None);
+        assert!(how.contains("none of its factorisations"));
+        assert_eq!(occupancy_shape(2, 0, &m).0, None);
+    }
+
+    #[test]
+    fn grid_labels_of_formulas() {
+        let k = Kernel {
+            program: "p".into(),
+            name: "k".into(),
+            mangled: "m".into(),
+            dim: 2,
+            labels: vec!["NI".into(), "NJ".into(), "NK".into()],
+            grid: vec!["ceil(NJ, bx)".into(), "ceil(NI, by)".into()],
+            manifest: None,
+            profiled: BTreeSet::new(),
+        };
+        assert_eq!(grid_labels(&k), ["NJ", "NI"]);
+    }
+}

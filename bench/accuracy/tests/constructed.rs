@@ -1,0 +1,661 @@
+//! The report end to end on CONSTRUCTED inputs: a study directory and a device output
+//! written here in the formats the real pipeline uses (collector JSON lines and
+//! kernels.tsv, KLARAPTOR_LOG decision lines, the harness's KL_TIME/KL_OCC lines, env.txt,
+//! device.sh's summary.tsv), with times from a made-up formula, and rational programs fitted
+//! by klaraptor's own fitting code (`rational::build`) from made-up profile counters. Nothing
+//! here is a measurement; it checks that the report computes what it says it computes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use klaraptor::linkspec::LinkSpec;
+use klaraptor::profiling::kernel_stem;
+use klaraptor::rational::{self, RationalProgram};
+use klaraptor_accuracy::sizes::Sizes;
+use klaraptor_accuracy::study::{self, Method, Paths, Study};
+use klaraptor_profiler::record::{
+    Counters, DeviceId, Entry, KernelId, Plan, Sample, FORMAT_VERSION,
+};
+
+const GPU_LINE: &str = "NVIDIA H200, GPU-00000000-0000-0000-0000-000000000000, 9.0, 580.00.00";
+
+fn env_txt(date: &str) -> String {
+    format!(
+        "{GPU_LINE}\nnvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n{date}\n"
+    )
+}
+
+fn spec(name: &str, mangled: &str, data: &[&str], dim: u8, grid: &[&str]) -> LinkSpec {
+    LinkSpec {
+        name: name.into(),
+        mangled: mangled.into(),
+        data: data.iter().map(|s| s.to_string()).collect(),
+        dim,
+        grid: grid.iter().map(|s| s.to_string()).collect(),
+        block: vec![],
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: "0".repeat(32),
+        annotated_at: "constructed.cu:1:1".into(),
+        build_dir: PathBuf::from("/nonexistent"),
+    }
+}
+
+fn grid_of(s: &LinkSpec, sizes: &[i64], b: [u32; 3]) -> [u32; 3] {
+    // The constructed kernels' grids: ceil(last-but-... ) as their formulas say.
+    let c = |n: i64, d: u32| ((n + i64::from(d) - 1) / i64::from(d)) as u32;
+    if s.dim == 2 {
+        [c(sizes[1], b[0]), c(sizes[0], b[1]), 1]
+    } else {
+        [c(sizes[0], b[0]), 1, 1]
+    }
+}
+
+/// Made-up counters with the shape of a product kernel: per thread a loop of `len`
+/// iterations with two loads, coalescing that improves with bx up to a warp.
+fn counters(s: &LinkSpec, sizes: &[i64], b: [u32; 3], time_ms: f64) -> Counters {
+    let g = grid_of(s, sizes, b);
+    let warps_per_block = (u64::from(b[0] * b[1] * b[2])).div_ceil(32);
+    let warps = u64::from(g[0]) * u64::from(g[1]) * warps_per_block;
+    let len = *sizes.last().unwrap() as u64;
+    let ld = warps * 2 * len;
+    let lanes_x = u64::from(b[0].min(32));
+    let sectors_per_req = 1 + 32 / lanes_x;
+    Counters {
+        inst_executed: warps * (8 * len + 30),
+        inst_global_ld: ld,
+        inst_global_st: warps,
+        inst_shared_ld: 0,
+        inst_shared_st: 0,
+        inst_barrier: 0,
+        gld_requests: ld,
+        gst_requests: warps,
+        gld_sectors: ld * sectors_per_req,
+        gst_sectors: warps * 4,
+        dram_bytes_read: (sizes.iter().product::<i64>() as u64) * 8 / len.max(1) + 4096,
+        dram_bytes_write: 4 * sizes[0] as u64,
+        achieved_active_warps: 32.0,
+        time_ms,
+        time_runs_ms: vec![time_ms; 5],
+        regs_per_thread: 32,
+        smem_static: 0,
+        smem_dynamic: 0,
+    }
+}
+
+/// The made-up "measured" time of a shape: work × a coalescing penalty for narrow blocks ×
+/// a latency penalty for tiny ones, plus a per-shape wiggle so the optimum is unique.
+fn measured_ms(sizes: &[i64], b: [u32; 3]) -> f64 {
+    let work: f64 = sizes.iter().map(|&v| v as f64).product::<f64>() * 2e-10;
+    let bx = f64::from(b[0]);
+    let threads = f64::from(b[0] * b[1] * b[2]);
+    let coalesce = (32.0 / bx.min(32.0)).powf(0.8);
+    let tiny = if threads < 128.0 {
+        (128.0 / threads).sqrt()
+    } else {
+        1.0
+    };
+    let big = if threads > 512.0 { 1.15 } else { 1.0 };
+    let wiggle = 1.0 + 0.001 * f64::from((b[0] * 7 + b[1] * 13) % 17);
+    work * coalesce * tiny * big * wiggle + 0.002
+}
+
+fn entry(s: &LinkSpec, sizes: &[Vec<i64>]) -> Entry {
+    let mut samples = Vec::new();
+    for sz in sizes {
+        for b in rational::candidates(s.dim) {
+            samples.push(Sample {
+                sizes: sz.clone(),
+                block: b,
+                grid: grid_of(s, sz, b),
+                error: None,
+                counters: Some(counters(s, sz, b, measured_ms(sz, b))),
+            });
+        }
+    }
+    Entry {
+        format_version: FORMAT_VERSION,
+        kernel: KernelId {
+            mangled: s.mangled.clone(),
+            name: s.name.clone(),
+            code_hash: s.code_hash.clone(),
+            data: s.data.clone(),
+            dim: s.dim,
+        },
+        device: DeviceId {
+            name: "NVIDIA H200".into(),
+            uuid: String::new(),
+            cc: "9.0".into(),
+            sm_count: 132,
+        },
+        collector: "constructed".into(),
+        captured_at: "2026-01-01T00:00:00Z".into(),
+        cuda_version: "13.0".into(),
+        driver_version: "580.00.00".into(),
+        plan: Plan {
+            sizes: sizes.to_vec(),
+            shapes: rational::candidates(s.dim),
+            runs: 5,
+            warmup: 1,
+            note: "constructed".into(),
+        },
+        samples,
+    }
+}
+
+fn write(path: &Path, text: impl AsRef<[u8]>) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn records_dir(dir: &Path, s: &LinkSpec, samples: &[Sample]) {
+    let stem = kernel_stem(&s.mangled);
+    write(
+        &dir.join("kernels.tsv"),
+        format!("{stem}\t{}\t{}\n", s.mangled, s.name),
+    );
+    let mut text = String::new();
+    for x in samples {
+        text.push_str(&serde_json::to_string(x).unwrap());
+        text.push('\n');
+    }
+    write(&dir.join(format!("{stem}.jsonl")), text);
+}
+
+fn sweep(s: &LinkSpec, sizes: &[i64], drop: usize) -> Vec<Sample> {
+    let cands = rational::candidates(s.dim);
+    let keep = cands.len() - drop;
+    cands
+        .into_iter()
+        .take(keep)
+        .map(|b| {
+            let t = measured_ms(sizes, b);
+            let mut c = counters(s, sizes, b, t);
+            // The time-only collector: time fields, counters zero.
+            c.inst_executed = 0;
+            c.inst_global_ld = 0;
+            c.gld_requests = 0;
+            c.gld_sectors = 0;
+            Sample {
+                sizes: sizes.to_vec(),
+                block: b,
+                grid: grid_of(s, sizes, b),
+                error: None,
+                counters: Some(c),
+            }
+        })
+        .collect()
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    paths: Paths,
+    sizes: Sizes,
+    gemm: RationalProgram,
+    mvt: RationalProgram,
+    out: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let study_dir = tmp.path().join("study");
+    let device = tmp.path().join("device");
+    let gemm_s = spec(
+        "gemm",
+        "_Z4gemmPKfS0_Pfffiii",
+        &["NI", "NJ", "NK"],
+        2,
+        &["ceil(NJ, bx)", "ceil(NI, by)"],
+    );
+    let mvt_s = spec("mvt_x1", "_Z6mvt_x1PKfS0_Pfi", &["N"], 1, &["ceil(N, bx)"]);
+    let gemm_profile = vec![
+        vec![64, 64, 64],
+        vec![128, 128, 128],
+        vec![256, 128, 192],
+        vec![256, 256, 256],
+    ];
+    let mvt_profile = vec![vec![256], vec![512], vec![1024], vec![2048]];
+
+    // The study directory: kernels.tsv, manifests fitted from the constructed profiles,
+    // build times.
+    let mut progs = BTreeMap::new();
+    for (p, s, prof) in [
+        ("gemm", &gemm_s, &gemm_profile),
+        ("mvt", &mvt_s, &mvt_profile),
+    ] {
+        let d = study_dir.join(p);
+        write(
+            &d.join("kernels.tsv"),
+            format!(
+                "# name\tmangled\tdim\tdata\tgrid\n{}\t{}\t{}\t{}\t{}\n",
+                s.name,
+                s.mangled,
+                s.dim,
+                s.data.join(","),
+                s.grid.join(";")
+            ),
+        );
+        let prog = rational::build(s, &entry(s, prof), &d).expect("fitting constructed profiles");
+        std::fs::create_dir_all(d.join("models")).unwrap();
+        prog.write(&d.join("models")).unwrap();
+        write(
+            &d.join("build-times.tsv"),
+            "plain_link_s\t0.50\nmodel_link_s\t1.75\n",
+        );
+        progs.insert(p, prog);
+        // Profile records, as device.sh PHASE=profile leaves them.
+        let e = entry(s, prof);
+        records_dir(
+            &device.join(format!("profile/{p}/run1/records")),
+            s,
+            &e.samples,
+        );
+    }
+    write(
+        &study_dir.join("BUILD-INFO"),
+        "klaraptor-cc 0.1.0 (constructed)\n",
+    );
+
+    let sizes = Sizes::parse(
+        r#"
+[[job]]
+program = "gemm"
+args = "1000 1000 1000"
+sweep = ["gemm"]
+est_s = 2
+[[job]]
+program = "gemm"
+args = "2048 2048 256"
+sweep = ["gemm"]
+est_s = 2
+[[job]]
+program = "mvt"
+args = "5000"
+sweep = ["mvt_x1"]
+est_s = 2
+[[job]]
+program = "mvt"
+args = "10000"
+sweep = ["mvt_x1"]
+est_s = 2
+"#,
+    )
+    .unwrap();
+
+    for phase in ["profile", "exhaustive", "choice"] {
+        write(
+            &device.join(phase).join("env.txt"),
+            env_txt("2026-01-02T03:04:05Z"),
+        );
+    }
+    write(
+        &device.join("profile/summary.tsv"),
+        "# id\trc\twall_s\tgpu_s\test_s\ngemm/run1\t1\t3.0\t0.5\t2.8\nmvt/run1\t0\t2.0\t0.25\t2.8\n",
+    );
+    write(
+        &device.join("exhaustive/summary.tsv"),
+        "# id\trc\twall_s\tgpu_s\test_s\ngemm/x1\t0\t4.0\t2.0\t2\ngemm/x2\t0\t5.0\t3.0\t2\n\
+         mvt/x1\t0\t2.0\t1.0\t2\nmvt/x2\t124\t30.0\t9.0\t2\n",
+    );
+    write(
+        &device.join("choice/summary.tsv"),
+        "# id\trc\twall_s\tgpu_s\test_s\ngemm/x1\t0,0\t2\t0.1\t3\ngemm/x2\t0,0\t2\t0.1\t3\n\
+         mvt/x1\t0,0\t2\t0.1\t3\nmvt/x2\t0,0\t2\t0.1\t3\n",
+    );
+
+    // Exhaustive sweeps; mvt at 10000 was "killed" after 30 of its 37 shapes.
+    for (p, stem, s, sz, drop) in [
+        ("gemm", "x1", &gemm_s, vec![1000i64, 1000, 1000], 0usize),
+        ("gemm", "x2", &gemm_s, vec![2048, 2048, 256], 0),
+        ("mvt", "x1", &mvt_s, vec![5000], 0),
+        ("mvt", "x2", &mvt_s, vec![10000], 7),
+    ] {
+        let xdir = device.join(format!("exhaustive/{p}/{stem}"));
+        records_dir(&xdir.join("records"), s, &sweep(s, &sz, drop));
+        let dims = sz
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("x");
+        let own = if s.dim == 2 { "32x8x1" } else { "256x1x1" };
+        let occ = if s.dim == 2 { 1024 } else { 768 };
+        write(
+            &xdir.join("stdout.txt"),
+            format!(
+                "KL_TIME {} {dims} median_ms=1.000000 block={own} launches=1\nKL_OCC {} block={occ} min_grid=264\n",
+                s.name, s.name
+            ),
+        );
+        // The choice runs.
+        let cdir = device.join(format!("choice/{p}/{stem}"));
+        let prog = progs[p].clone();
+        let ranked = prog.rank(&sz).unwrap();
+        let chosen = ranked[0].block;
+        let data: String = s
+            .data
+            .iter()
+            .zip(&sz)
+            .map(|(l, v)| format!(" {l}={v}"))
+            .collect();
+        let g = grid_of(s, &sz, chosen);
+        let log = if p == "mvt" && stem == "x2" {
+            // A fallback: the run launched the program's own shape.
+            format!(
+                "klaraptor: {}{data} block=256x1x1 grid={}x1x1 source=fallback: no model for this device (the model is for NVIDIA H100) device=0:NVIDIA H200\n",
+                s.name,
+                (sz[0] + 255) / 256
+            )
+        } else {
+            format!(
+                "klaraptor: {}{data} block={}x{}x{} grid={}x{}x{} source=model predicted_us={:.3} device=0:NVIDIA H200 program_block={own}\n",
+                s.name,
+                chosen[0],
+                chosen[1],
+                chosen[2],
+                g[0],
+                g[1],
+                g[2],
+                ranked[0].prediction.time_us
+            )
+        };
+        write(&cdir.join("model.log"), log);
+        let harness = measured_ms(&sz, chosen) * 1.02;
+        write(
+            &cdir.join("model.out"),
+            format!(
+                "KL_TIME {} {dims} median_ms={harness:.6} block={}x{}x{} launches=1\nKL_OCC {} block={occ} min_grid=264\n",
+                s.name, chosen[0], chosen[1], chosen[2], s.name
+            ),
+        );
+        let own_b: [u32; 3] = if s.dim == 2 { [32, 8, 1] } else { [256, 1, 1] };
+        write(
+            &cdir.join("default.out"),
+            format!(
+                "KL_TIME {} {dims} median_ms={:.6} block={own} launches=1\nKL_OCC {} block={occ} min_grid=264\n",
+                s.name,
+                measured_ms(&sz, own_b),
+                s.name
+            ),
+        );
+    }
+    let out = tmp.path().join("results");
+    Fixture {
+        paths: Paths {
+            study: study_dir,
+            device,
+        },
+        sizes,
+        gemm: progs["gemm"].clone(),
+        mvt: progs["mvt"].clone(),
+        out,
+        _tmp: tmp,
+    }
+}
+
+fn argmin(sizes: &[i64], shapes: &[[u32; 3]]) -> ([u32; 3], f64) {
+    shapes
+        .iter()
+        .map(|&b| (b, measured_ms(sizes, b)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap()
+}
+
+#[test]
+fn every_method_is_timed_by_the_sweep() {
+    let f = fixture();
+    let st = Study::load(&f.paths, &f.sizes).unwrap();
+    assert_eq!(st.cases.len(), 4);
+
+    // gemm at 1000³: every method against the made-up times.
+    let c = st
+        .cases
+        .iter()
+        .find(|c| c.kernel == "gemm" && c.sizes == [1000, 1000, 1000])
+        .unwrap();
+    let sz = [1000i64, 1000, 1000];
+    let cands = rational::candidates(2);
+    assert_eq!(c.measured.len(), 66);
+    assert!(c.complete());
+    let (best, tbest) = argmin(&sz, &cands);
+    let o = &c.picks[&Method::Optimum];
+    assert_eq!(o.block, Some(best));
+    assert_eq!(o.time_ms, Some(measured_ms(&sz, best)));
+
+    let chosen = f.gemm.rank(&sz).unwrap()[0].block;
+    let k = &c.picks[&Method::Klaraptor];
+    assert_eq!(k.block, Some(chosen));
+    assert_eq!(k.ratio, Some(tbest / measured_ms(&sz, chosen)));
+    assert!(k.flag.is_none(), "{:?}", k.flag);
+    assert!(k.how.contains("source=model"));
+    assert!((k.harness_ms.unwrap() - measured_ms(&sz, chosen) * 1.02).abs() < 1e-5);
+    // The prediction is the manifest's for that shape, in ms.
+    let p = f
+        .gemm
+        .rank(&sz)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.block == chosen)
+        .unwrap()
+        .prediction
+        .time_us
+        / 1000.0;
+    assert_eq!(k.predicted_ms, Some(p));
+
+    let d = &c.picks[&Method::Default];
+    assert_eq!(d.block, Some([32, 8, 1]));
+    assert_eq!(d.ratio, Some(tbest / measured_ms(&sz, [32, 8, 1])));
+
+    // Occupancy 1024 on a 2-D kernel: the fastest shape with 1024 threads.
+    let occ: Vec<[u32; 3]> = cands
+        .iter()
+        .copied()
+        .filter(|b| b[0] * b[1] == 1024)
+        .collect();
+    assert_eq!(occ.len(), 11);
+    let (ob, ot) = argmin(&sz, &occ);
+    let oc = &c.picks[&Method::Occupancy];
+    assert_eq!(oc.block, Some(ob));
+    assert_eq!(oc.ratio, Some(tbest / ot));
+    assert!(oc.how.contains("fastest of its 11 measured"), "{}", oc.how);
+
+    // Spearman of the manifest's predictions against the made-up times.
+    let ranked = f.gemm.rank(&sz).unwrap();
+    let (mut xs, mut ys) = (vec![], vec![]);
+    for b in &cands {
+        if let Some(r) = ranked.iter().find(|r| r.block == *b) {
+            xs.push(r.prediction.time_us);
+            ys.push(measured_ms(&sz, *b));
+        }
+    }
+    let rho = study::spearman(&xs, &ys).unwrap();
+    assert!((c.spearman.unwrap() - rho).abs() < 1e-12);
+
+    // mvt at 5000: 1-D, occupancy 768 is a candidate and used as is.
+    let m = st
+        .cases
+        .iter()
+        .find(|c| c.kernel == "mvt_x1" && c.sizes == [5000])
+        .unwrap();
+    assert_eq!(m.picks[&Method::Occupancy].block, Some([768, 1, 1]));
+    assert_eq!(
+        m.picks[&Method::Occupancy].ratio,
+        Some(m.picks[&Method::Optimum].time_ms.unwrap() / measured_ms(&[5000], [768, 1, 1]))
+    );
+    assert_eq!(
+        m.picks[&Method::Klaraptor].block,
+        Some(f.mvt.rank(&[5000]).unwrap()[0].block)
+    );
+
+    // mvt at 10000: incomplete sweep and a fallback, both said.
+    let m2 = st
+        .cases
+        .iter()
+        .find(|c| c.kernel == "mvt_x1" && c.sizes == [10000])
+        .unwrap();
+    assert!(!m2.complete());
+    assert!(st
+        .warnings
+        .iter()
+        .any(|w| w.contains("mvt/x2") && w.contains("incomplete") && w.contains("30 of 37")));
+    assert!(st
+        .warnings
+        .iter()
+        .any(|w| w.contains("exhaustive job mvt/x2 exited with 124")));
+    let k2 = &m2.picks[&Method::Klaraptor];
+    assert_eq!(k2.block, Some([256, 1, 1]));
+    assert!(k2.flag.as_deref().unwrap().contains("fallback: no model"));
+
+    // Criteria: gemm has two sizes, its largest is 8× the profiled 256 in NI and NJ.
+    let g = st.criteria.iter().find(|c| c.kernel == "gemm").unwrap();
+    assert_eq!(g.sizes, 2);
+    assert_eq!(g.grid_labels, ["NJ", "NI"]);
+    assert_eq!(g.grid_factor, Some(8.0));
+    assert!(g.non_pow2 && !g.ok());
+    let mv = st.criteria.iter().find(|c| c.kernel == "mvt_x1").unwrap();
+    assert!((mv.grid_factor.unwrap() - 10000.0 / 2048.0).abs() < 1e-12);
+
+    // Costs from the summaries and build-times.tsv.
+    let gc = st.costs.iter().find(|c| c.program == "gemm").unwrap();
+    assert_eq!(gc.profile_runs, 1);
+    assert_eq!(gc.exhaustive_runs, 2);
+    assert!((gc.exhaustive_wall_s - 9.0).abs() < 1e-12);
+    assert!((gc.fit_s.unwrap() - 1.25).abs() < 1e-12);
+}
+
+#[test]
+fn the_report_files() {
+    let f = fixture();
+    let w = klaraptor_accuracy::report(&f.paths, &f.sizes, &f.out, None, &["gemm".into()]).unwrap();
+    assert_eq!(w.cases, 4);
+    assert!(w.json.ends_with("accuracy-h200-2026-01-02.json"));
+    let recs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&w.json).unwrap()).unwrap();
+    assert_eq!(recs.len(), 16);
+    for r in &recs {
+        for key in ["program", "kernel", "sizes", "method", "block", "time_ms"] {
+            assert!(r.get(key).is_some(), "{key} missing in {r}");
+        }
+    }
+    let k = recs
+        .iter()
+        .find(|r| r["method"] == "klaraptor" && r["sizes"]["NK"] == 256)
+        .unwrap();
+    assert!(k["predicted_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(k["sizes"]["NI"], 2048);
+
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    for needle in [
+        "NVIDIA H200",
+        "580.00.00",
+        "13.0, V13.0.88",
+        "| klaraptor | 4 |",
+        "Targets of the issue",
+        "Spearman",
+        "Build-time cost",
+        "| gemm | 1 | 3.0 | 0.50 | 1.2 | 2 | 9.0 | 5.00 |",
+        "accuracy-h200-2026-01-02-ratios.svg",
+        "accuracy-h200-2026-01-02-shapes.svg",
+        "fallback: no model",
+        "incomplete",
+        "**short**",
+    ] {
+        assert!(md.contains(needle), "the report lacks {needle:?}:\n{md}");
+    }
+    for c in &w.charts {
+        let svg = std::fs::read_to_string(c).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("gemm"),
+            "{}",
+            c.display()
+        );
+    }
+    let ratios = std::fs::read_to_string(&w.charts[0]).unwrap();
+    assert!(ratios.contains("mvt_x1") && ratios.contains("0.90"));
+}
+
+#[test]
+fn job_lists_from_a_binary_with_specs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = spec(
+        "gemm",
+        "_Z4gemmPKfS0_Pfffiii",
+        &["NI", "NJ", "NK"],
+        2,
+        &["ceil(NJ, bx)", "ceil(NI, by)"],
+    );
+    s.profile_run = Some("./gemm {NI} {NJ} {NK}".into());
+    s.profile_sizes = vec![vec![64, 64, 64], vec![256, 128, 192]];
+    let mut t = spec("tail", "_Z4tailPfi", &["N"], 1, &["ceil(N, bx)"]);
+    t.profile_run = None;
+    // A "binary": the embedded spec text among other bytes, as scan_bytes finds it.
+    let mut bytes = b"\x7fELF junk".to_vec();
+    bytes.extend(s.embedded().unwrap().as_bytes());
+    bytes.extend(b"\0\0more");
+    bytes.extend(t.embedded().unwrap().as_bytes());
+    write(&tmp.path().join("gemm/gemm"), &bytes);
+    let sizes_text = r#"
+[profile.gemm]
+run = ["./gemm 512 512 512"]
+[[job]]
+program = "gemm"
+args = "1000 1000 1000"
+sweep = ["gemm"]
+est_s = 2.5
+[[job]]
+program = "gemm"
+args = "2048 2048 256"
+sweep = ["gemm", "tail"]
+est_s = 3
+choice_est_s = 4
+"#;
+    let sizes = Sizes::parse(sizes_text).unwrap();
+    let w = klaraptor_accuracy::jobs::write(tmp.path(), &sizes, &[]).unwrap();
+    assert_eq!(w.jobs, [3, 2, 2]);
+    let lines = klaraptor_accuracy::jobs::read(&w.jobs_txt).unwrap();
+    let cmds: Vec<&str> = lines.iter().map(|l| l.command.as_str()).collect();
+    assert_eq!(
+        cmds,
+        [
+            "./gemm 64 64 64",
+            "./gemm 256 128 192",
+            "./gemm 512 512 512",
+            "./gemm 1000 1000 1000 --time 1",
+            "./gemm 2048 2048 256 --time 1",
+            "./gemm.klaraptor 1000 1000 1000 --time 5",
+            "./gemm.klaraptor 2048 2048 256 --time 5",
+        ]
+    );
+    assert_eq!(lines[4].id, "gemm/x2");
+    assert_eq!(lines[4].plan.as_deref(), Some("gemm/plans/x2.plan"));
+    assert_eq!(lines[6].est_s, 4.0);
+    assert_eq!(lines[5].plan, None);
+    let plan = std::fs::read_to_string(tmp.path().join("gemm/plans/x2.plan")).unwrap();
+    let plan_lines: Vec<&str> = plan.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(plan_lines.len(), 2);
+    assert!(plan_lines[0].starts_with("_Z4gemmPKfS0_Pfffiii 1x1x1 "));
+    assert_eq!(plan_lines[0].split(' ').count(), 1 + 66);
+    assert_eq!(plan_lines[1].split(' ').count(), 1 + 37);
+    let x1 = std::fs::read_to_string(tmp.path().join("gemm/plans/x1.plan")).unwrap();
+    assert!(!x1.contains("_Z4tailPfi"));
+    let tsv = std::fs::read_to_string(tmp.path().join("gemm/kernels.tsv")).unwrap();
+    assert!(tsv.contains("gemm\t_Z4gemmPKfS0_Pfffiii\t2\tNI,NJ,NK\tceil(NJ, bx);ceil(NI, by)"));
+
+    // A sweep of a kernel the binary does not have, and a kernel without any recipe.
+    let bad = Sizes::parse(&sizes_text.replace("\"tail\"]", "\"nope\"]")).unwrap();
+    let e = format!(
+        "{:#}",
+        klaraptor_accuracy::jobs::write(tmp.path(), &bad, &[]).unwrap_err()
+    );
+    assert!(
+        e.contains("sweeps \"nope\"") && e.contains("its kernels: gemm, tail"),
+        "{e}"
+    );
+    let none =
+        Sizes::parse(&sizes_text.replace("[profile.gemm]\nrun = [\"./gemm 512 512 512\"]", ""))
+            .unwrap();
+    let e = format!(
+        "{:#}",
+        klaraptor_accuracy::jobs::write(tmp.path(), &none, &[]).unwrap_err()
+    );
+    assert!(e.contains("tail") && e.contains("[profile.gemm]"), "{e}");
+}
