@@ -10,7 +10,7 @@
 # built here. Writes under $OUT/$PHASE/:
 #   env.txt      nvidia-smi name,uuid,compute_cap,driver_version; nvcc --version; date -u
 #                (the format `klaraptor import` reads; profile/<program>/env.txt is a copy)
-#   summary.tsv  per job: id, exit status, wall s, kernel time s, estimated s
+#   summary-<UTC date-time>.tsv   per job: id, exit status, wall s, kernel time s, estimated s
 #   profile:     <program>/run<i>/records/ (the collector's records), stdout.txt, stderr.txt
 #   exhaustive:  <program>/x<k>/records/, stdout.txt (the variant's KL_TIME/KL_OCC), stderr.txt
 #   choice:      <program>/x<k>/model.log (KLARAPTOR_LOG), model.out, model.err (--time 5),
@@ -18,9 +18,9 @@
 # and prints one line per job (wall and kernel time against the estimate) and the totals.
 #
 # Environment: PHASE (required); OUT (default /tmp/accuracy-out); STUDY (default .dev/study);
-#   COLLECTOR (default .dev/collector/libklaraptor_collector.so); DEADLINE_S (default 450: a
+#   COLLECTOR (default .dev/collector/libklaraptor_collector.so); DEADLINE_S (default 420: a
 #   job whose estimate would end past it is skipped, and said so); LIMIT_FACTOR (default 4)
-#   and LIMIT_MIN_S / LIMIT_MAX_S (default 30 / 150): each job's timeout is its estimate
+#   and LIMIT_MIN_S / LIMIT_MAX_S (default 60 / 120): each job's timeout is its estimate
 #   times the factor, within those bounds; JOBS (an extended regex on job ids, e.g.
 #   '^(gemm|atax)/'); NVCC (default /usr/local/cuda/bin/nvcc, only for its --version).
 set -u
@@ -34,10 +34,10 @@ abs() { case $1 in /*) echo "$1" ;; *) echo "$root/$1" ;; esac; }
 OUT=$(abs "${OUT:-/tmp/accuracy-out}")
 STUDY=$(abs "${STUDY:-.dev/study}")
 COLLECTOR=$(abs "${COLLECTOR:-.dev/collector/libklaraptor_collector.so}")
-DEADLINE_S=${DEADLINE_S:-450}
+DEADLINE_S=${DEADLINE_S:-420}
 LIMIT_FACTOR=${LIMIT_FACTOR:-4}
-LIMIT_MIN_S=${LIMIT_MIN_S:-30}
-LIMIT_MAX_S=${LIMIT_MAX_S:-150}
+LIMIT_MIN_S=${LIMIT_MIN_S:-60}
+LIMIT_MAX_S=${LIMIT_MAX_S:-120}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 jobs_txt=$STUDY/jobs.txt
 [ -f "$jobs_txt" ] || { echo "device.sh: no $jobs_txt: run bench/accuracy/prepare.sh build on the build machine and carry .dev/study" >&2; exit 2; }
@@ -50,8 +50,10 @@ if [ "$PHASE" = exhaustive ] && ! grep -a -q KLARAPTOR_COLLECT_TIME_ONLY "$COLLE
 fi
 ph=$OUT/$PHASE
 mkdir -p "$ph"
-: > "$ph/summary.tsv"
-printf '# id\trc\twall_s\tgpu_s\test_s\n' > "$ph/summary.tsv"
+# One summary per call, so the outputs of several calls (JOBS subsets, a second machine) can
+# be merged into one directory: the report reads every summary-*.tsv, later files winning.
+summary=$ph/summary-$(date -u +%Y%m%dT%H%M%S).tsv
+printf '# id\trc\twall_s\tgpu_s\test_s\n' > "$summary"
 {
   nvidia-smi --query-gpu=name,uuid,compute_cap,driver_version --format=csv,noheader | head -1
   "$NVCC" --version
@@ -102,7 +104,7 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
   if [ -n "${JOBS:-}" ] && ! [[ $id =~ $JOBS ]]; then continue; fi
   el=$(since "$t0")
   if awk -v e="$el" -v x="$est" -v d="$DEADLINE_S" 'BEGIN { exit !(e + x > d) }'; then
-    printf '%s\tskipped\t0\t0\t%s\n' "$id" "$est" >> "$ph/summary.tsv"
+    printf '%s\tskipped\t0\t0\t%s\n' "$id" "$est" >> "$summary"
     printf '[%6.1f s] %-10s %-16s skipped: est %s s would pass DEADLINE_S=%s\n' "$el" "$PHASE" "$id" "$est" "$DEADLINE_S"
     n_skip=$((n_skip + 1)); skipped="$skipped $id"
     continue
@@ -140,7 +142,7 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
       ;;
   esac
   wall=$(since "$js")
-  printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$rc" "$wall" "$gpu" "$est" >> "$ph/summary.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$rc" "$wall" "$gpu" "$est" >> "$summary"
   # A recipe run exits 1 when its own check fails under the sweep (accumulating kernels run
   # once per shape): that is expected, the records are what counts.
   ok=0

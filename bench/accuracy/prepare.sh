@@ -52,7 +52,10 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 build() {
   need_tools
   mkdir -p "$STUDY" "$BUILD" "$STUDY_DB"
-  local fail=0
+  # The instrumented build of this step is the plain one (models come with `models`): link
+  # it against an empty database even when $STUDY_DB already holds profiles.
+  local fail=0 empty
+  empty=$(mktemp -d)
   for p in $progs; do
     local src="$root/samples/polybench/$p/$p.cu" b="$BUILD/$p" d="$STUDY/$p"
     [ -f "$src" ] || { echo "prepare.sh: no $src" >&2; fail=1; continue; }
@@ -62,9 +65,9 @@ build() {
     local t0; t0=$(now)
     # The recipes run ./<program> in the program's directory: the variant takes that name.
     if ! (cd "$b" &&
-          KLARAPTOR_NO_GPU=1 KLARAPTOR_PROFILE_DB="$STUDY_DB" \
+          KLARAPTOR_NO_GPU=1 KLARAPTOR_PROFILE_DB="$empty" \
             "$KCC" -O3 -std=c++17 -arch=sm_90 -I"$common" -c "$src" -o "$p.o" &&
-          KLARAPTOR_NO_GPU=1 KLARAPTOR_PROFILE_DB="$STUDY_DB" \
+          KLARAPTOR_NO_GPU=1 KLARAPTOR_PROFILE_DB="$empty" \
             "$KCC" -arch=sm_90 "$p.o" -o "$p.klaraptor" --kl-profiling-variant="$p") >> "$log" 2>&1; then
       echo "FAIL $p (see $log):"; tail -15 "$log"; fail=1; continue
     fi
@@ -72,6 +75,7 @@ build() {
     rm -rf "$d/models" "$d/build-times.tsv"
     echo "built $p in $(elapsed "$t0") s"
   done
+  rm -rf "$empty"
   [ $fail -eq 0 ] || { echo "prepare.sh: some programs failed to build" >&2; exit 1; }
   { "$KCC" --version 2>/dev/null | head -1; git -C "$root" log -1 --format='commit %H (%cd)'; } > "$STUDY/BUILD-INFO"
   jobs

@@ -155,8 +155,8 @@ pub fn shape_cases<'a>(st: &'a Study, wanted: &[String], max: usize) -> Vec<&'a 
     out
 }
 
-fn shape_label(b: [u32; 3]) -> String {
-    if b[1] == 1 && b[2] == 1 {
+fn shape_label(b: [u32; 3], dim: u8) -> String {
+    if dim <= 1 {
         format!("{}", b[0])
     } else {
         format!("{}x{}", b[0], b[1])
@@ -224,7 +224,7 @@ fn panel(c: &Case, area: &DrawingArea<SVGBackend, Shift>) -> Result<()> {
     let all = meas.iter().chain(pred.iter()).map(|p| p.1);
     let lo = all.clone().fold(f64::INFINITY, f64::min).max(1e-6);
     let hi = all.fold(0.0f64, f64::max).max(lo * 10.0);
-    let labels: Vec<String> = shapes.iter().map(|b| shape_label(*b)).collect();
+    let labels: Vec<String> = shapes.iter().map(|b| shape_label(*b, c.dim)).collect();
     let fmt = |x: &f64| {
         let i = x.round();
         if (x - i).abs() < 1e-6 && i >= 0.0 {

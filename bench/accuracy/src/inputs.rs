@@ -126,6 +126,39 @@ pub fn read_summary(path: &Path) -> Result<Vec<SummaryRow>> {
     Ok(out)
 }
 
+/// Every `summary*.tsv` of a phase directory (device.sh writes one per call), merged in file
+/// name order: a job's later row replaces its earlier one, except that a skipped row never
+/// replaces a row of a run.
+pub fn read_summaries(dir: &Path) -> Result<Vec<SummaryRow>> {
+    let mut files: Vec<std::path::PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("summary") && n.ends_with(".tsv"))
+            })
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    files.sort();
+    let mut out: Vec<SummaryRow> = Vec::new();
+    for f in files {
+        for r in read_summary(&f)? {
+            match out.iter_mut().find(|o| o.id == r.id) {
+                Some(o) => {
+                    if r.ran() || !o.ran() {
+                        *o = r;
+                    }
+                }
+                None => out.push(r),
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn parse_block(s: &str) -> Option<[u32; 3]> {
     let v: Vec<u32> = s
         .split('x')
@@ -477,7 +510,7 @@ mod tests {
     #[test]
     fn summary_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("summary.tsv");
+        let p = dir.path().join("summary-20260101T000000.tsv");
         std::fs::write(
             &p,
             "# id\trc\twall_s\tgpu_s\test_s\ngemm/x1\t0\t2.5\t1.25\t2.6\ngemm/x2\tskipped\t0\t0\t2.7\n",
@@ -487,8 +520,22 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert!(r[0].ran() && !r[1].ran());
         assert_eq!(r[0].gpu_s, 1.25);
+        // Two calls merged: a rerun replaces, a skip does not.
+        std::fs::write(
+            dir.path().join("summary-20260101T000001.tsv"),
+            "gemm/x2\t0\t3\t2\t2.7\ngemm/x1\tskipped\t0\t0\t2.6\ngemm/x3\t124\t9\t1\t4\n",
+        )
+        .unwrap();
+        let m = read_summaries(dir.path()).unwrap();
+        let ids: Vec<(&str, &str)> = m.iter().map(|r| (r.id.as_str(), r.rc.as_str())).collect();
+        assert_eq!(
+            ids,
+            [("gemm/x1", "0"), ("gemm/x2", "0"), ("gemm/x3", "124")]
+        );
+        assert_eq!(m[1].wall_s, 3.0);
+        assert!(read_summaries(&dir.path().join("nope")).unwrap().is_empty());
         std::fs::write(&p, "gemm/x1\t0\tslow\t1\t1\n").unwrap();
         let e = format!("{:#}", read_summary(&p).unwrap_err());
-        assert!(e.contains("summary.tsv:1") && e.contains("\"slow\""), "{e}");
+        assert!(e.contains("T000000.tsv:1") && e.contains("\"slow\""), "{e}");
     }
 }

@@ -64,10 +64,11 @@ pub fn records(st: &Study) -> Vec<Record> {
     out
 }
 
-fn shape(b: Option<[u32; 3]>) -> String {
+/// A block as the tables show it: bx for a 1-D kernel, bx×by for a 2-D one.
+fn shape(b: Option<[u32; 3]>, dim: u8) -> String {
     match b {
-        Some([x, y, 1]) if y != 1 => format!("{x}×{y}"),
-        Some([x, 1, 1]) => format!("{x}"),
+        Some([x, _, _]) if dim <= 1 => format!("{x}"),
+        Some([x, y, 1]) => format!("{x}×{y}"),
         Some([x, y, z]) => format!("{x}×{y}×{z}"),
         None => "–".into(),
     }
@@ -82,7 +83,7 @@ fn ratio_cell(c: &Case, m: Method) -> String {
                 .map(|r| format!("{r:.2}"))
                 .unwrap_or_else(|| "–".into());
             let mark = if p.flag.is_some() { "*" } else { "" };
-            format!("{} {r}{mark}", shape(p.block))
+            format!("{} {r}{mark}", shape(p.block, c.dim))
         }
         None => "–".into(),
     }
@@ -263,7 +264,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
             sizes_cell(c),
             c.measured.len(),
             c.candidates,
-            shape(o.and_then(|p| p.block)),
+            shape(o.and_then(|p| p.block), c.dim),
             o.and_then(|p| p.time_ms)
                 .map(|t| format!("{t:.4} ms"))
                 .unwrap_or_else(|| "–".into()),
@@ -343,7 +344,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
                     c.kernel,
                     sizes_cell(c),
                     m.as_str(),
-                    shape(p.block),
+                    shape(p.block, c.dim),
                     t,
                     h,
                     q
@@ -521,7 +522,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
             let shapes: Vec<String> = c
                 .failed
                 .iter()
-                .map(|(b, why)| format!("{} ({why})", shape(Some(*b))))
+                .map(|(b, why)| format!("{} ({why})", shape(Some(*b), c.dim)))
                 .collect();
             let _ = writeln!(
                 s,

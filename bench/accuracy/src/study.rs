@@ -341,10 +341,9 @@ impl Study {
             if env.is_file() {
                 st.env.insert(phase.into(), inputs::read_env(&env)?);
             }
-            let sum = dir.join("summary.tsv");
-            if sum.is_file() {
-                st.summaries
-                    .insert(phase.into(), inputs::read_summary(&sum)?);
+            let rows = inputs::read_summaries(&dir)?;
+            if !rows.is_empty() {
+                st.summaries.insert(phase.into(), rows);
             }
         }
         if !st.env.contains_key("exhaustive") {
@@ -358,10 +357,20 @@ impl Study {
             .ok()
             .map(|s| s.trim().to_string());
         for p in sizes.programs() {
-            st.kernels.extend(load_kernels(paths, &p)?);
+            if paths.study.join(&p).is_dir() {
+                st.kernels.extend(load_kernels(paths, &p)?);
+            } else {
+                st.warnings.push(format!(
+                    "{p}: not in {} (prepare.sh built a subset?): left out",
+                    paths.study.display()
+                ));
+            }
         }
         for nj in sizes.numbered() {
             let p = &nj.job.program;
+            if !paths.study.join(p).is_dir() {
+                continue;
+            }
             let xdir = paths.device.join("exhaustive").join(p).join(&nj.stem);
             let cdir = paths.device.join("choice").join(p).join(&nj.stem);
             let sweeps = inputs::read_records(&xdir.join("records"))?;

@@ -289,16 +289,16 @@ est_s = 2
         );
     }
     write(
-        &device.join("profile/summary.tsv"),
+        &device.join("profile/summary-20260102T030405.tsv"),
         "# id\trc\twall_s\tgpu_s\test_s\ngemm/run1\t1\t3.0\t0.5\t2.8\nmvt/run1\t0\t2.0\t0.25\t2.8\n",
     );
     write(
-        &device.join("exhaustive/summary.tsv"),
+        &device.join("exhaustive/summary-20260102T030405.tsv"),
         "# id\trc\twall_s\tgpu_s\test_s\ngemm/x1\t0\t4.0\t2.0\t2\ngemm/x2\t0\t5.0\t3.0\t2\n\
          mvt/x1\t0\t2.0\t1.0\t2\nmvt/x2\t124\t30.0\t9.0\t2\n",
     );
     write(
-        &device.join("choice/summary.tsv"),
+        &device.join("choice/summary-20260102T030405.tsv"),
         "# id\trc\twall_s\tgpu_s\test_s\ngemm/x1\t0,0\t2\t0.1\t3\ngemm/x2\t0,0\t2\t0.1\t3\n\
          mvt/x1\t0,0\t2\t0.1\t3\nmvt/x2\t0,0\t2\t0.1\t3\n",
     );
