@@ -73,7 +73,40 @@ fn run(exe: &Path, scenario: &str, env: &[(&str, &str)]) -> Output {
 }
 
 fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    without_program_block(&String::from_utf8_lossy(b))
+}
+
+/// Decision lines end with ` program_block=AxBxC` (the program's own block) when the
+/// launch's dims were changed; the expectations below leave it out, and
+/// `decisions_name_the_programs_own_block` checks it.
+fn without_program_block(s: &str) -> String {
+    s.lines()
+        .map(|l| match l.find(" program_block=") {
+            Some(i) => format!("{}\n", &l[..i]),
+            None => format!("{l}\n"),
+        })
+        .collect()
+}
+
+#[test]
+fn decisions_name_the_programs_own_block() {
+    let o = run(test_rt(), "launch", &[("KLARAPTOR_LOG", "1")]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let changed: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" source=model") || l.contains(" source=forced"))
+        .collect();
+    assert!(!changed.is_empty(), "{err}");
+    for l in changed {
+        assert!(l.contains(" program_block="), "{l}");
+    }
+    for l in err
+        .lines()
+        .filter(|l| l.contains(" source=fallback") || l.contains(" source=program"))
+    {
+        assert!(!l.contains(" program_block="), "{l}");
+    }
 }
 
 fn assert_ok(o: &Output) {
@@ -191,7 +224,7 @@ fn launch_log_to_file_appends() {
     }
     let once = lines(LAUNCH_DEFAULT_LOG);
     assert_eq!(
-        std::fs::read_to_string(&log).unwrap(),
+        without_program_block(&std::fs::read_to_string(&log).unwrap()),
         format!("an earlier run\n{once}{once}")
     );
 
@@ -267,7 +300,7 @@ fn launch_forced() {
     assert_eq!(text(&o.stdout), lines(FORCE_STDOUT));
     assert_eq!(text(&o.stderr), lines(FORCE_WARNINGS));
     assert_eq!(
-        std::fs::read_to_string(&log).unwrap(),
+        without_program_block(&std::fs::read_to_string(&log).unwrap()),
         lines(&[
             "klaraptor: mm n=2048 block=64x2x1 grid=32x1024x1 source=forced device=0:NVIDIA H200",
             "klaraptor: mm n=100 block=64x2x1 grid=2x50x1 source=forced device=0:NVIDIA H200",
@@ -347,7 +380,7 @@ fn concurrent_launches() {
         "threads=8 iterations=20000 keys=97 memo=97 mismatches=0\n"
     );
     // Every key decided and logged exactly once.
-    let logged = std::fs::read_to_string(&log).unwrap();
+    let logged = without_program_block(&std::fs::read_to_string(&log).unwrap());
     let mut all: Vec<&str> = logged.lines().collect();
     assert_eq!(all.len(), 97);
     all.sort();
