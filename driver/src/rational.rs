@@ -189,7 +189,8 @@ pub fn models_dir(output: &Path) -> PathBuf {
     PathBuf::from(format!("{}.klaraptor", output.display()))
 }
 
-fn slug(s: &str) -> String {
+/// Lower case, every run of other characters one `-` (file names of the models).
+pub fn slug(s: &str) -> String {
     let mut out: String = s
         .chars()
         .map(|c| {

@@ -34,20 +34,7 @@ pub struct Written {
 pub fn gpu_tag(name: &str) -> String {
     let n = name.trim();
     let n = n.strip_prefix("NVIDIA ").unwrap_or(n);
-    let mut out: String = n
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    while out.contains("--") {
-        out = out.replace("--", "-");
-    }
-    let out = out.trim_matches('-').to_string();
+    let out = klaraptor::rational::slug(n);
     if out.is_empty() {
         "gpu".into()
     } else {
