@@ -108,40 +108,27 @@ pub fn collector_path() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-/// The device the profiling variant runs on, as `nvidia-smi` names it (device 0, or the
-/// first of `CUDA_VISIBLE_DEVICES`).
-fn current_device() -> Result<(DeviceId, String, String)> {
-    let out = Command::new("nvidia-smi")
-        .args([
-            "--query-gpu=name,uuid,compute_cap,driver_version",
-            "--format=csv,noheader",
-            "-i",
-            "0",
-        ])
-        .output()
-        .context("cannot run nvidia-smi to identify the GPU")?;
-    if !out.status.success() {
-        bail!(
-            "nvidia-smi failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let f: Vec<&str> = text.lines().next().unwrap_or("").split(", ").collect();
-    if f.len() < 4 {
-        bail!("unexpected nvidia-smi output: {text}");
-    }
-    // nvidia-smi does not report the SM count: the model's tables and the calibration do.
-    let sm = 0;
+/// The device the profiling variant runs on (device 0, or the first of
+/// `CUDA_VISIBLE_DEVICES`), from its calibration report: the first profile on a device
+/// calibrates it (`klaraptor device calibrate`, about 10 s), later ones reuse the report.
+/// Returns the device, the driver version and the CUDA runtime version.
+fn current_device(nvcc: &Path) -> Result<(DeviceId, String, String)> {
+    eprintln!("klaraptor-cc: identifying and (once per device) calibrating the GPU");
+    let r = klaraptor_profiler::calibration::ensure_calibrated(nvcc)
+        .context("calibrating the GPU before its first profile")?;
+    let sm = r
+        .attributes
+        .get("MultiProcessorCount")
+        .map_or(0, |v| u32::try_from(*v).unwrap_or(0));
     Ok((
         DeviceId {
-            name: f[0].trim().to_string(),
-            uuid: f[1].trim().to_string(),
-            cc: f[2].trim().to_string(),
+            name: r.device.name.clone(),
+            uuid: r.device.uuid.clone(),
+            cc: r.device.cc.clone(),
             sm_count: sm,
         },
-        f[3].trim().to_string(),
-        String::new(),
+        r.device.driver_version.clone(),
+        r.device.runtime_version.clone(),
     ))
 }
 
@@ -312,7 +299,7 @@ fn profile(
         );
         return Ok(Vec::new());
     };
-    let (device, driver, cuda) = current_device()?;
+    let (device, driver, cuda) = current_device(job.nvcc)?;
     let dir = profiling::scratch(job.work)?;
     let plan = dir.join("plan");
     let specs_owned: Vec<LinkSpec> = runnable.iter().map(|s| (*s).clone()).collect();
