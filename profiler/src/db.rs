@@ -363,7 +363,9 @@ impl ProfileDb {
     /// (see [`DbError::is_bad_entry`]) or cannot be read.
     pub fn get(&self, mangled: &str, code_hash: &str, device_name: &str) -> Result<Option<Entry>> {
         let path = self.entry_path(mangled, code_hash, device_name)?;
-        let _lock = self.lock_shared()?;
+        let Some(_lock) = self.lock_shared()? else {
+            return Ok(None);
+        };
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -378,7 +380,9 @@ impl ProfileDb {
     pub fn entries_for(&self, mangled: &str, code_hash: &str) -> Result<Vec<Entry>> {
         check_key(mangled, code_hash, "any device")?;
         let file = entry_file_name(mangled, code_hash);
-        let _lock = self.lock_shared()?;
+        let Some(_lock) = self.lock_shared()? else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
         for dev_dir in subdirs(&self.version_dir(FORMAT_VERSION))? {
             let path = dev_dir.join(&file);
@@ -476,7 +480,9 @@ impl ProfileDb {
     /// mangled name, device and capture time. Files it does not know (e.g. README.txt) are
     /// not listed. An absent database lists nothing.
     pub fn list(&self) -> Result<Vec<Listed>> {
-        let _lock = self.lock_shared()?;
+        let Some(_lock) = self.lock_shared()? else {
+            return Ok(Vec::new());
+        };
         self.list_locked()
     }
 
@@ -622,7 +628,10 @@ impl ProfileDb {
             return Ok(Vec::new());
         }
         let _lock = if dry_run {
-            self.lock_shared()?
+            match self.lock_shared()? {
+                Some(lock) => lock,
+                None => return Ok(Vec::new()),
+            }
         } else {
             self.lock_exclusive()?
         };
@@ -671,16 +680,19 @@ impl ProfileDb {
         }
     }
 
-    /// A shared lock, for readers. Without a database there is nothing to lock; a
-    /// database on a read-only disk (no lock file, and none can be made) is read unlocked,
-    /// since nobody can write to it either.
+    /// A shared lock, for readers. `None` when there is no database: the reader then
+    /// answers as for an empty one and must not look at the directory, since a writer may
+    /// create it and start writing at any moment, unseen by a reader that holds no lock
+    /// (such a reader could list the writer's temporary file). A database on a read-only
+    /// disk (no lock file, and none can be made) is read unlocked, since nobody can write
+    /// to it either.
     ///
     /// Writers are not starved by a stream of readers: a reader passes the turnstile
     /// (`.lock.queue`, taken exclusively for a moment) before it takes its shared lock,
     /// and a waiting writer holds the turnstile while it waits for the readers in place.
-    fn lock_shared(&self) -> Result<DbLock> {
+    fn lock_shared(&self) -> Result<Option<DbLock>> {
         if !self.exists() {
-            return Ok(DbLock { _file: None });
+            return Ok(None);
         }
         let turnstile = self.open_lock_file(QUEUE_FILE, true)?;
         if let Some(t) = &turnstile {
@@ -688,12 +700,12 @@ impl ProfileDb {
                 .map_err(io_err(&self.root.join(QUEUE_FILE), "lock"))?;
         }
         let Some(file) = self.open_lock_file(LOCK_FILE, true)? else {
-            return Ok(DbLock { _file: None });
+            return Ok(Some(DbLock { _file: None }));
         };
         file.lock_shared()
             .map_err(io_err(&self.root.join(LOCK_FILE), "take a shared lock of"))?;
         drop(turnstile);
-        Ok(DbLock { _file: Some(file) })
+        Ok(Some(DbLock { _file: Some(file) }))
     }
 
     /// An exclusive lock, for writers; creates the database directory.

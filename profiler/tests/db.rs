@@ -673,6 +673,8 @@ const ROLE: &str = "KLARAPTOR_DB_TEST_ROLE";
 const ROLE_DB: &str = "KLARAPTOR_DB_TEST_DB";
 const ROLE_ID: &str = "KLARAPTOR_DB_TEST_ID";
 const WRITER_ROUNDS: u32 = 15;
+/// How many fresh databases `readers_of_a_database_being_created_see_nothing_partial` creates.
+const DB_CREATIONS: u32 = 40;
 
 fn child(role: &str, db: &Path, extra: &[(&str, &std::ffi::OsStr)]) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
@@ -931,6 +933,63 @@ fn concurrent_processes_never_see_a_partial_entry() {
         e.collector
     );
     assert_eq!(db.list().unwrap().len(), 5);
+}
+
+/// A reader that finds no database holds no lock, so it must answer as for an empty one and
+/// not look at the directory a writer may be creating at that moment (it would see the
+/// writer's temporary file). The window is short: many fresh databases, each read by
+/// threads that spin while the first entry is written.
+#[test]
+fn readers_of_a_database_being_created_see_nothing_partial() {
+    let invalid = PruneFilter {
+        invalid: true,
+        ..Default::default()
+    };
+    for round in 0..DB_CREATIONS {
+        let (_tmp, db) = temp_db();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|r| {
+                    let (db, done, invalid) = (&db, &done, &invalid);
+                    s.spawn(move || {
+                        while !done.load(Ordering::SeqCst) {
+                            if r == 0 {
+                                for l in db.list().unwrap() {
+                                    assert!(
+                                        l.status.is_valid(),
+                                        "{}: {:?}",
+                                        l.path.display(),
+                                        l.status
+                                    );
+                                    check_whole(l.entry.as_ref().unwrap());
+                                }
+                            } else {
+                                let selected = db.prune(invalid, true).unwrap();
+                                assert!(
+                                    selected.is_empty(),
+                                    "prune --invalid selected {}",
+                                    selected[0].path.display()
+                                );
+                                if let Some(e) = db.get(MM, &hash_of("shared"), H200).unwrap() {
+                                    check_whole(&e);
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            db.put(&variant(0, round)).unwrap();
+            done.store(true, Ordering::SeqCst);
+            for r in readers {
+                r.join().unwrap();
+            }
+        });
+        assert_eq!(
+            db.get(MM, &hash_of("shared"), H200).unwrap(),
+            Some(variant(0, round))
+        );
+    }
 }
 
 fn check_whole_or_other(e: &Entry) {
