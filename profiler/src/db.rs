@@ -19,7 +19,8 @@
 //!
 //! Concurrency: [`ProfileDb::put`], [`ProfileDb::remove`] and [`ProfileDb::prune`] hold an
 //! exclusive `flock` of `<db>/.lock`; readers hold a shared one (`.lock.queue` keeps a
-//! stream of readers from starving a writer). A write goes to a
+//! stream of readers from starving a writer). A reader that finds no database answers as
+//! for an empty one without looking further (a writer may be creating it). A write goes to a
 //! temporary file in the entry's directory (`.<file>.<pid>-<n>.tmp`), is flushed to disk,
 //! renamed over the entry and the directory is flushed, so an entry is either the old
 //! complete file or the new complete file, also when the writer is killed. A killed
