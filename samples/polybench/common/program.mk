@@ -15,6 +15,6 @@ check: $(PROG)
 	./$(PROG)
 
 clean:
-	rm -f $(PROG)
+	rm -rf $(PROG) $(PROG).klaraptor
 
 .PHONY: check clean
