@@ -615,21 +615,7 @@ fn counters(
     res: &Resources,
     dynamic_smem: u64,
 ) -> Counters {
-    let zero = metrics::Hardware {
-        inst_executed: 0,
-        inst_global_ld: 0,
-        inst_global_st: 0,
-        inst_shared_ld: 0,
-        inst_shared_st: 0,
-        inst_barrier: 0,
-        gld_requests: 0,
-        gst_requests: 0,
-        gld_sectors: 0,
-        gst_sectors: 0,
-        dram_bytes_read: 0,
-        dram_bytes_write: 0,
-        achieved_active_warps: 0.0,
-    };
+    let zero = metrics::Hardware::default();
     let hw = hw.unwrap_or(&zero);
     Counters {
         inst_executed: hw.inst_executed,

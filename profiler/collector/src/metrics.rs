@@ -263,7 +263,7 @@ pub fn resolve(
 }
 
 /// The hardware counters of one launch, decoded from metric values.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hardware {
     pub inst_executed: u64,
     pub inst_global_ld: u64,
