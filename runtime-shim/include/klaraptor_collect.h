@@ -6,8 +6,9 @@
  * stream. The shim computes the grid of every block shape of the plan from the kernel's grid
  * formula, then calls klaraptor_collect() once. The collector launches each shape through
  * req->launch (as many times as it needs: warm-up, timed runs, profiler passes), measures,
- * and appends one JSON line per shape to req->out_path: a profiler::record::Sample. The shim
- * then makes the program's own launch, so the program continues.
+ * and appends one JSON line per shape to req->out_path: a profiler::record::Sample, and
+ * reports each shape through req->progress. The shim then makes the program's own launch,
+ * so the program continues.
  *
  * The collector loads libcuda and libcupti itself; it uses the CUDA context current on the
  * calling thread (the runtime's primary context).
@@ -21,7 +22,9 @@
 extern "C" {
 #endif
 
-#define KLARAPTOR_COLLECT_ABI 1
+/* ABI 2 added `progress`. A collector reads `progress` only from a request of ABI 2 or
+ * later, so it serves ABI 1 requests (shims built before) too. */
+#define KLARAPTOR_COLLECT_ABI 2
 
 typedef struct klaraptor_collect_request {
   int abi_version;           /* KLARAPTOR_COLLECT_ABI */
@@ -42,6 +45,11 @@ typedef struct klaraptor_collect_request {
   /* Launch shape i (0 <= i < n_shapes) on `stream`, asynchronously; returns the
    * cudaError_t of the launch (0 on success). */
   int (*launch)(void *ctx, int shape);
+  /* Since ABI 2; NULL: no reports. Called once per shape, in shape order, right after the
+   * shape's line was appended to out_path: status 0 when the shape was measured, 1 when its
+   * sample records a failure. (A collector may measure every shape before it writes the
+   * first line, so the calls of one request can come close together.) */
+  void (*progress)(void *ctx, int shape, int status);
 } klaraptor_collect_request;
 
 /* Returns 0 when every shape was measured or recorded as failed; nonzero when the collector

@@ -11,11 +11,31 @@
 //!   exhaustive search over shapes at large sizes.
 //!
 //! Per context (lazily, once): the device is checked with `cuptiProfilerDeviceSupported`, its
-//! chip named, its counter availability read, the metric table resolved against the chip, and
-//! one config image built for the table's metrics. Per shape: the range profiler is enabled,
-//! configured for one user range with user replay, the shape launched once per pass that the
-//! config needs (after an L2 flush, see [`crate::flush`]), the data decoded and evaluated, and
-//! the profiler disabled again (the pattern NVIDIA's nvbench uses per measurement).
+//! chip named, its counter availability read, the metric table resolved against the chip, one
+//! config image built for the table's metrics, and the L2 flush kernel and buffer made.
+//!
+//! Per request, in three phases:
+//! 1. timing: every shape's warm-up and timed launches (before the profiler is enabled, so
+//!    that it cannot touch the times);
+//! 2. profiling: the shapes that ran, in as few range-profiler sessions as CUPTI allows (all
+//!    of them in one by default; `KLARAPTOR_COLLECT_RANGES=<n>` caps a session at n shapes,
+//!    1 being the collector's first design, one session per shape). A session is one
+//!    `cuptiRangeProfilerEnable`, one counter-data image with a range per shape, one
+//!    `SetConfig` (user ranges, user replay), then the passes the config needs: each pass
+//!    launches every shape of the session once inside its own named range
+//!    ([`crate::sweep::range_name`]), each launch preceded, outside any range, by an L2 flush
+//!    and a stream synchronisation. Then one decode, one disable, and the evaluation of each
+//!    range. A session CUPTI refuses as a whole is split in two and tried again, down to one
+//!    shape; the size that worked is kept for the context's later requests;
+//! 3. writing: one sample per shape, in shape order, each followed by the shim's progress
+//!    report.
+//!
+//! The counters keep their meaning: each shape's range holds exactly one launch of that
+//! shape, after a flush that leaves L2 clean of the kernel's data (compulsory DRAM traffic,
+//! as ncu's `--cache-control all`), exactly as when each shape had its own session; the
+//! write-backs of one shape's dirty lines happen during the next flush, outside any range.
+//! What the sessions change is the CPU cost: CUPTI's enable, image, config, decode and
+//! disable are paid once per request instead of once per shape.
 
 use crate::cupti::{CounterDataImage, CuptiLib, HostObject, MetricConfig, RangeProfiler};
 use crate::debug::{self, debug};
@@ -26,12 +46,20 @@ use crate::load;
 use crate::metrics::{self, Resolved, TABLE};
 use crate::request::{runtime_error_name, Request};
 use crate::stats::median;
+use crate::sweep::{self, SweepStats};
 use crate::sys::cuda::*;
+use crate::sys::cupti::{
+    CUptiResult_CUPTI_ERROR_INSUFFICIENT_PRIVILEGES,
+    CUptiResult_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+    CUptiResult_CUPTI_ERROR_NOT_INITIALIZED,
+};
 use klaraptor_profiler::record::{Counters, Sample};
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What the collector does, from the environment (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -44,6 +72,12 @@ pub struct Settings {
     /// besides the table's and shown in verbose mode's `metric values` line only; for trying
     /// candidate metrics on a new GPU. A name the chip does not have is skipped with a warning.
     pub extra_metrics: Vec<String>,
+    /// `KLARAPTOR_COLLECT_RANGES` (a positive integer): at most this many shapes per
+    /// range-profiler session; `None`: every shape of a request in one session.
+    pub ranges_per_session: Option<usize>,
+    /// `KLARAPTOR_COLLECT_TIMING`: one `klaraptor-collect: timing …` line per request on
+    /// stderr, saying where its wall time went ([`SweepStats`]).
+    pub timing: bool,
 }
 
 impl Settings {
@@ -61,10 +95,26 @@ impl Settings {
                     .collect()
             })
             .unwrap_or_default();
+        let ranges_per_session = env("KLARAPTOR_COLLECT_RANGES").and_then(|v| {
+            let text = v.to_string_lossy();
+            match text.trim().parse::<usize>() {
+                Ok(n) if n >= 1 => Some(n),
+                _ if text.trim().is_empty() => None,
+                _ => {
+                    eprintln!(
+                        "klaraptor-collect: warning: KLARAPTOR_COLLECT_RANGES={text} is not a \
+                         positive integer; every shape of a request goes into one session"
+                    );
+                    None
+                }
+            }
+        });
         Settings {
             time_only: flag("KLARAPTOR_COLLECT_TIME_ONLY"),
             no_flush: flag("KLARAPTOR_COLLECT_NO_FLUSH"),
             extra_metrics,
+            ranges_per_session,
+            timing: flag("KLARAPTOR_COLLECT_TIMING"),
         }
     }
 }
@@ -95,14 +145,21 @@ struct Profiling {
     cupti: Arc<CuptiLib>,
     resolved: Resolved,
     config: MetricConfig,
+    /// The config's metric names, in the order its evaluation returns values.
+    names: Vec<String>,
     flush: Option<L2Flush>,
+    /// The most shapes a session may hold: the setting, lowered when CUPTI refused a
+    /// session of that size.
+    ranges_per_session: Cell<usize>,
 }
 
 /// How one request went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     pub measured: usize,
     pub failed: usize,
+    /// Where the request's wall time went.
+    pub stats: SweepStats,
 }
 
 /// Why one shape has no counters.
@@ -120,6 +177,51 @@ impl From<Error> for ShapeError {
         ShapeError::Collector(e)
     }
 }
+
+/// Why a profiler session gave no counters.
+#[derive(Debug)]
+enum SessionError {
+    /// CUPTI refused the session (a call failed, ranges were dropped or cannot be told
+    /// apart): worth trying again with fewer shapes per session.
+    Retry(Error),
+    /// The context is unusable (an asynchronous error of a launch).
+    Sticky(String),
+    /// Nothing will work (no permission to read counters, another profiler attached, …).
+    Fatal(Error),
+}
+
+impl From<Error> for SessionError {
+    #[allow(non_upper_case_globals)] // bindgen's names of C enum values
+    fn from(e: Error) -> Self {
+        match e.cupti_code() {
+            Some(
+                CUptiResult_CUPTI_ERROR_INSUFFICIENT_PRIVILEGES
+                | CUptiResult_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                | CUptiResult_CUPTI_ERROR_NOT_INITIALIZED,
+            ) => SessionError::Fatal(e),
+            Some(_) => SessionError::Retry(e),
+            None => SessionError::Fatal(e),
+        }
+    }
+}
+
+/// What one session measured: per shape (index in the request), its counters or why not.
+struct SessionOutcome {
+    results: Vec<(usize, std::result::Result<metrics::Hardware, String>)>,
+    /// Set when a launch of the session left the context unusable.
+    sticky: Option<String>,
+}
+
+/// What the timing phase gave for one shape.
+#[derive(Debug, Clone, PartialEq)]
+enum Timed {
+    /// The timed runs (ms) and their median.
+    Runs(Vec<f64>, f64),
+    Failed(String),
+}
+
+/// What the profiler gave for one shape: `None` when it was not asked (time-only mode).
+type Profiled = Option<std::result::Result<metrics::Hardware, String>>;
 
 /// Register count and static shared memory of the kernel.
 struct Resources {
@@ -163,8 +265,10 @@ impl Collector {
         &self.settings
     }
 
-    /// Measures every shape of `req` and appends one line per shape to `req.out_path`.
+    /// Measures every shape of `req` and appends one line per shape to `req.out_path`
+    /// (module documentation: the three phases).
     pub fn collect(&mut self, req: &Request) -> Result<Summary> {
+        let started = Instant::now();
         let ctx = self.driver.current_context()?.ok_or_else(|| {
             Error::Unusable(
                 "no CUDA context is current on the calling thread; klaraptor_collect must be \
@@ -172,7 +276,15 @@ impl Collector {
                     .into(),
             )
         })?;
+        let known = self.contexts.len();
         let idx = self.context_state(ctx)?;
+        let mut stats = SweepStats {
+            shapes: req.shapes.len(),
+            ..SweepStats::default()
+        };
+        if self.contexts.len() > known {
+            stats.context_setup_ms = ms_since(started);
+        }
         let st = &self.contexts[idx];
         let resources = self.resources(req.kernel, st.device)?;
         let mut out = std::fs::OpenOptions::new()
@@ -197,25 +309,77 @@ impl Collector {
             resources.regs,
             resources.smem_static
         );
+
+        // 1. Timing.
+        let t = Instant::now();
+        let mut unusable: Option<String> = None;
+        let mut timed = Vec::with_capacity(req.shapes.len());
+        if !req.shapes.is_empty() {
+            let start = Event::new(&self.driver)?;
+            let stop = Event::new(&self.driver)?;
+            for i in 0..req.shapes.len() {
+                if let Some(why) = &unusable {
+                    timed.push(Timed::Failed(format!("not run: {why}")));
+                    continue;
+                }
+                timed.push(match self.time_shape(req, i, &start, &stop) {
+                    Ok(runs) => match median(&runs) {
+                        Some(m) => Timed::Runs(runs, m),
+                        None => {
+                            Timed::Failed(format!("the timed runs gave no usable time: {runs:?}"))
+                        }
+                    },
+                    Err(ShapeError::Shape(msg)) => Timed::Failed(msg),
+                    Err(ShapeError::Sticky(msg)) => {
+                        unusable = Some(format!("the CUDA context is unusable after {msg}"));
+                        Timed::Failed(msg)
+                    }
+                    Err(ShapeError::Collector(e)) => return Err(e),
+                });
+            }
+        }
+        stats.timing_ms = ms_since(t);
+
+        // 2. Profiling.
+        let mut profiled: Vec<Profiled> = vec![None; req.shapes.len()];
+        let mut profiler_error = None;
+        if let Some(p) = &st.profiling {
+            let todo: Vec<usize> = (0..req.shapes.len())
+                .filter(|&i| matches!(timed[i], Timed::Runs(..)))
+                .collect();
+            match &unusable {
+                Some(why) => {
+                    for &i in &todo {
+                        profiled[i] = Some(Err(format!("not profiled: {why}")));
+                    }
+                }
+                None => {
+                    profiler_error =
+                        self.profile_shapes(st.ctx, p, req, &todo, &mut profiled, &mut stats);
+                }
+            }
+            // In full mode a sample without hardware counters must say why: never zeros.
+            for &i in &todo {
+                if profiled[i].is_none() {
+                    profiled[i] = Some(Err("not profiled (no session measured it)".into()));
+                }
+            }
+        }
+
+        // 3. Writing, in shape order, each sample followed by its progress report.
+        let t = Instant::now();
         let mut summary = Summary {
             measured: 0,
             failed: 0,
+            stats: SweepStats::default(),
         };
-        let mut unusable: Option<String> = None;
-        for (i, shape) in req.shapes.iter().enumerate() {
-            let outcome = match &unusable {
-                Some(why) => Err(ShapeError::Shape(format!("not run: {why}"))),
-                None => self.measure(st, req, i, &resources),
-            };
-            let (counters, error) = match outcome {
-                Ok(c) => (Some(c), None),
-                Err(ShapeError::Shape(msg)) => (None, Some(msg)),
-                Err(ShapeError::Sticky(msg)) => {
-                    unusable = Some(format!("the CUDA context is unusable after {msg}"));
-                    (None, Some(msg))
-                }
-                Err(ShapeError::Collector(e)) => return Err(e),
-            };
+        for (i, (shape, (timed, hw))) in req
+            .shapes
+            .iter()
+            .zip(timed.into_iter().zip(profiled))
+            .enumerate()
+        {
+            let (counters, error) = outcome(timed, hw, &resources, req.dynamic_smem);
             if let Some(msg) = &error {
                 summary.failed += 1;
                 eprintln!(
@@ -227,6 +391,7 @@ impl Collector {
             } else {
                 summary.measured += 1;
             }
+            let ok = error.is_none();
             let sample = Sample {
                 sizes: req.data.clone(),
                 block: shape.block,
@@ -239,7 +404,10 @@ impl Collector {
                 .map_err(|e| {
                     Error::Unusable(format!("cannot write to {}: {e}", req.out_path.display()))
                 })?;
+            req.report(i, ok);
         }
+        stats.write_ms = ms_since(t);
+        stats.total_ms = ms_since(started);
         debug!(
             "{}: {} measured, {} failed, appended to {}",
             req.display_name(),
@@ -247,7 +415,17 @@ impl Collector {
             summary.failed,
             req.out_path.display()
         );
-        Ok(summary)
+        if self.settings.timing || debug::enabled() {
+            eprintln!(
+                "klaraptor-collect: timing {} {stats}",
+                req.display_name().replace(char::is_whitespace, "_")
+            );
+        }
+        summary.stats = stats;
+        match profiler_error {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
     }
 
     /// The per-context setup, made on first use of a context.
@@ -344,11 +522,15 @@ impl Collector {
                 }
             }
         };
+        let names = config.metric_names().map(String::from).collect();
+        let ranges = self.settings.ranges_per_session.unwrap_or(usize::MAX);
         Ok(Profiling {
             cupti: cupti.clone(),
             resolved,
             config,
+            names,
             flush,
+            ranges_per_session: Cell::new(ranges),
         })
     }
 
@@ -386,132 +568,240 @@ impl Collector {
         })
     }
 
-    fn measure(
+    /// Warm-up launches, then `runs` launches each between the two events on the request's
+    /// stream; the elapsed time of each, in milliseconds.
+    fn time_shape(
         &self,
-        st: &ContextState,
         req: &Request,
         i: usize,
-        res: &Resources,
-    ) -> std::result::Result<Counters, ShapeError> {
-        let runs = self.time_shape(req, i)?;
-        let time_ms = median(&runs).ok_or_else(|| {
-            ShapeError::Shape(format!("the timed runs gave no usable time: {runs:?}"))
-        })?;
-        let hw = match &st.profiling {
-            Some(p) => Some(self.profile_shape(st.ctx, p, req, i)?),
-            None => None,
-        };
-        Ok(counters(hw.as_ref(), time_ms, runs, res, req.dynamic_smem))
-    }
-
-    /// Warm-up launches, then `runs` launches each between two events on the request's
-    /// stream; the elapsed time of each, in milliseconds.
-    fn time_shape(&self, req: &Request, i: usize) -> std::result::Result<Vec<f64>, ShapeError> {
+        start: &Event,
+        stop: &Event,
+    ) -> std::result::Result<Vec<f64>, ShapeError> {
         for _ in 0..req.warmup {
             self.launch(req, i)?;
         }
         self.driver
             .stream_synchronize(req.stream)
             .map_err(|e| self.after_failed_sync(e))?;
-        let start = Event::new(&self.driver)?;
-        let stop = Event::new(&self.driver)?;
         let mut runs = Vec::with_capacity(req.runs as usize);
         for _ in 0..req.runs {
             start.record(req.stream)?;
             self.launch(req, i)?;
             stop.record(req.stream)?;
             stop.synchronize().map_err(|e| self.after_failed_sync(e))?;
-            runs.push(stop.elapsed_since(&start)?);
+            runs.push(stop.elapsed_since(start)?);
         }
         debug!("shape {i}: times {runs:?} ms");
         Ok(runs)
     }
 
-    /// The profiler passes of one shape, decoded into counters.
-    fn profile_shape(
+    /// The profiler passes of the shapes `todo` (indices into the request, in order), in
+    /// sessions of at most `p.ranges_per_session` shapes; each shape's counters, or why it
+    /// has none, go into `profiled`. Returns the error that stopped the profiler, if one
+    /// did: the shapes it left get a message, and the request then fails, after its samples
+    /// are written.
+    fn profile_shapes(
         &self,
         ctx: Context,
-        st: &Profiling,
+        p: &Profiling,
         req: &Request,
-        i: usize,
-    ) -> std::result::Result<metrics::Hardware, ShapeError> {
-        self.driver
-            .ctx_synchronize()
-            .map_err(|e| self.after_failed_sync(e))?;
-        let profiler = RangeProfiler::enable(&st.cupti, ctx)?;
-        let mut data = profiler.counter_data_image(&st.config, 1)?;
-        let mut failed_launch = None;
-        {
-            let session = profiler.configure(&st.config, &mut data, 1)?;
-            let limit = 4 * st.config.passes().max(1) + 4;
-            let mut passes = 0;
-            loop {
-                if let Some(flush) = &st.flush {
-                    flush.run(req.stream)?;
-                    self.driver.stream_synchronize(req.stream)?;
+        todo: &[usize],
+        profiled: &mut [Profiled],
+        stats: &mut SweepStats,
+    ) -> Option<Error> {
+        let mut queue = sweep::sessions(todo, p.ranges_per_session.get());
+        let mut stopped: Option<String> = None;
+        let mut fatal = None;
+        let mut refused = None;
+        while let Some(chunk) = queue.pop_front() {
+            if let Some(why) = &stopped {
+                for &i in &chunk {
+                    profiled[i] = Some(Err(format!("not profiled: {why}")));
                 }
-                session.start()?;
-                session.push_range(c"klaraptor")?;
-                // After a failed launch the passes still run, empty, so that CUPTI's replay
-                // ends in a consistent state before the profiler is disabled.
-                if failed_launch.is_none() {
-                    let rc = req.launch(i);
-                    if rc != 0 {
-                        failed_launch = Some(rc);
+                continue;
+            }
+            stats.sessions += 1;
+            match self.profile_session(ctx, p, req, &chunk, stats) {
+                Ok(done) => {
+                    for (i, r) in done.results {
+                        profiled[i] = Some(r);
+                    }
+                    if let Some(msg) = done.sticky {
+                        stopped = Some(format!("the CUDA context is unusable after {msg}"));
                     }
                 }
-                session.pop_range()?;
+                Err(SessionError::Retry(e)) => match sweep::halve(&chunk) {
+                    Some((a, b, half)) => {
+                        eprintln!(
+                            "klaraptor-collect: warning: CUPTI refused a profiler session of {} \
+                             shapes ({e}); trying sessions of at most {half}",
+                            chunk.len()
+                        );
+                        p.ranges_per_session.set(half);
+                        queue.push_front(b);
+                        queue.push_front(a);
+                    }
+                    None => {
+                        let msg = format!("the profiler failed: {e}");
+                        profiled[chunk[0]] = Some(Err(msg.clone()));
+                        refused.get_or_insert(msg);
+                    }
+                },
+                Err(SessionError::Sticky(msg)) => {
+                    for &i in &chunk {
+                        profiled[i] = Some(Err(msg.clone()));
+                    }
+                    stopped = Some(format!("the CUDA context is unusable after {msg}"));
+                }
+                Err(SessionError::Fatal(e)) => {
+                    for &i in &chunk {
+                        profiled[i] = Some(Err(format!("the profiler failed: {e}")));
+                    }
+                    stopped = Some(format!("the profiler failed: {e}"));
+                    fatal = Some(e);
+                }
+            }
+        }
+        // A profiler that measured nothing at all fails the request, as it always did.
+        let none_measured = !todo.iter().any(|&i| matches!(profiled[i], Some(Ok(_))));
+        match (fatal, refused) {
+            (Some(e), _) => Some(e),
+            (None, Some(msg)) if none_measured => Some(Error::Unusable(format!(
+                "no shape of {} could be profiled; the first: {msg}",
+                req.display_name()
+            ))),
+            _ => None,
+        }
+    }
+
+    /// One range-profiler session over the shapes `chunk` (module documentation).
+    fn profile_session(
+        &self,
+        ctx: Context,
+        p: &Profiling,
+        req: &Request,
+        chunk: &[usize],
+        stats: &mut SweepStats,
+    ) -> std::result::Result<SessionOutcome, SessionError> {
+        self.driver
+            .ctx_synchronize()
+            .map_err(|e| self.session_sync_error(e))?;
+        let t = Instant::now();
+        let profiler = RangeProfiler::enable(&p.cupti, ctx)?;
+        let mut data = profiler.counter_data_image(&p.config, chunk.len())?;
+        let names: Vec<CString> = chunk.iter().map(|&i| sweep::range_name(i)).collect();
+        let mut failed: Vec<Option<i32>> = vec![None; chunk.len()];
+        {
+            let session = profiler.configure(&p.config, &mut data, chunk.len())?;
+            stats.session_setup_ms += ms_since(t);
+            let t = Instant::now();
+            let limit = 4 * p.config.passes().max(1) + 4;
+            let mut passes = 0;
+            loop {
+                session.start()?;
+                for (k, &i) in chunk.iter().enumerate() {
+                    if let Some(flush) = &p.flush {
+                        flush.run(req.stream).map_err(SessionError::Fatal)?;
+                        self.driver
+                            .stream_synchronize(req.stream)
+                            .map_err(|e| self.session_sync_error(e))?;
+                    }
+                    session.push_range(&names[k])?;
+                    // After a failed launch the shape's range stays, empty, in every pass,
+                    // so that the passes replay the same ranges.
+                    if failed[k].is_none() {
+                        let rc = req.launch(i);
+                        if rc != 0 {
+                            failed[k] = Some(rc);
+                        }
+                    }
+                    session.pop_range()?;
+                }
                 let end = session.stop()?;
                 passes += 1;
                 debug!(
-                    "shape {i}: pass {passes} submitted (CUPTI pass index {}, all submitted: {})",
-                    end.pass_index, end.all_passes_submitted
+                    "session of {} shape(s): pass {passes} submitted (CUPTI pass index {}, all \
+                     submitted: {})",
+                    chunk.len(),
+                    end.pass_index,
+                    end.all_passes_submitted
                 );
                 if end.all_passes_submitted {
                     break;
                 }
                 if passes >= limit {
-                    return Err(ShapeError::Collector(Error::Unusable(format!(
+                    return Err(SessionError::Fatal(Error::Unusable(format!(
                         "CUPTI still asks for passes after {passes} (the config needs {})",
-                        st.config.passes()
+                        p.config.passes()
                     ))));
                 }
             }
+            stats.passes += passes;
+            stats.passes_ms += ms_since(t);
+            let t = Instant::now();
             let dropped = session.decode()?;
+            stats.decode_ms += ms_since(t);
             if dropped > 0 {
-                return Err(ShapeError::Collector(Error::Unusable(format!(
-                    "CUPTI dropped {dropped} range(s) of shape {i}"
+                return Err(SessionError::Retry(Error::Unusable(format!(
+                    "CUPTI dropped {dropped} of {} range(s)",
+                    chunk.len()
                 ))));
             }
         }
+        let t = Instant::now();
         drop(profiler);
-        if let Some(rc) = failed_launch {
-            return Err(self.failed_launch(rc));
-        }
-        self.evaluate(st, &data, i)
-    }
+        stats.decode_ms += ms_since(t);
 
-    fn evaluate(
-        &self,
-        st: &Profiling,
-        data: &CounterDataImage,
-        i: usize,
-    ) -> std::result::Result<metrics::Hardware, ShapeError> {
-        let ranges = data.num_ranges(&st.cupti)?;
-        if ranges != 1 {
-            return Err(ShapeError::Collector(Error::Unusable(format!(
-                "CUPTI decoded {ranges} ranges for shape {i}, expected 1"
-            ))));
-        }
-        if debug::enabled() {
-            match data.range_name(&st.cupti, 0) {
-                Ok(n) => debug!("shape {i}: range 0 is {n:?}"),
-                Err(e) => debug!("shape {i}: range name unavailable ({e})"),
+        let t = Instant::now();
+        let mut results = Vec::with_capacity(chunk.len());
+        let mut sticky = None;
+        for (k, &i) in chunk.iter().enumerate() {
+            if let Some(rc) = failed[k] {
+                match self.failed_launch(rc) {
+                    ShapeError::Sticky(msg) => {
+                        sticky.get_or_insert_with(|| msg.clone());
+                        results.push((i, Err(msg)));
+                    }
+                    ShapeError::Shape(msg) => results.push((i, Err(msg))),
+                    ShapeError::Collector(e) => return Err(SessionError::Fatal(e)),
+                }
             }
         }
-        let values = st.config.evaluate(data, 0)?;
-        let names: Vec<&str> = st.config.metric_names().collect();
-        let map: HashMap<&str, f64> = names.iter().copied().zip(values).collect();
+        let ranges = data.num_ranges(&p.cupti)?;
+        let range_names: Vec<Option<String>> = (0..ranges)
+            .map(|r| data.range_name(&p.cupti, r).ok())
+            .collect();
+        let map = sweep::map_ranges(&range_names, chunk)
+            .map_err(|e| SessionError::Retry(Error::Unusable(e)))?;
+        for (r, i) in map.pairs {
+            if results.iter().any(|(s, _)| *s == i) {
+                continue; // its launch failed
+            }
+            debug!("shape {i}: range {r} is {:?}", range_names[r]);
+            results.push((i, self.evaluate(p, &data, r)));
+        }
+        for i in map.missing {
+            if !results.iter().any(|(s, _)| *s == i) {
+                results.push((i, Err("CUPTI returned no range for this shape".into())));
+            }
+        }
+        results.sort_by_key(|(i, _)| *i);
+        stats.evaluate_ms += ms_since(t);
+        Ok(SessionOutcome { results, sticky })
+    }
+
+    /// The counters of range `range` of a decoded image.
+    fn evaluate(
+        &self,
+        p: &Profiling,
+        data: &CounterDataImage,
+        range: usize,
+    ) -> std::result::Result<metrics::Hardware, String> {
+        let values = p
+            .config
+            .evaluate(data, range)
+            .map_err(|e| format!("CUPTI could not evaluate its range: {e}"))?;
+        let map: HashMap<&str, f64> = p.names.iter().map(String::as_str).zip(values).collect();
         if debug::enabled() {
             // One machine-readable line per shape: the raw values behind the sample (the GPU
             // check keeps them as fixtures for the decoding tests).
@@ -521,8 +811,8 @@ impl Collector {
                 serde_json::to_string(&ordered).unwrap_or_default()
             );
         }
-        metrics::decode(&st.resolved, &map)
-            .map_err(|e| ShapeError::Shape(format!("the counters could not be decoded: {e}")))
+        metrics::decode(&p.resolved, &map)
+            .map_err(|e| format!("the counters could not be decoded: {e}"))
     }
 
     /// Launches shape `i` through the shim; a nonzero result is a failed shape.
@@ -541,6 +831,16 @@ impl Collector {
         }
     }
 
+    /// A synchronisation inside a profiler session failed: the context is unusable
+    /// (sticky), else CUPTI or the collector is at fault.
+    fn session_sync_error(&self, e: Error) -> SessionError {
+        match self.driver.ctx_synchronize() {
+            Err(again) => SessionError::Sticky(format!("an error in the kernel: {again}")),
+            Ok(()) if e.cuda_code().is_some() => SessionError::Retry(e),
+            Ok(()) => SessionError::Fatal(e),
+        }
+    }
+
     /// A synchronisation failed: an asynchronous error of a launch (sticky when the context
     /// stays unusable), or the collector's own mistake.
     fn after_failed_sync(&self, e: Error) -> ShapeError {
@@ -550,6 +850,32 @@ impl Collector {
                 ShapeError::Shape(format!("the kernel failed: {e}"))
             }
             Ok(()) => ShapeError::Collector(e),
+        }
+    }
+}
+
+/// Milliseconds since `t`.
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// A shape's sample from its timing and its profile: counters when both worked (hardware
+/// counters 0 in time-only mode, where it was not profiled), else the first failure.
+fn outcome(
+    timed: Timed,
+    hw: Profiled,
+    res: &Resources,
+    dynamic_smem: u64,
+) -> (Option<Counters>, Option<String>) {
+    match (timed, hw) {
+        (Timed::Failed(msg), _) => (None, Some(msg)),
+        (Timed::Runs(_, _), Some(Err(msg))) => (None, Some(msg)),
+        (Timed::Runs(runs, t), hw) => {
+            let hw = hw.map(|h| h.expect("the error case is matched above"));
+            (
+                Some(counters(hw.as_ref(), t, runs, res, dynamic_smem)),
+                None,
+            )
         }
     }
 }
@@ -701,6 +1027,14 @@ mod tests {
         }
     }
 
+    fn env_of_owned(vars: Vec<(&'static str, &'static str)>) -> impl Fn(&str) -> Option<OsString> {
+        move |k: &str| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
     #[test]
     fn settings_come_from_the_environment() {
         assert_eq!(Settings::from_env(&env_of(&[])), Settings::default());
@@ -718,6 +1052,18 @@ mod tests {
             ["smsp__inst_executed_pipe_cbu.sum", "sm__cycles_elapsed.max"]
         );
         assert!(!Settings::from_env(&env_of(&[("KLARAPTOR_COLLECT_TIME_ONLY", "0")])).time_only);
+        assert_eq!(s.ranges_per_session, None);
+        assert!(!s.timing);
+        let s = Settings::from_env(&env_of(&[
+            ("KLARAPTOR_COLLECT_RANGES", " 8 "),
+            ("KLARAPTOR_COLLECT_TIMING", "1"),
+        ]));
+        assert_eq!(s.ranges_per_session, Some(8));
+        assert!(s.timing);
+        for bad in ["0", "-2", "many", ""] {
+            let s = Settings::from_env(&env_of_owned(vec![("KLARAPTOR_COLLECT_RANGES", bad)]));
+            assert_eq!(s.ranges_per_session, None, "{bad:?}");
+        }
         assert!(!Settings::from_env(&env_of(&[("KLARAPTOR_COLLECT_TIME_ONLY", "")])).time_only);
     }
 
@@ -789,5 +1135,94 @@ mod tests {
         assert!(!line.contains("counters"), "{line}");
         let back: Sample = serde_json::from_str(&line).unwrap();
         assert_eq!(back, s);
+    }
+
+    fn some_hardware() -> metrics::Hardware {
+        metrics::Hardware {
+            inst_executed: 1000,
+            inst_global_ld: 100,
+            inst_global_st: 50,
+            inst_shared_ld: 0,
+            inst_shared_st: 0,
+            inst_barrier: 0,
+            gld_requests: 100,
+            gst_requests: 50,
+            gld_sectors: 400,
+            gst_sectors: 200,
+            dram_bytes_read: 12_800,
+            dram_bytes_write: 6_400,
+            achieved_active_warps: 12.5,
+        }
+    }
+
+    #[test]
+    fn each_shape_gets_its_own_outcome_so_one_failure_loses_no_other_shape() {
+        let res = Resources {
+            regs: 32,
+            smem_static: 0,
+        };
+        let runs = vec![0.02, 0.01, 0.03];
+        // Measured: the profile's counters with the timing's times.
+        let (c, e) = outcome(
+            Timed::Runs(runs.clone(), 0.02),
+            Some(Ok(some_hardware())),
+            &res,
+            0,
+        );
+        assert_eq!(e, None);
+        let c = c.unwrap();
+        assert_eq!((c.inst_executed, c.dram_bytes_read), (1000, 12_800));
+        assert_eq!((c.time_ms, c.time_runs_ms.clone()), (0.02, runs.clone()));
+        assert_eq!(c.regs_per_thread, 32);
+        // Time-only: not profiled, zero hardware counters.
+        let (c, e) = outcome(Timed::Runs(runs.clone(), 0.02), None, &res, 0);
+        assert_eq!((c.unwrap().inst_executed, e), (0, None));
+        // Profiled in vain: no counters at all (never zeros that look measured).
+        let (c, e) = outcome(
+            Timed::Runs(runs, 0.02),
+            Some(Err("CUPTI returned no range for this shape".into())),
+            &res,
+            0,
+        );
+        assert_eq!(c, None);
+        assert_eq!(e.as_deref(), Some("CUPTI returned no range for this shape"));
+        // Failed at launch: the timing's message wins.
+        let (c, e) = outcome(
+            Timed::Failed("launch failed: cudaErrorInvalidConfiguration (9)".into()),
+            None,
+            &res,
+            0,
+        );
+        assert_eq!(c, None);
+        assert!(e.unwrap().starts_with("launch failed"));
+    }
+
+    #[test]
+    fn a_refused_session_is_retried_smaller_unless_nothing_can_work() {
+        let cupti = |code| Error::Cupti {
+            call: "cuptiRangeProfilerSetConfig",
+            code,
+            text: String::new(),
+        };
+        assert!(matches!(
+            SessionError::from(cupti(
+                crate::sys::cupti::CUptiResult_CUPTI_ERROR_INVALID_PARAMETER
+            )),
+            SessionError::Retry(_)
+        ));
+        assert!(matches!(
+            SessionError::from(cupti(CUptiResult_CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)),
+            SessionError::Fatal(_)
+        ));
+        assert!(matches!(
+            SessionError::from(cupti(
+                CUptiResult_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+            )),
+            SessionError::Fatal(_)
+        ));
+        assert!(matches!(
+            SessionError::from(Error::Unusable("no context".into())),
+            SessionError::Fatal(_)
+        ));
     }
 }

@@ -4,8 +4,9 @@
 //! The sequence follows the CUPTI range-profiling documentation (CUDA 12.6 Update 2+):
 //! host side, [`HostObject`] → [`MetricConfig`] (config image, number of passes); target side,
 //! [`RangeProfiler::enable`] → [`RangeProfiler::counter_data_image`] →
-//! [`RangeProfiler::configure`] → per pass start / push range / launch / pop range / stop until
-//! CUPTI says every pass was submitted → decode; then [`MetricConfig::evaluate`].
+//! [`RangeProfiler::configure`] → per pass start, then push range / launch / pop range for
+//! each range of the pass, then stop, until CUPTI says every pass was submitted → decode; then
+//! [`MetricConfig::evaluate`] per range.
 
 use crate::debug::debug;
 use crate::driver::Context;
@@ -548,7 +549,10 @@ impl RangeProfiler {
             pMetricNames: ptrs.as_ptr().cast_mut(),
             numMetrics: ptrs.len(),
             maxNumOfRanges: max_ranges,
-            maxNumRangeTreeNodes: u32::try_from(max_ranges).unwrap_or(u32::MAX),
+            // One node per distinct range name, plus room for whatever else CUPTI keeps in
+            // the tree (the header only asks for at least maxNumOfRanges); a few bytes each.
+            maxNumRangeTreeNodes: u32::try_from(max_ranges.saturating_mul(2).saturating_add(1))
+                .unwrap_or(u32::MAX),
             ..Params::init()
         };
         cupti_call!(&self.lib, cuptiRangeProfilerGetCounterDataSize, &mut size)?;

@@ -13,9 +13,9 @@
 //!
 //! Layout, following the data: [`sys`] (raw bindgen output, libraries loaded at run time
 //! by [`load`]), [`error`] (checked results), [`driver`] and [`cupti`] (the safe API),
-//! [`metrics`] (the metric table and decoding), [`mod@collect`] (the sweep), [`request`] (the C
-//! request). Nothing links against libcuda or libcupti: the crate builds and its tests run on
-//! a machine without a GPU.
+//! [`metrics`] (the metric table and decoding), [`mod@collect`] (the sweep), [`sweep`] (its
+//! sessions' bookkeeping, GPU-free), [`request`] (the C request). Nothing links against
+//! libcuda or libcupti: the crate builds and its tests run on a machine without a GPU.
 //!
 //! Environment (read once, when the collector starts):
 //! - `KLARAPTOR_CUPTI` (libcupti to use), `KLARAPTOR_LIBCUDA` (libcuda to use);
@@ -28,7 +28,12 @@
 //!   searches over shapes at large sizes (the accuracy study), where only time matters;
 //! - `KLARAPTOR_COLLECT_DEBUG=1`: print each CUDA and CUPTI step on stderr, the kernel's
 //!   resources, and one `metric values {…}` line of raw CUPTI values per shape;
-//! - `KLARAPTOR_COLLECT_NO_FLUSH=1`: no L2 flush before profiler passes;
+//! - `KLARAPTOR_COLLECT_NO_FLUSH=1`: no L2 flush before the profiled launches;
+//! - `KLARAPTOR_COLLECT_RANGES=<n>`: at most n shapes per range-profiler session (default:
+//!   every shape of a request in one session; 1 gives one session per shape, the first
+//!   design, for comparisons; see [`mod@collect`]);
+//! - `KLARAPTOR_COLLECT_TIMING=1`: one `klaraptor-collect: timing <kernel> key=value …` line
+//!   per request on stderr: where its wall time went ([`sweep::SweepStats`]);
 //! - `KLARAPTOR_COLLECT_EXTRA_METRICS=a.sum,b.sum`: metrics collected besides the table's and
 //!   only shown in the `metric values` lines (for trying candidate metrics on a GPU).
 //!
@@ -49,6 +54,7 @@ pub mod load;
 pub mod metrics;
 pub mod request;
 pub mod stats;
+pub mod sweep;
 pub mod sys;
 
 use collect::Collector;

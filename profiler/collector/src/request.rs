@@ -15,6 +15,7 @@ pub struct Shape {
 }
 
 type LaunchFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type ProgressFn = unsafe extern "C" fn(*mut c_void, c_int, c_int);
 
 /// A checked collect request.
 #[derive(Debug)]
@@ -31,6 +32,8 @@ pub struct Request {
     pub warmup: u32,
     pub out_path: PathBuf,
     launch: LaunchFn,
+    /// ABI 2: the shim's progress report (None: none, or an ABI 1 request).
+    progress: Option<ProgressFn>,
     launch_ctx: *mut c_void,
 }
 
@@ -42,15 +45,66 @@ impl Request {
     /// non-null pointers are valid for the counts it gives (strings NUL-terminated).
     pub unsafe fn from_raw(req: *const klaraptor_collect_request) -> Result<Self> {
         let bad = |what: String| Error::Unusable(format!("invalid collect request: {what}"));
-        // SAFETY: the caller's contract.
-        let r = unsafe { req.as_ref() }.ok_or_else(|| bad("the request pointer is NULL".into()))?;
-        if r.abi_version != KLARAPTOR_COLLECT_ABI as c_int {
+        if req.is_null() {
+            return Err(bad("the request pointer is NULL".into()));
+        }
+        // SAFETY: the caller's contract; `abi_version` is the first field in every ABI.
+        let abi = unsafe { std::ptr::addr_of!((*req).abi_version).read() };
+        if !(1..=KLARAPTOR_COLLECT_ABI as c_int).contains(&abi) {
             return Err(bad(format!(
-                "abi_version is {}, this collector implements {KLARAPTOR_COLLECT_ABI}; rebuild \
-                 the profiling variant and the collector from the same klaraptor",
-                r.abi_version
+                "abi_version is {abi}, this collector implements 1 to {KLARAPTOR_COLLECT_ABI}; \
+                 rebuild the profiling variant and the collector from the same klaraptor"
             )));
         }
+        // An ABI 1 request ends before `progress`: copy the fields it has, field by field
+        // through the raw pointer, so that nothing past its end is read.
+        let mut copy = klaraptor_collect_request {
+            abi_version: abi,
+            kernel_id: std::ptr::null(),
+            kernel_name: std::ptr::null(),
+            n_data: 0,
+            data: std::ptr::null(),
+            n_shapes: 0,
+            blocks: std::ptr::null(),
+            grids: std::ptr::null(),
+            kernel: std::ptr::null_mut(),
+            stream: std::ptr::null_mut(),
+            dynamic_smem: 0,
+            runs: 0,
+            warmup: 0,
+            out_path: std::ptr::null(),
+            ctx: std::ptr::null_mut(),
+            launch: None,
+            progress: None,
+        };
+        // SAFETY: every field read here exists in a request of ABI `abi` (the caller's
+        // contract); `addr_of!` makes no reference to the whole struct.
+        unsafe {
+            macro_rules! take {
+                ($($f:ident),*) => { $(copy.$f = std::ptr::addr_of!((*req).$f).read();)* };
+            }
+            take!(
+                kernel_id,
+                kernel_name,
+                n_data,
+                data,
+                n_shapes,
+                blocks,
+                grids,
+                kernel,
+                stream,
+                dynamic_smem,
+                runs,
+                warmup,
+                out_path,
+                ctx,
+                launch
+            );
+            if abi >= 2 {
+                take!(progress);
+            }
+        }
+        let r = &copy;
         let n_shapes = count(r.n_shapes, "n_shapes").map_err(bad)?;
         let n_data = count(r.n_data, "n_data").map_err(bad)?;
         // SAFETY (the three slices): the caller's contract, checked for NULL by `slice`.
@@ -94,6 +148,7 @@ impl Request {
             warmup,
             out_path: PathBuf::from(out_path),
             launch,
+            progress: r.progress,
             launch_ctx: r.ctx,
         })
     }
@@ -103,6 +158,14 @@ impl Request {
         // SAFETY: `launch` and its context come from the shim, which promises that a shape
         // index below n_shapes may be launched any number of times.
         unsafe { (self.launch)(self.launch_ctx, i as c_int) }
+    }
+
+    /// Tells the shim that shape `i`'s sample was written: measured (`ok`) or failed.
+    pub fn report(&self, i: usize, ok: bool) {
+        if let Some(progress) = self.progress {
+            // SAFETY: the shim's callback and context, valid during the call (header).
+            unsafe { progress(self.launch_ctx, i as c_int, c_int::from(!ok)) }
+        }
     }
 
     /// A name for messages: the source name, else the mangled one.
@@ -184,6 +247,13 @@ mod tests {
         ctx as usize as c_int
     }
 
+    static PROGRESS: std::sync::Mutex<Vec<(usize, c_int, c_int)>> =
+        std::sync::Mutex::new(Vec::new());
+
+    unsafe extern "C" fn record_progress(ctx: *mut c_void, shape: c_int, status: c_int) {
+        PROGRESS.lock().unwrap().push((ctx as usize, shape, status));
+    }
+
     struct Owned {
         data: Vec<i64>,
         blocks: Vec<u32>,
@@ -208,6 +278,7 @@ mod tests {
             out_path: c"/tmp/out.jsonl".as_ptr(),
             ctx: 701 as *mut c_void,
             launch: Some(record_launch),
+            progress: Some(record_progress),
         }
     }
 
@@ -247,6 +318,47 @@ mod tests {
         assert_eq!(LAST_SHAPE.load(Ordering::SeqCst), 1);
     }
 
+    #[test]
+    fn progress_is_reported_for_abi_2_and_never_read_from_an_abi_1_request() {
+        let o = owned();
+        let mut r = raw(&o);
+        r.abi_version = 2;
+        r.ctx = 4242 as *mut c_void;
+        // SAFETY: `r` points into `o`, alive for the call.
+        let req = unsafe { Request::from_raw(&r) }.unwrap();
+        req.report(1, true);
+        req.report(0, false);
+        let mine: Vec<_> = PROGRESS
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .filter(|p| p.0 == 4242)
+            .collect();
+        assert_eq!(mine, [(4242, 1, 0), (4242, 0, 1)]);
+
+        // An ABI 1 shim's request ends before `progress`: the collector must not read it,
+        // so a request of exactly the ABI 1 size, followed by nothing, is enough.
+        #[repr(C, align(8))]
+        struct V1 {
+            head: [u8; std::mem::offset_of!(klaraptor_collect_request, progress)],
+        }
+        let mut v1 = raw(&o);
+        v1.ctx = 4343 as *mut c_void;
+        // SAFETY: plain bytes of a repr(C) struct; the head is the ABI 1 layout.
+        let bytes: V1 = unsafe { std::ptr::read((&v1 as *const klaraptor_collect_request).cast()) };
+        let boxed = Box::new(bytes);
+        // SAFETY: the box holds exactly the ABI 1 fields, which is all an ABI 1 request has.
+        let req = unsafe { Request::from_raw((&*boxed as *const V1).cast()) }.unwrap();
+        assert_eq!(req.kernel_name, "mm");
+        assert_eq!(req.shapes.len(), 2);
+        req.report(0, true);
+        assert!(
+            !PROGRESS.lock().unwrap().iter().any(|p| p.0 == 4343),
+            "an ABI 1 request has no progress callback"
+        );
+    }
+
     fn error_of(r: &klaraptor_collect_request) -> String {
         // SAFETY: every pointer in `r` is NULL or points into live test data.
         unsafe { Request::from_raw(r) }.unwrap_err().to_string()
@@ -256,8 +368,10 @@ mod tests {
     fn malformed_requests_say_which_field_is_wrong() {
         let o = owned();
         let mut r = raw(&o);
-        r.abi_version = 2;
-        assert!(error_of(&r).contains("abi_version is 2, this collector implements 1"));
+        r.abi_version = 3;
+        assert!(error_of(&r).contains("abi_version is 3, this collector implements 1 to 2"));
+        r.abi_version = 0;
+        assert!(error_of(&r).contains("abi_version is 0"));
         let mut r = raw(&o);
         r.blocks = std::ptr::null();
         assert_eq!(

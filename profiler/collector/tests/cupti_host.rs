@@ -184,7 +184,7 @@ fn a_well_formed_request_without_a_usable_gpu_fails_cleanly_and_writes_nothing()
     let blocks = [256u32, 1, 1];
     let grids = [4u32, 1, 1];
     let req = klaraptor_collect_request {
-        abi_version: 1,
+        abi_version: 2,
         kernel_id: c"saxpy".as_ptr(),
         kernel_name: c"saxpy".as_ptr(),
         n_data: 1,
@@ -200,6 +200,7 @@ fn a_well_formed_request_without_a_usable_gpu_fails_cleanly_and_writes_nothing()
         out_path: out_c.as_ptr(),
         ctx: std::ptr::null_mut(),
         launch: Some(never),
+        progress: None,
     };
     // Here there is no driver (or, on a GPU machine, no context on this thread): the
     // collector must refuse, say why on stderr, and return nonzero.
