@@ -471,3 +471,329 @@ fn archive_for_the_driver() {
         assert!(syms.contains(undef), "{undef} missing:\n{syms}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The profiling runtime (klaraptor_prof.c): sweeps and their progress reports
+// (KLARAPTOR_PROGRESS), with runtime-shim/tests/test_prof.c as the program and
+// runtime-shim/tests/fake_collector.c in the collector's place.
+
+/// test_prof and the fake collector, built once.
+fn prof_build() -> &'static (PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let shim = Path::new(ROOT).join("runtime-shim");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtime-shim");
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("test_prof");
+        let lib = dir.join("libfake_collector.so");
+        let common = |cmd: &mut Command| {
+            cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
+                .arg("-I")
+                .arg(shim.join("include"))
+                .arg("-I")
+                .arg(shim.join("src"))
+                .arg("-I")
+                .arg(CUDA_INCLUDE);
+        };
+        let mut cmd = Command::new(compiler());
+        common(&mut cmd);
+        cmd.arg(shim.join("src/klaraptor_rt.c"))
+            .arg(shim.join("src/klaraptor_prof.c"))
+            .arg(shim.join("tests/test_prof.c"))
+            .arg(shim.join("tests/fake_cudart.c"))
+            .args(["-ldl", "-lpthread", "-o"])
+            .arg(&exe);
+        let mut lib_cmd = Command::new(compiler());
+        common(&mut lib_cmd);
+        lib_cmd
+            .arg("-shared")
+            .arg(shim.join("tests/fake_collector.c"))
+            .arg("-o")
+            .arg(&lib);
+        for mut c in [cmd, lib_cmd] {
+            let o = c.output().expect("running the C compiler");
+            assert!(
+                o.status.success(),
+                "{c:?}:\n{}{}",
+                text(&o.stdout),
+                text(&o.stderr)
+            );
+        }
+        (exe, lib)
+    })
+}
+
+/// A fresh directory for one case: records/, the plan (vadd: 32, 96 and 2048 threads, then
+/// 64), and where the progress goes.
+fn prof_case(name: &str) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("prof-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let records = dir.join("records");
+    std::fs::create_dir_all(&records).unwrap();
+    let plan = dir.join("plan.txt");
+    std::fs::write(
+        &plan,
+        "# klaraptor sampling plan\n_Z4vaddPfi 32x1x1 96x1x1 2048x1x1 64x1x1\n",
+    )
+    .unwrap();
+    let progress = dir.join("progress.tsv");
+    (dir, records, plan, progress)
+}
+
+fn run_prof(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(&prof_build().0);
+    cmd.args(args);
+    for v in [
+        "KLARAPTOR_FORCE",
+        "KLARAPTOR_DISABLE",
+        "KLARAPTOR_LOG",
+        "KLARAPTOR_PROFILE_OUT",
+        "KLARAPTOR_PROFILE_PLAN",
+        "KLARAPTOR_COLLECTOR",
+        "KLARAPTOR_PROGRESS",
+        "KLARAPTOR_PROFILE_MAX_SIZES",
+        "FAKE_COLLECTOR_FAIL",
+        "FAKE_COLLECTOR_SILENT_LAST",
+    ] {
+        cmd.env_remove(v);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// The progress lines with the elapsed milliseconds (last field of shape and end lines)
+/// replaced by "MS", after checking that they are numbers that never decrease in a sweep.
+fn progress_lines(text: &str) -> Vec<String> {
+    let mut last = 0.0f64;
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            match f[0] {
+                "sweep" => {
+                    last = 0.0;
+                    l.to_string()
+                }
+                "shape" | "end" => {
+                    let ms: f64 = f
+                        .last()
+                        .unwrap()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("{l:?}"));
+                    assert!(ms >= last, "{l:?} after {last} ms");
+                    last = ms;
+                    format!("{}\tMS", f[..f.len() - 1].join("\t"))
+                }
+                _ => panic!("not a progress line: {l:?}"),
+            }
+        })
+        .collect()
+}
+
+fn sweep_of(n: &str, shapes: &[(&str, &str)], ok: usize, not_ok: usize) -> Vec<String> {
+    let mut v = vec![format!("sweep\tvadd\t{n}\t{}", shapes.len())];
+    for (i, (block, status)) in shapes.iter().enumerate() {
+        v.push(format!(
+            "shape\tvadd\t{n}\t{}\t{}\t{block}\t{status}\tMS",
+            i + 1,
+            shapes.len()
+        ));
+    }
+    v.push(format!("end\tvadd\t{n}\t{ok}\t{not_ok}\tMS"));
+    v
+}
+
+#[test]
+fn profiling_progress_in_launch_mode_reports_every_planned_shape() {
+    let (_dir, records, plan, progress) = prof_case("launch");
+    let o = run_prof(
+        &["1000", "1000", "5000"],
+        &[
+            ("KLARAPTOR_PROFILE_OUT", records.to_str().unwrap()),
+            ("KLARAPTOR_PROFILE_PLAN", plan.to_str().unwrap()),
+            ("KLARAPTOR_COLLECTOR", "launch"),
+            ("KLARAPTOR_PROGRESS", progress.to_str().unwrap()),
+        ],
+    );
+    assert_ok(&o);
+    // 2048 threads is over the device's limit: rejected before any launch, so it comes first;
+    // 96 threads "fails" in the fake launch entry point. The repeated size is not swept again.
+    let shapes = [
+        ("2048x1x1", "rejected"),
+        ("32x1x1", "launched"),
+        ("96x1x1", "failed"),
+        ("64x1x1", "launched"),
+    ];
+    let mut want = sweep_of("1000", &shapes, 2, 2);
+    want.extend(sweep_of("5000", &shapes, 2, 2));
+    let got = progress_lines(&std::fs::read_to_string(&progress).unwrap());
+    assert_eq!(got, want);
+    assert_eq!(
+        text(&o.stdout),
+        lines(&[
+            "vadd n=1000 block=256 rc=0",
+            "vadd n=1000 block=256 rc=0",
+            "vadd n=5000 block=256 rc=0",
+            // per size: 32, 64 and 96 once in the sweep; 256 three times (the program).
+            "launches: 32=2 64=2 96=2 256=3",
+        ])
+    );
+    // The driver reads every line the runtime writes.
+    let text = std::fs::read_to_string(&progress).unwrap();
+    let events = klaraptor::profiling::ProgressReader::default().feed(text.as_bytes());
+    assert_eq!(events.len(), text.lines().count());
+}
+
+#[test]
+fn profiling_progress_follows_the_collectors_reports() {
+    let (_dir, records, plan, progress) = prof_case("collector");
+    let lib = prof_build().1.to_str().unwrap();
+    let env = |silent: &'static str| {
+        vec![
+            ("KLARAPTOR_PROFILE_OUT", records.to_str().unwrap()),
+            ("KLARAPTOR_PROFILE_PLAN", plan.to_str().unwrap()),
+            ("KLARAPTOR_COLLECTOR", lib),
+            ("KLARAPTOR_PROGRESS", progress.to_str().unwrap()),
+            ("FAKE_COLLECTOR_SILENT_LAST", silent),
+        ]
+    };
+    let o = run_prof(&["1000"], &env("0"));
+    assert_ok(&o);
+    let shapes = [
+        ("2048x1x1", "rejected"),
+        ("32x1x1", "ok"),
+        ("96x1x1", "failed"),
+        ("64x1x1", "ok"),
+    ];
+    assert_eq!(
+        progress_lines(&std::fs::read_to_string(&progress).unwrap()),
+        sweep_of("1000", &shapes, 2, 2)
+    );
+    // The collector wrote its three lines, the runtime the rejected shape's.
+    let jsonl: Vec<_> = std::fs::read_dir(&records)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    assert_eq!(jsonl.len(), 1, "{jsonl:?}");
+    assert_eq!(
+        std::fs::read_to_string(&jsonl[0]).unwrap().lines().count(),
+        4
+    );
+
+    // A collector that does not report its last shape: the runtime reports it, as failed.
+    std::fs::remove_file(&progress).unwrap();
+    let o = run_prof(&["2000"], &env("1"));
+    assert_ok(&o);
+    let shapes = [
+        ("2048x1x1", "rejected"),
+        ("32x1x1", "ok"),
+        ("96x1x1", "failed"),
+        ("64x1x1", "failed"),
+    ];
+    assert_eq!(
+        progress_lines(&std::fs::read_to_string(&progress).unwrap()),
+        sweep_of("2000", &shapes, 1, 3)
+    );
+}
+
+#[test]
+fn profiling_progress_when_the_collector_fails_or_is_missing() {
+    let (_dir, records, plan, progress) = prof_case("broken");
+    let lib = prof_build().1.to_str().unwrap().to_string();
+    let base = [
+        ("KLARAPTOR_PROFILE_OUT", records.to_str().unwrap()),
+        ("KLARAPTOR_PROFILE_PLAN", plan.to_str().unwrap()),
+        ("KLARAPTOR_PROGRESS", progress.to_str().unwrap()),
+    ];
+    let shapes = [
+        ("2048x1x1", "rejected"),
+        ("32x1x1", "failed"),
+        ("96x1x1", "failed"),
+        ("64x1x1", "failed"),
+    ];
+    let mut env = base.to_vec();
+    env.extend([
+        ("KLARAPTOR_COLLECTOR", lib.as_str()),
+        ("FAKE_COLLECTOR_FAIL", "1"),
+    ]);
+    let o = run_prof(&["1000"], &env);
+    assert_ok(&o);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("klaraptor-profile: the collector failed on vadd"),
+        "{err}"
+    );
+    assert_eq!(
+        progress_lines(&std::fs::read_to_string(&progress).unwrap()),
+        sweep_of("1000", &shapes, 0, 4)
+    );
+
+    std::fs::remove_file(&progress).unwrap();
+    let mut env = base.to_vec();
+    env.push((
+        "KLARAPTOR_COLLECTOR",
+        "/nonexistent/libklaraptor_collector.so",
+    ));
+    let o = run_prof(&["3000"], &env);
+    assert_ok(&o);
+    assert!(
+        text(&o.stderr).contains("cannot load the collector"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(
+        progress_lines(&std::fs::read_to_string(&progress).unwrap()),
+        sweep_of("3000", &shapes, 0, 4)
+    );
+}
+
+#[test]
+fn profiling_progress_goes_to_a_file_descriptor_or_nowhere() {
+    let (dir, records, plan, progress) = prof_case("fd");
+    let base = [
+        ("KLARAPTOR_PROFILE_OUT", records.to_str().unwrap()),
+        ("KLARAPTOR_PROFILE_PLAN", plan.to_str().unwrap()),
+        ("KLARAPTOR_COLLECTOR", "launch"),
+    ];
+    // fd:2: on stderr, among the program's own messages.
+    let mut env = base.to_vec();
+    env.push(("KLARAPTOR_PROGRESS", "fd:2"));
+    let o = run_prof(&["1000"], &env);
+    assert_ok(&o);
+    let err = text(&o.stderr);
+    let got: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("sweep\t") || l.starts_with("shape\t") || l.starts_with("end\t"))
+        .collect();
+    assert_eq!(got.len(), 6, "{err}");
+    // Not set: no file, no lines; a bad descriptor: a warning, and the program runs.
+    let mut env = base.to_vec();
+    env.push(("KLARAPTOR_PROFILE_MAX_SIZES", "4"));
+    let o = run_prof(&["2000"], &env);
+    assert_ok(&o);
+    assert_eq!(text(&o.stderr), "");
+    assert!(!progress.exists());
+    let mut env = base.to_vec();
+    env.push(("KLARAPTOR_PROGRESS", "fd:999"));
+    let o = run_prof(&["3000"], &env);
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stderr),
+        "klaraptor-profile: KLARAPTOR_PROGRESS=fd:999 is not an open file descriptor; no \
+         progress reports\n"
+    );
+    // A progress file that cannot be created: a warning, and the profile goes on.
+    let mut env = base.to_vec();
+    let bad = dir.join("no-such-dir/progress.tsv");
+    env.push(("KLARAPTOR_PROGRESS", bad.to_str().unwrap()));
+    let o = run_prof(&["4000"], &env);
+    assert_ok(&o);
+    assert!(
+        text(&o.stderr).contains("cannot write the progress file"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(std::fs::read_dir(&records).unwrap().count() > 0);
+}

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use klaraptor_profiler::record::{Counters, Plan, Sample};
@@ -155,6 +155,11 @@ pub struct RunEnv<'a> {
 /// the recipe expects it). Returns the wall time of the runs.
 /// Commands already in `seen` are skipped (a run profiles every planned kernel it
 /// launches, so two kernels with the same recipe share its runs).
+///
+/// While a command runs, the profiling runtime reports each shape of its sweeps through
+/// `KLARAPTOR_PROGRESS` (a temporary file this function reads as it grows): a progress bar
+/// per sweep on a terminal, else a line per sweep and, at most every few seconds, a line
+/// per shape (every shape with `--kl-verbose`); see [`Progress`].
 pub fn run_recipe(
     spec: &LinkSpec,
     env: &RunEnv,
@@ -175,7 +180,13 @@ pub fn run_recipe(
             plan_shapes(spec.dim).len()
         );
         let t = std::time::Instant::now();
-        let out = Command::new("sh")
+        let progress_file = tempfile::Builder::new()
+            .prefix("klaraptor-progress-")
+            .suffix(".tsv")
+            .tempfile()
+            .context("cannot create a temporary file for the profiling progress")?;
+        let mut tail = ProgressFile::open(progress_file.path())?;
+        let child = Command::new("sh")
             .arg("-c")
             .arg(&cmd)
             .current_dir(&spec.build_dir)
@@ -184,9 +195,37 @@ pub fn run_recipe(
             .env("KLARAPTOR_COLLECTOR", env.collector)
             .env("KLARAPTOR_PROFILE_RUNS", env.runs.to_string())
             .env("KLARAPTOR_PROFILE_WARMUP", env.warmup.to_string())
+            .env("KLARAPTOR_PROGRESS", progress_file.path())
             .env_remove("KLARAPTOR_FORCE")
             .env_remove("KLARAPTOR_DISABLE")
-            .output()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot run the profile recipe `{cmd}`"))?;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let out = child.wait_with_output();
+            let _ = done_tx.send(());
+            out
+        });
+        let mut view = ProgressView::new(spec, env.verbose);
+        loop {
+            let finished = !matches!(
+                done_rx.recv_timeout(std::time::Duration::from_millis(100)),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            );
+            for ev in tail.poll() {
+                view.show(&ev);
+            }
+            if finished {
+                break;
+            }
+        }
+        view.finish();
+        let out = waiter
+            .join()
+            .map_err(|_| anyhow::anyhow!("the thread waiting for `{cmd}` panicked"))?
             .with_context(|| format!("cannot run the profile recipe `{cmd}`"))?;
         if env.verbose || !out.status.success() {
             eprint!("{}", String::from_utf8_lossy(&out.stderr));
@@ -207,6 +246,336 @@ pub fn run_recipe(
         eprintln!("klaraptor-cc:   done in {:.2} s", t.elapsed().as_secs_f64());
     }
     Ok(start.elapsed())
+}
+
+/// One event of the profiling runtime's progress channel (`KLARAPTOR_PROGRESS`; the
+/// runtime-shim/src/klaraptor_prof.c header documents the lines).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// A sweep of `shapes` planned shapes begins.
+    Sweep {
+        kernel: String,
+        sizes: Vec<i64>,
+        shapes: usize,
+    },
+    /// The `index`-th shape (1-based) of the sweep is done, `ms` after the sweep began.
+    Shape {
+        kernel: String,
+        sizes: Vec<i64>,
+        index: usize,
+        shapes: usize,
+        block: [u32; 3],
+        status: ShapeStatus,
+        ms: f64,
+    },
+    /// The sweep is over: `ok` shapes measured (or launched, for ncu), `not_ok` not.
+    End {
+        kernel: String,
+        sizes: Vec<i64>,
+        ok: usize,
+        not_ok: usize,
+        ms: f64,
+    },
+}
+
+/// How a shape of a sweep ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShapeStatus {
+    /// Measured: its record has counters.
+    Measured,
+    /// Its record says why not.
+    Failed,
+    /// Not launchable at this size (device limits, the kernel's constraints, the grid).
+    Rejected,
+    /// Launched once and logged, for ncu to measure (`KLARAPTOR_COLLECTOR=launch`).
+    Launched,
+}
+
+impl ShapeStatus {
+    fn word(self) -> &'static str {
+        match self {
+            ShapeStatus::Measured => "ok",
+            ShapeStatus::Failed => "failed",
+            ShapeStatus::Rejected => "rejected",
+            ShapeStatus::Launched => "launched",
+        }
+    }
+}
+
+/// Parses one progress line; `None` for a line that is not one (it is skipped).
+pub fn parse_progress_line(line: &str) -> Option<Progress> {
+    let f: Vec<&str> = line.trim_end_matches(['\n', '\r']).split('\t').collect();
+    let sizes = |s: &str| -> Option<Vec<i64>> {
+        if s.is_empty() {
+            return Some(Vec::new());
+        }
+        s.split(',').map(|v| v.parse().ok()).collect()
+    };
+    let ms = |s: &str| s.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+    match f.as_slice() {
+        ["sweep", kernel, s, n] => Some(Progress::Sweep {
+            kernel: kernel.to_string(),
+            sizes: sizes(s)?,
+            shapes: n.parse().ok()?,
+        }),
+        ["shape", kernel, s, i, n, block, status, t] => {
+            let index: usize = i.parse().ok()?;
+            let shapes: usize = n.parse().ok()?;
+            if index == 0 || index > shapes {
+                return None;
+            }
+            let b: Vec<u32> = block
+                .split('x')
+                .map(|v| v.parse().ok())
+                .collect::<Option<_>>()?;
+            let status = match *status {
+                "ok" => ShapeStatus::Measured,
+                "failed" => ShapeStatus::Failed,
+                "rejected" => ShapeStatus::Rejected,
+                "launched" => ShapeStatus::Launched,
+                _ => return None,
+            };
+            Some(Progress::Shape {
+                kernel: kernel.to_string(),
+                sizes: sizes(s)?,
+                index,
+                shapes,
+                block: <[u32; 3]>::try_from(b).ok()?,
+                status,
+                ms: ms(t)?,
+            })
+        }
+        ["end", kernel, s, ok, not_ok, t] => Some(Progress::End {
+            kernel: kernel.to_string(),
+            sizes: sizes(s)?,
+            ok: ok.parse().ok()?,
+            not_ok: not_ok.parse().ok()?,
+            ms: ms(t)?,
+        }),
+        _ => None,
+    }
+}
+
+/// Cuts a byte stream that arrives in pieces (a file being appended to) into progress
+/// events; a line is taken once its newline has arrived.
+#[derive(Debug, Default)]
+pub struct ProgressReader {
+    pending: Vec<u8>,
+}
+
+impl ProgressReader {
+    /// The events of the lines `bytes` completes.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<Progress> {
+        self.pending.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(nl) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=nl).collect();
+            if let Some(ev) = parse_progress_line(&String::from_utf8_lossy(&line)) {
+                out.push(ev);
+            }
+        }
+        out
+    }
+}
+
+/// The progress file of one recipe run, read as it grows.
+struct ProgressFile {
+    file: std::fs::File,
+    reader: ProgressReader,
+}
+
+impl ProgressFile {
+    fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("cannot read the progress file {}", path.display()))?;
+        Ok(ProgressFile {
+            file,
+            reader: ProgressReader::default(),
+        })
+    }
+
+    /// The events written since the last call (none when the file cannot be read: progress
+    /// is a display, never a reason to fail).
+    fn poll(&mut self) -> Vec<Progress> {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        match self.file.read_to_end(&mut bytes) {
+            Ok(_) => self.reader.feed(&bytes),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// The lines progress events give when stderr is not a terminal (a build log): one per
+/// sweep, at its end, and one per shape at most every `every` (every shape when verbose).
+#[derive(Debug)]
+pub struct PlainProgress {
+    every: std::time::Duration,
+    verbose: bool,
+    last: Option<std::time::Instant>,
+}
+
+impl PlainProgress {
+    pub fn new(every: std::time::Duration, verbose: bool) -> Self {
+        PlainProgress {
+            every,
+            verbose,
+            last: None,
+        }
+    }
+
+    /// The line for `ev` arriving at `now`, if one is due; `sizes` formats a kernel's sizes.
+    pub fn line(
+        &mut self,
+        ev: &Progress,
+        now: std::time::Instant,
+        sizes: &dyn Fn(&str, &[i64]) -> String,
+    ) -> Option<String> {
+        match ev {
+            Progress::Sweep { .. } => {
+                self.last = Some(now);
+                None
+            }
+            Progress::Shape {
+                kernel,
+                sizes: s,
+                index,
+                shapes,
+                block,
+                status,
+                ms,
+            } => {
+                let due = self.verbose
+                    || (*index < *shapes
+                        && self
+                            .last
+                            .is_none_or(|t| now.duration_since(t) >= self.every));
+                if !due {
+                    return None;
+                }
+                self.last = Some(now);
+                Some(format!(
+                    "klaraptor-cc:   {kernel} at {}: shape {index}/{shapes} ({}x{}x{} {}), {:.1} s",
+                    sizes(kernel, s),
+                    block[0],
+                    block[1],
+                    block[2],
+                    status.word(),
+                    ms / 1e3
+                ))
+            }
+            Progress::End {
+                kernel,
+                sizes: s,
+                ok,
+                not_ok,
+                ms,
+            } => {
+                self.last = Some(now);
+                let n = ok + not_ok;
+                let mut line = format!(
+                    "klaraptor-cc:   {kernel} at {}: {ok}/{n} shapes in {:.2} s",
+                    sizes(kernel, s),
+                    ms / 1e3
+                );
+                if n > 0 {
+                    line.push_str(&format!(" ({:.0} ms per shape)", ms / n as f64));
+                }
+                if *not_ok > 0 {
+                    line.push_str(&format!(", {not_ok} failed or rejected (see the records)"));
+                }
+                Some(line)
+            }
+        }
+    }
+}
+
+/// The sizes of `kernel` in a progress line: with the spec's labels when it is the spec's
+/// kernel (a run may profile other kernels too), else the values.
+fn progress_sizes(spec: &LinkSpec, kernel: &str, sizes: &[i64]) -> String {
+    if kernel == spec.name && sizes.len() == spec.data.len() {
+        fmt_size(&spec.data, sizes)
+    } else {
+        sizes
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Shows the progress of one recipe run on stderr: an indicatif bar per sweep when stderr
+/// is a terminal, [`PlainProgress`] lines otherwise.
+struct ProgressView<'a> {
+    spec: &'a LinkSpec,
+    bar: Option<indicatif::ProgressBar>,
+    terminal: bool,
+    plain: PlainProgress,
+}
+
+impl<'a> ProgressView<'a> {
+    fn new(spec: &'a LinkSpec, verbose: bool) -> Self {
+        use std::io::IsTerminal;
+        ProgressView {
+            spec,
+            bar: None,
+            terminal: std::io::stderr().is_terminal(),
+            plain: PlainProgress::new(std::time::Duration::from_secs(5), verbose),
+        }
+    }
+
+    fn show(&mut self, ev: &Progress) {
+        let spec = self.spec;
+        let fmt = |k: &str, s: &[i64]| progress_sizes(spec, k, s);
+        let line = self.plain.line(ev, std::time::Instant::now(), &fmt);
+        if !self.terminal {
+            if let Some(l) = line {
+                eprintln!("{l}");
+            }
+            return;
+        }
+        match ev {
+            Progress::Sweep {
+                kernel,
+                sizes,
+                shapes,
+            } => {
+                if let Some(old) = self.bar.take() {
+                    old.finish_and_clear();
+                }
+                let bar = indicatif::ProgressBar::new(*shapes as u64);
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "klaraptor-cc:   {msg} [{bar:24}] {pos}/{len} shapes, {elapsed}",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+                bar.set_message(format!("{kernel} at {}", fmt(kernel, sizes)));
+                bar.enable_steady_tick(std::time::Duration::from_millis(200));
+                self.bar = Some(bar);
+            }
+            Progress::Shape { index, .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_position(*index as u64);
+                }
+            }
+            Progress::End { .. } => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+                if let Some(l) = line {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 fn fmt_size(labels: &[String], size: &[i64]) -> String {
@@ -797,5 +1166,174 @@ mod tests {
         .unwrap();
         assert_eq!(stem_in(dir.path(), "_Z2mmPKfS0_Pfi"), "d7754040eeef94c2");
         assert_eq!(stem_in(dir.path(), "_Z5saxpyfPKfPfi"), "cc2b4160c996a6c6");
+    }
+
+    #[test]
+    fn progress_lines_of_the_runtime_parse_into_events() {
+        assert_eq!(
+            parse_progress_line("sweep\tmm2_t\t64,64,64\t32\n"),
+            Some(Progress::Sweep {
+                kernel: "mm2_t".into(),
+                sizes: vec![64, 64, 64],
+                shapes: 32
+            })
+        );
+        assert_eq!(
+            parse_progress_line("shape\tns::tmpl<float, 2>\t1000,-5\t3\t32\t16x4x1\tok\t12.5\n"),
+            Some(Progress::Shape {
+                kernel: "ns::tmpl<float, 2>".into(),
+                sizes: vec![1000, -5],
+                index: 3,
+                shapes: 32,
+                block: [16, 4, 1],
+                status: ShapeStatus::Measured,
+                ms: 12.5
+            })
+        );
+        for (word, status) in [
+            ("failed", ShapeStatus::Failed),
+            ("rejected", ShapeStatus::Rejected),
+            ("launched", ShapeStatus::Launched),
+        ] {
+            let line = format!("shape\tk\t7\t1\t1\t1x1x1\t{word}\t0.0\r\n");
+            match parse_progress_line(&line) {
+                Some(Progress::Shape { status: s, .. }) => assert_eq!(s, status),
+                other => panic!("{line:?}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            parse_progress_line("end\tk\t\t30\t2\t812.25"),
+            Some(Progress::End {
+                kernel: "k".into(),
+                sizes: vec![],
+                ok: 30,
+                not_ok: 2,
+                ms: 812.25
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_progress_lines_are_skipped() {
+        for bad in [
+            "",
+            "\n",
+            "sweep\tk\t64\n",
+            "sweep\tk\t64\tmany\n",
+            "sweep\tk\t6x4\t32\n",
+            "shape\tk\t64\t0\t32\t1x1x1\tok\t1.0\n",
+            "shape\tk\t64\t33\t32\t1x1x1\tok\t1.0\n",
+            "shape\tk\t64\t1\t32\t1x1\tok\t1.0\n",
+            "shape\tk\t64\t1\t32\t1x1x1x1\tok\t1.0\n",
+            "shape\tk\t64\t1\t32\t1x1x1\tdone\t1.0\n",
+            "shape\tk\t64\t1\t32\t1x1x1\tok\t-1.0\n",
+            "shape\tk\t64\t1\t32\t1x1x1\tok\tNaN\n",
+            "end\tk\t64\t1\t1\n",
+            "begin\tk\t64\t1\n",
+            "klaraptor-profile: the collector failed on k\n",
+        ] {
+            assert_eq!(parse_progress_line(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_progress_reader_takes_a_line_once_its_newline_has_arrived() {
+        let mut r = ProgressReader::default();
+        assert!(r.feed(b"sweep\tk\t64\t2\nshape\tk\t6").len() == 1);
+        assert!(r.feed(b"4\t1\t2\t32x1x1\tok").is_empty());
+        let evs = r.feed(b"\t1.5\ngarbage line\nshape\tk\t64\t2\t2\t64x1x1\tfailed\t3.0\nend\tk");
+        assert_eq!(evs.len(), 2);
+        assert!(matches!(evs[0], Progress::Shape { index: 1, .. }));
+        assert!(matches!(
+            evs[1],
+            Progress::Shape {
+                index: 2,
+                status: ShapeStatus::Failed,
+                ..
+            }
+        ));
+        let evs = r.feed(b"\t64\t1\t1\t3.5\n");
+        assert!(matches!(
+            evs[..],
+            [Progress::End {
+                ok: 1,
+                not_ok: 1,
+                ..
+            }]
+        ));
+        assert!(r.feed(b"").is_empty());
+    }
+
+    #[test]
+    fn plain_progress_prints_each_sweep_and_a_shape_every_few_seconds() {
+        use std::time::{Duration, Instant};
+        let spec = spec(&["NI", "NJ"], 2, Some("./app {NI} {NJ}"));
+        let fmt = |k: &str, s: &[i64]| progress_sizes(&spec, k, s);
+        let shape = |index, ms| Progress::Shape {
+            kernel: "k".into(),
+            sizes: vec![64, 128],
+            index,
+            shapes: 4,
+            block: [32, 2, 1],
+            status: ShapeStatus::Measured,
+            ms,
+        };
+        let t0 = Instant::now();
+        let mut p = PlainProgress::new(Duration::from_secs(5), false);
+        let sweep = Progress::Sweep {
+            kernel: "k".into(),
+            sizes: vec![64, 128],
+            shapes: 4,
+        };
+        assert_eq!(p.line(&sweep, t0, &fmt), None);
+        assert_eq!(
+            p.line(&shape(1, 100.0), t0 + Duration::from_secs(1), &fmt),
+            None
+        );
+        assert_eq!(
+            p.line(&shape(2, 6000.0), t0 + Duration::from_secs(6), &fmt)
+                .as_deref(),
+            Some("klaraptor-cc:   k at NI=64 NJ=128: shape 2/4 (32x2x1 ok), 6.0 s")
+        );
+        assert_eq!(
+            p.line(&shape(3, 7000.0), t0 + Duration::from_secs(7), &fmt),
+            None
+        );
+        // The last shape is said by the sweep's end line.
+        assert_eq!(
+            p.line(&shape(4, 20000.0), t0 + Duration::from_secs(20), &fmt),
+            None
+        );
+        let end = Progress::End {
+            kernel: "k".into(),
+            sizes: vec![64, 128],
+            ok: 3,
+            not_ok: 1,
+            ms: 20000.0,
+        };
+        assert_eq!(
+            p.line(&end, t0 + Duration::from_secs(20), &fmt).as_deref(),
+            Some(
+                "klaraptor-cc:   k at NI=64 NJ=128: 3/4 shapes in 20.00 s (5000 ms per shape), \
+                 1 failed or rejected (see the records)"
+            )
+        );
+        // Another kernel of the same run: its values, not the spec's labels.
+        let other = Progress::End {
+            kernel: "other".into(),
+            sizes: vec![7],
+            ok: 19,
+            not_ok: 0,
+            ms: 190.0,
+        };
+        assert_eq!(
+            p.line(&other, t0, &fmt).as_deref(),
+            Some("klaraptor-cc:   other at 7: 19/19 shapes in 0.19 s (10 ms per shape)")
+        );
+        // Verbose: every shape.
+        let mut v = PlainProgress::new(Duration::from_secs(5), true);
+        for i in 1..=4 {
+            assert!(v.line(&shape(i, 1.0), t0, &fmt).is_some(), "shape {i}");
+        }
     }
 }

@@ -18,17 +18,36 @@
  *                          ncu, which then does the measuring).
  *   KLARAPTOR_PROFILE_RUNS, KLARAPTOR_PROFILE_WARMUP  timed and warm-up runs (default 5, 1).
  *   KLARAPTOR_PROFILE_MAX_SIZES  distinct data sizes profiled per kernel per run (default 4).
+ *   KLARAPTOR_PROGRESS     where to report the sweeps' progress (klaraptor-cc reads it while
+ *                          the recipe runs): a file, appended to, or "fd:<n>", an open file
+ *                          descriptor. One line per event, fields separated by tabs, each
+ *                          line written whole by one write(2) (so several processes can
+ *                          share the file):
+ *     sweep <kernel> <sizes> <n>                      a sweep of n planned shapes begins
+ *     shape <kernel> <sizes> <i> <n> <block> <status> <ms>
+ *                                                     the i-th shape (1..n) of the sweep is
+ *                                                     done; status: ok (measured), failed
+ *                                                     (its record says why), rejected (not
+ *                                                     launchable at this size), launched
+ *                                                     (KLARAPTOR_COLLECTOR=launch); ms since
+ *                                                     the sweep began
+ *     end <kernel> <sizes> <ok> <not ok> <ms>         the sweep is over
+ *                          <kernel> is the source name (tabs and newlines made spaces),
+ *                          <sizes> the data values joined by commas, <block> BXxBYxBZ.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -100,6 +119,7 @@ static const char *g_collector;
 static klaraptor_collect_fn g_collect;
 static int g_runs = 5, g_warmup = 1, g_max_sizes = 4;
 static int g_broken; /* the collector could not be loaded: no more attempts */
+static int g_progress_fd = -1;
 
 static int env_int(const char *name, int dflt, int lo, int hi) {
   const char *v = getenv(name);
@@ -167,6 +187,22 @@ __attribute__((constructor)) static void prof_init(void) {
   g_warmup = env_int("KLARAPTOR_PROFILE_WARMUP", 1, 0, 1000);
   g_max_sizes = env_int("KLARAPTOR_PROFILE_MAX_SIZES", 4, 1, 1000);
   if (!g_out || !*g_out || !plan || !*plan) return; /* not profiling: launches pass through */
+  const char *progress = getenv("KLARAPTOR_PROGRESS");
+  if (progress && *progress) {
+    if (strncmp(progress, "fd:", 3) == 0) {
+      char *end;
+      long fd = strtol(progress + 3, &end, 10);
+      if (*end || end == progress + 3 || fd < 0 || fd > 1 << 20 || fcntl((int)fd, F_GETFD) < 0)
+        perr("KLARAPTOR_PROGRESS=%s is not an open file descriptor; no progress reports",
+             progress);
+      else
+        g_progress_fd = (int)fd;
+    } else {
+      g_progress_fd = open(progress, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+      if (g_progress_fd < 0)
+        perr("cannot write the progress file %s: %s", progress, strerror(errno));
+    }
+  }
   load_plan(plan);
   klaraptor__set_profile_note(note);
 }
@@ -241,6 +277,77 @@ static void record_rejected(const klaraptor_kernel *k, const int64_t *data, cons
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Progress (KLARAPTOR_PROGRESS)                                                            */
+
+typedef struct progress {
+  int n, done, ok, not_ok;
+  struct timespec t0;
+  char kernel[256];
+  char sizes[512];
+  unsigned char *reported; /* per shape of the collect request */
+} progress;
+
+static double ms_since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static void progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void progress_line(const char *fmt, ...) {
+  if (g_progress_fd < 0) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int len = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (len < 0) return;
+  if ((size_t)len >= sizeof buf) { /* cut, but still one whole line */
+    len = (int)sizeof buf - 1;
+    buf[len - 1] = '\n';
+  }
+  /* One write per line: with O_APPEND the line lands whole even when processes share the
+   * file. A short write or an error loses the report, never the profile. */
+  ssize_t w;
+  do {
+    w = write(g_progress_fd, buf, (size_t)len);
+  } while (w < 0 && errno == EINTR);
+}
+
+static void progress_begin(progress *p, const klaraptor_kernel *k, const int64_t *data, int n) {
+  memset(p, 0, sizeof *p);
+  p->n = n;
+  clock_gettime(CLOCK_MONOTONIC, &p->t0);
+  if (g_progress_fd < 0) return;
+  snprintf(p->kernel, sizeof p->kernel, "%s", k->name ? k->name : k->id);
+  for (char *c = p->kernel; *c; c++)
+    if (*c == '\t' || *c == '\n' || *c == '\r') *c = ' ';
+  size_t used = 0;
+  for (int i = 0; i < k->n_data && used < sizeof p->sizes; i++) {
+    int w = snprintf(p->sizes + used, sizeof p->sizes - used, "%s%" PRId64, i ? "," : "",
+                     data[i]);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  progress_line("sweep\t%s\t%s\t%d\n", p->kernel, p->sizes, n);
+}
+
+static void progress_shape(progress *p, const uint32_t b[3], const char *status) {
+  p->done++;
+  if (strcmp(status, "ok") == 0 || strcmp(status, "launched") == 0)
+    p->ok++;
+  else
+    p->not_ok++;
+  progress_line("shape\t%s\t%s\t%d\t%d\t%ux%ux%u\t%s\t%.1f\n", p->kernel, p->sizes, p->done,
+                p->n, b[0], b[1], b[2], status, ms_since(&p->t0));
+}
+
+static void progress_end(progress *p) {
+  progress_line("end\t%s\t%s\t%d\t%d\t%.1f\n", p->kernel, p->sizes, p->ok, p->not_ok,
+                ms_since(&p->t0));
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* The sweep                                                                                */
 
 typedef struct launch_ctx {
@@ -252,6 +359,8 @@ typedef struct launch_ctx {
   FILE *log; /* "launch" mode: one line per launch */
   const klaraptor_kernel *k;
   const int64_t *data;
+  progress *pg;
+  int n; /* shapes of the request */
 } launch_ctx;
 
 static int launch_shape(void *vctx, int i) {
@@ -269,8 +378,20 @@ static int launch_shape(void *vctx, int i) {
     if (rc != 0) fprintf(c->log, ",\"error\":\"launch failed with CUDA error %d\"", rc);
     fputs("}\n", c->log);
     fflush(c->log);
+    if (!c->pg->reported[i]) {
+      c->pg->reported[i] = 1;
+      progress_shape(c->pg, b, rc == 0 ? "launched" : "failed");
+    }
   }
   return rc;
+}
+
+/* The collector's report (ABI 2): shape i of the request is written. */
+static void collect_progress(void *vctx, int i, int status) {
+  launch_ctx *c = vctx;
+  if (i < 0 || i >= c->n || c->pg->reported[i]) return;
+  c->pg->reported[i] = 1;
+  progress_shape(c->pg, c->blocks + 3 * i, status == 0 ? "ok" : "failed");
 }
 
 static int load_collector(void) {
@@ -303,17 +424,23 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
   int n = pk->n_shapes;
   uint32_t *blocks = calloc((size_t)n * 3, sizeof *blocks);
   uint32_t *grids = calloc((size_t)n * 3, sizeof *grids);
-  if (!blocks || !grids) {
+  unsigned char *reported = calloc((size_t)n + 1, 1);
+  if (!blocks || !grids || !reported) {
     free(blocks);
     free(grids);
+    free(reported);
     return;
   }
+  progress pg;
+  progress_begin(&pg, k, pd->data, n);
+  pg.reported = reported; /* indexed by the request's shapes (m <= n) */
   int m = 0;
   for (int i = 0; i < n; i++) {
     uint32_t g[3];
     char why[512];
     if (klaraptor__shape_ok(k, pd->data, pk->shapes[i], g, why, sizeof why) != 0) {
       record_rejected(k, pd->data, pk->shapes[i], why);
+      progress_shape(&pg, pk->shapes[i], "rejected");
       continue;
     }
     memcpy(blocks + 3 * m, pk->shapes[i], 3 * sizeof *blocks);
@@ -323,7 +450,7 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
   char path[4096];
   int launch_only = strcmp(g_collector ? g_collector : "", "launch") == 0;
   out_path(path, sizeof path, k->id, launch_only ? ".launches.jsonl" : ".jsonl");
-  launch_ctx c = {kernel, args, shmem, stream, blocks, grids, NULL, k, pd->data};
+  launch_ctx c = {kernel, args, shmem, stream, blocks, grids, NULL, k, pd->data, &pg, m};
   if (launch_only) {
     c.log = fopen(path, "a");
     if (!c.log) perr("cannot write %s: %s", path, strerror(errno));
@@ -348,10 +475,20 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
     req.out_path = path;
     req.ctx = &c;
     req.launch = launch_shape;
+    req.progress = collect_progress;
     if (g_collect(&req) != 0) perr("the collector failed on %s", req.kernel_name);
   }
+  /* Shapes nobody reported (no collector, a collector that failed or of ABI 1) are done too,
+   * as far as the progress goes: their records, if any, say how. */
+  for (int i = 0; i < m; i++)
+    if (!reported[i]) {
+      reported[i] = 1;
+      progress_shape(&pg, blocks + 3 * i, "failed");
+    }
+  progress_end(&pg);
   free(blocks);
   free(grids);
+  free(reported);
 }
 
 int __wrap___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
