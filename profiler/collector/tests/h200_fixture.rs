@@ -410,3 +410,43 @@ fn the_register_count_of_the_runtime_is_compared_exactly() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn two_runs_of_the_same_launches_compare_equal_in_counts_and_close_in_dram() {
+    let dir = fixture();
+    // The same run against itself.
+    let r = report::same(&dir.join("collector"), &dir.join("collector")).unwrap();
+    assert!(
+        r.summary.starts_with("collector A vs B: counts equal in 15/15 samples measured by both (0 differ, 1 failed in both, 0 missing from B); DRAM bytes within 5 % or 8 KiB: read 15/15, write 15/15; median ratio A/B: achieved warps ×1.000, time ×1.000"),
+        "{}",
+        r.summary
+    );
+    // With and without the L2 flush: the same counts, not the same DRAM bytes.
+    let r = report::same(&dir.join("collector"), &dir.join("collector-noflush")).unwrap();
+    assert!(
+        r.summary.contains("counts equal in 15/15 samples"),
+        "{}",
+        r.summary
+    );
+    assert!(!r.summary.contains("read 15/15"), "{}", r.summary);
+    // An instruction count that moved is named.
+    let edited = edited_copy(
+        "same",
+        |s| {
+            if let Some(c) = &mut s.counters {
+                if s.block == [128, 1, 1] {
+                    c.inst_executed += 1;
+                }
+            }
+        },
+        "",
+    );
+    let r = report::same(&dir.join("collector"), &edited).unwrap();
+    assert!(
+        !r.summary.contains("counts equal in 15/15"),
+        "{}",
+        r.summary
+    );
+    assert!(r.markdown.contains("! inst_executed "), "{}", r.markdown);
+    let _ = std::fs::remove_dir_all(edited);
+}

@@ -10,6 +10,10 @@
 //!       Markdown comparison per kernel, shape and metric, summary on the first line.
 //!   compare_ncu time-only <time-only dir> <collector dir>
 //!       checks the samples of a KLARAPTOR_COLLECT_TIME_ONLY=1 run against a full run.
+//!   compare_ncu same <dir A> <dir B>
+//!       checks two full collector runs of the same launches against each other (e.g. one
+//!       profiler session per shape against one per request): equal counts, DRAM bytes,
+//!       warps and times within noise.
 
 mod report;
 
@@ -22,7 +26,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: compare_ncu metrics [CHIP] [--probes] | compare_ncu compare \
                      <collector dir> <ncu.csv> [--noflush DIR] [--ncu-dram CSV] | compare_ncu \
-                     time-only <time-only dir> <collector dir>";
+                     time-only <time-only dir> <collector dir> | compare_ncu same <dir A> <dir B>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,6 +35,12 @@ fn main() -> ExitCode {
         Some("compare") => compare(&args[1..]),
         Some("time-only") if args.len() == 3 => {
             report::time_only(&PathBuf::from(&args[1]), &PathBuf::from(&args[2])).map(|r| {
+                println!("{}", r.markdown);
+                eprintln!("{}", r.summary);
+            })
+        }
+        Some("same") if args.len() == 3 => {
+            report::same(&PathBuf::from(&args[1]), &PathBuf::from(&args[2])).map(|r| {
                 println!("{}", r.markdown);
                 eprintln!("{}", r.summary);
             })

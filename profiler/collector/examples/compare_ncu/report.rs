@@ -651,6 +651,155 @@ pub fn time_only(time_only: &Path, full: &Path) -> Result<Report, String> {
     })
 }
 
+/// Two full collector runs of the same launches (e.g. one profiler session per shape,
+/// `KLARAPTOR_COLLECT_RANGES=1`, against one session per request): the counts that do not
+/// depend on timing (instructions, requests, sectors, resources) must be equal; DRAM bytes,
+/// achieved warps and times are compared within noise and summarised.
+pub fn same(a_dir: &Path, b_dir: &Path) -> Result<Report, String> {
+    let a = read_samples(a_dir)?;
+    if a.is_empty() {
+        return Err(format!("{}: no samples", a_dir.display()));
+    }
+    let b = read_samples(b_dir)?;
+    let mut md = String::new();
+    writeln!(
+        md,
+        "# Collector run A ({}) vs run B ({})\n\n| kernel | sizes | block | counts | DRAM read \
+         A / B | DRAM write A / B | warps A / B | ms A / B |\n| --- | --- | --- | --- | ---: | \
+         ---: | ---: | ---: |",
+        a_dir.display(),
+        b_dir.display()
+    )
+    .unwrap();
+    let (mut equal, mut differ, mut failed, mut missing) = (0, 0, 0, 0);
+    let (mut dram_r, mut dram_w, mut both) = (0, 0, 0);
+    let (mut warps, mut times) = (Vec::new(), Vec::new());
+    for (kernel, s) in &a {
+        let other = b
+            .iter()
+            .find(|(k, o)| k == kernel && o.sizes == s.sizes && o.block == s.block)
+            .map(|(_, o)| o);
+        let Some(o) = other else {
+            missing += 1;
+            writeln!(
+                md,
+                "| {kernel} | {:?} | {} | ! not in B | | | | |",
+                s.sizes,
+                dims(s.block)
+            )
+            .unwrap();
+            continue;
+        };
+        let (c, d) = match (&s.counters, &o.counters) {
+            (Some(c), Some(d)) => (c, d),
+            (None, None) => {
+                failed += 1;
+                continue;
+            }
+            _ => {
+                differ += 1;
+                writeln!(
+                    md,
+                    "| {kernel} | {:?} | {} | ! measured in one run only: {} | | | | |",
+                    s.sizes,
+                    dims(s.block),
+                    s.error.as_deref().or(o.error.as_deref()).unwrap_or("?")
+                )
+                .unwrap();
+                continue;
+            }
+        };
+        both += 1;
+        let counts = |x: &Counters| {
+            [
+                x.inst_executed,
+                x.inst_global_ld,
+                x.inst_global_st,
+                x.inst_shared_ld,
+                x.inst_shared_st,
+                x.inst_barrier,
+                x.gld_requests,
+                x.gst_requests,
+                x.gld_sectors,
+                x.gst_sectors,
+                u64::from(x.regs_per_thread),
+                u64::from(x.smem_static),
+                u64::from(x.smem_dynamic),
+            ]
+        };
+        const NAMES: [&str; 13] = [
+            "inst_executed",
+            "inst_global_ld",
+            "inst_global_st",
+            "inst_shared_ld",
+            "inst_shared_st",
+            "inst_barrier",
+            "gld_requests",
+            "gst_requests",
+            "gld_sectors",
+            "gst_sectors",
+            "regs_per_thread",
+            "smem_static",
+            "smem_dynamic",
+        ];
+        let diffs: Vec<String> = counts(c)
+            .iter()
+            .zip(counts(d))
+            .zip(NAMES)
+            .filter(|((x, y), _)| **x != *y)
+            .map(|((x, y), n)| format!("{n} {x} vs {y}"))
+            .collect();
+        let verdict = if diffs.is_empty() {
+            equal += 1;
+            "=".to_string()
+        } else {
+            differ += 1;
+            format!("! {}", diffs.join(", "))
+        };
+        // DRAM: equal within 5 % or 8 KiB (refresh, page-table walks and the like).
+        let dram_ok = |x: u64, y: u64| within(x as f64, y as f64, 0.05, 8192.0);
+        dram_r += usize::from(dram_ok(c.dram_bytes_read, d.dram_bytes_read));
+        dram_w += usize::from(dram_ok(c.dram_bytes_write, d.dram_bytes_write));
+        if d.achieved_active_warps > 0.0 {
+            warps.push(c.achieved_active_warps / d.achieved_active_warps);
+        }
+        if d.time_ms > 0.0 {
+            times.push(c.time_ms / d.time_ms);
+        }
+        writeln!(
+            md,
+            "| {kernel} | {:?} | {} | {verdict} | {} / {} | {} / {} | {:.2} / {:.2} | {:.4} / {:.4} |",
+            s.sizes,
+            dims(s.block),
+            c.dram_bytes_read,
+            d.dram_bytes_read,
+            c.dram_bytes_write,
+            d.dram_bytes_write,
+            c.achieved_active_warps,
+            d.achieved_active_warps,
+            c.time_ms,
+            d.time_ms
+        )
+        .unwrap();
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let summary = format!(
+        "collector A vs B: counts equal in {equal}/{both} samples measured by both ({differ} \
+         differ, {failed} failed in both, {missing} missing from B); DRAM bytes within 5 % or \
+         8 KiB: read {dram_r}/{both}, write {dram_w}/{both}; median ratio A/B: achieved warps \
+         ×{:.3}, time ×{:.3}",
+        median(&mut warps),
+        median(&mut times)
+    );
+    Ok(Report {
+        markdown: format!("{summary}\n\n{md}"),
+        summary,
+    })
+}
+
 fn hardware_is_zero(c: &Counters) -> bool {
     [
         c.inst_executed,
