@@ -24,6 +24,8 @@ pub mod profiling;
 pub mod rational;
 pub mod runtime;
 pub mod toolchain;
+pub mod validate;
+pub mod validate_cmd;
 
 /// The current time as ISO 8601 UTC (`2026-11-22T10:04:05Z`), for records.
 pub fn now_iso8601() -> String {

@@ -9,6 +9,10 @@
 //! fit + codegen -> <output>.klaraptor/<kernel>.<device>.c, compiled (rational.rs)
 //! nvcc <user's link command> <rational programs> libklaraptor_rt.a
 //! ```
+//!
+//! The profiling variant this link made (when it profiled, or was given
+//! `--kl-profiling-variant`) is kept as `<output>.klaraptor/<name>.profiling`, where
+//! `klaraptor validate` finds it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -140,8 +144,11 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         specs.len()
     ));
     let archive = runtime::archive(job.work)?.display().to_string();
+    // The profiling variant of this link, kept beside the rational programs.
+    let mut variant_made: Option<PathBuf> = None;
     if let Some(variant) = job.profiling_variant {
         link_variant(job, &specs, variant, &archive)?;
+        variant_made = Some(variant.to_path_buf());
     }
     let db = ProfileDb::locate()?;
     let mut entries: Vec<(LinkSpec, Vec<Entry>)> = Vec::new();
@@ -155,7 +162,10 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         .map(|(s, _)| s.clone())
         .collect();
     if !missing.is_empty() && !job.no_profile && gpu_present() {
-        let profiled = profile(job, &missing, &archive, &db)?;
+        let (profiled, variant) = profile(job, &missing, &archive, &db)?;
+        if variant_made.is_none() {
+            variant_made = variant;
+        }
         for (s, e) in entries.iter_mut() {
             if e.is_empty() && profiled.contains(&s.mangled) {
                 *e = db.entries_for(&s.mangled, &s.code_hash)?;
@@ -226,6 +236,9 @@ pub fn link(job: &LinkJob) -> Result<i32> {
             }
         } else {
             publish(&staging, &models_dir)?;
+            if let Some(v) = &variant_made {
+                keep_variant(v, &job.output)?;
+            }
         }
     }
     Ok(status.code().unwrap_or(1))
@@ -255,6 +268,25 @@ fn publish(staging: &Path, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Copies the profiling variant `variant` into the models directory of `output` (see
+/// [`kept_variant`]).
+fn keep_variant(variant: &Path, output: &Path) -> Result<()> {
+    let to = kept_variant(output);
+    std::fs::copy(variant, &to)
+        .with_context(|| format!("keeping the profiling variant as {}", to.display()))?;
+    Ok(())
+}
+
+/// Where the link keeps the profiling variant of `output`:
+/// `<output>.klaraptor/<output's file name>.profiling`.
+pub fn kept_variant(output: &Path) -> PathBuf {
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    rational::models_dir(output).join(format!("{name}.profiling"))
+}
+
 /// Links the profiling variant to `path` and writes its plan to `<path>.plan`.
 fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path, archive: &str) -> Result<()> {
     let mut extra: Vec<String> = profiling::WRAP_FLAGS
@@ -277,19 +309,20 @@ fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path, archive: &str) -
     Ok(())
 }
 
-/// Profiles `specs` on this machine's GPU and stores the entries. Returns the ids profiled.
+/// Profiles `specs` on this machine's GPU and stores the entries. Returns the ids profiled,
+/// and a copy of the profiling variant in the work directory when any was.
 fn profile(
     job: &LinkJob,
     specs: &[LinkSpec],
     archive: &str,
     db: &ProfileDb,
-) -> Result<Vec<String>> {
+) -> Result<(Vec<String>, Option<PathBuf>)> {
     let runnable: Vec<&LinkSpec> = specs
         .iter()
         .filter(|s| s.profile_run.is_some() && !s.profile_sizes.is_empty())
         .collect();
     if runnable.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     let Some(collector) = collector_path() else {
         eprintln!(
@@ -297,7 +330,7 @@ fn profile(
              (libklaraptor_collector.so beside klaraptor-cc, or KLARAPTOR_COLLECTOR) was not \
              found: not profiling"
         );
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
     let (device, driver, cuda) = current_device(job.nvcc)?;
     let dir = profiling::scratch(job.work)?;
@@ -315,6 +348,10 @@ fn profile(
     if !status.success() {
         bail!("linking the profiling variant failed ({status})");
     }
+    // The final link replaces the variant at the output path: a copy is kept.
+    let copy = dir.join("profiling-variant");
+    std::fs::copy(&job.output, &copy)
+        .with_context(|| format!("copying the profiling variant {}", job.output.display()))?;
     let (runs, warmup) = (5, 1);
     let mut done = Vec::new();
     let result = (|| -> Result<()> {
@@ -379,5 +416,6 @@ fn profile(
         let _ = std::fs::remove_file(&job.output);
         return Err(e);
     }
-    Ok(done)
+    let variant = (!done.is_empty()).then_some(copy);
+    Ok((done, variant))
 }

@@ -12,11 +12,11 @@
 //!                                                   KLARAPTOR_DISABLE=1
 //! ```
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use klaraptor_profiler::record::Sample;
+use klaraptor::validate::parse_block;
+pub use klaraptor::validate::{parse_decision, read_decisions, read_records, Decision, Sweep};
 
 /// The machine a phase ran on (env.txt).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -159,19 +159,6 @@ pub fn read_summaries(dir: &Path) -> Result<Vec<SummaryRow>> {
     Ok(out)
 }
 
-fn parse_block(s: &str) -> Option<[u32; 3]> {
-    let v: Vec<u32> = s
-        .split('x')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    match v[..] {
-        [x] => Some([x, 1, 1]),
-        [x, y] => Some([x, y, 1]),
-        [x, y, z] => Some([x, y, z]),
-        _ => None,
-    }
-}
-
 fn field<'a>(tok: &'a str, key: &str) -> Option<&'a str> {
     tok.strip_prefix(key)?.strip_prefix('=')
 }
@@ -284,153 +271,6 @@ pub fn read_timing_output(path: &Path) -> Result<TimingOutput> {
     Ok(out)
 }
 
-/// One decision line of `KLARAPTOR_LOG` (runtime-shim/src/klaraptor_rt.c, log_decision):
-/// `klaraptor: <kernel> L=v… block=AxBxC grid=AxBxC source=<text> device=<i>:<name>
-/// [program_block=AxBxC]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    pub kernel: String,
-    pub data: Vec<(String, i64)>,
-    pub block: [u32; 3],
-    pub grid: [u32; 3],
-    /// "model predicted_us=…", "program", "forced", "fallback: …".
-    pub source: String,
-    pub predicted_us: Option<f64>,
-    pub device: String,
-    /// The program's own block, when the launch was rewritten.
-    pub program_block: Option<[u32; 3]>,
-}
-
-impl Decision {
-    pub fn from_model(&self) -> bool {
-        self.source == "model" || self.source.starts_with("model ")
-    }
-    pub fn sizes(&self) -> Vec<i64> {
-        self.data.iter().map(|(_, v)| *v).collect()
-    }
-}
-
-/// `None` for a line that is not a decision (other log lines: unknown kernels, memo full).
-pub fn parse_decision(line: &str) -> Option<Result<Decision>> {
-    let rest = line.strip_prefix("klaraptor: ")?;
-    if !rest.contains(" block=") || !rest.contains(" source=") {
-        return None;
-    }
-    Some(
-        (|| -> Result<Decision> {
-            let (head, tail) = rest.split_once(" source=").context("no source=")?;
-            let mut toks = head.split_whitespace();
-            let kernel = toks.next().context("no kernel")?.to_string();
-            let mut data = Vec::new();
-            let (mut block, mut grid) = (None, None);
-            for t in toks {
-                let (k, v) = t.split_once('=').with_context(|| format!("token {t:?}"))?;
-                match k {
-                    "block" => block = parse_block(v),
-                    "grid" => grid = parse_block(v),
-                    _ => data.push((
-                        k.to_string(),
-                        v.parse::<i64>()
-                            .with_context(|| format!("data value {t:?}"))?,
-                    )),
-                }
-            }
-            let (tail, program_block) = match tail.rsplit_once(" program_block=") {
-                Some((t, pb)) => (t, Some(parse_block(pb.trim()).context("program_block")?)),
-                None => (tail, None),
-            };
-            let (source, device) = tail.rsplit_once(" device=").context("no device=")?;
-            let predicted_us = source
-                .strip_prefix("model predicted_us=")
-                .and_then(|v| v.trim().parse::<f64>().ok());
-            Ok(Decision {
-                kernel,
-                data,
-                block: block.context("no block=")?,
-                grid: grid.context("no grid=")?,
-                source: source.to_string(),
-                predicted_us,
-                device: device.trim().to_string(),
-                program_block,
-            })
-        })()
-        .with_context(|| format!("in the log line {line:?}")),
-    )
-}
-
-pub fn read_decisions(path: &Path) -> Result<Vec<Decision>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
-        if let Some(d) = parse_decision(l) {
-            out.push(d.with_context(|| format!("{}:{}", path.display(), i + 1))?);
-        }
-    }
-    Ok(out)
-}
-
-/// The samples one kernel got in one records directory.
-#[derive(Debug, Clone)]
-pub struct Sweep {
-    /// The kernel's id (mangled name) and source name, from kernels.tsv.
-    pub id: String,
-    pub name: String,
-    pub samples: Vec<Sample>,
-}
-
-/// Every kernel's samples in a records directory (the profiling runtime's layout:
-/// `kernels.tsv` with `<stem> TAB <id> TAB <name>` lines, `<stem>.jsonl` per kernel).
-pub fn read_records(dir: &Path) -> Result<Vec<Sweep>> {
-    let index = dir.join("kernels.tsv");
-    let text = match std::fs::read_to_string(&index) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", index.display())),
-    };
-    let mut by_stem: BTreeMap<String, (String, String)> = BTreeMap::new();
-    for (i, l) in text.lines().enumerate() {
-        if l.trim().is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = l.split('\t').collect();
-        if f.len() < 3 {
-            bail!(
-                "{}:{}: expected <stem> TAB <id> TAB <name>",
-                index.display(),
-                i + 1
-            );
-        }
-        by_stem.insert(f[0].into(), (f[1].into(), f[2].into()));
-    }
-    let mut out = Vec::new();
-    for (stem, (id, name)) in by_stem {
-        let path = dir.join(format!("{stem}.jsonl"));
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
-        let mut samples = Vec::new();
-        for (i, l) in text.lines().enumerate() {
-            if l.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Sample>(l) {
-                Ok(s) => samples.push(s),
-                // A run killed by its timeout can leave half a line at the end.
-                Err(_) if i + 1 == text.lines().count() && !text.ends_with('\n') => {}
-                Err(e) => {
-                    return Err(e)
-                        .with_context(|| format!("{}:{}: not a sample", path.display(), i + 1))
-                }
-            }
-        }
-        out.push(Sweep { id, name, samples });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,35 +316,6 @@ mod tests {
             .unwrap();
         assert_eq!((o.block, o.min_grid), (768, 264));
         assert!(parse_kl_occ("KL_OCC gemm block=768").unwrap().is_err());
-    }
-
-    #[test]
-    fn decisions() {
-        let d = parse_decision(
-            "klaraptor: gemm NI=1000 NJ=1000 NK=1000 block=64x4x1 grid=16x250x1 source=model \
-             predicted_us=388 device=0:NVIDIA H200 program_block=32x8x1",
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(d.kernel, "gemm");
-        assert_eq!(d.sizes(), [1000, 1000, 1000]);
-        assert_eq!(d.data[1].0, "NJ");
-        assert_eq!(d.block, [64, 4, 1]);
-        assert_eq!(d.grid, [16, 250, 1]);
-        assert!(d.from_model());
-        assert_eq!(d.predicted_us, Some(388.0));
-        assert_eq!(d.device, "0:NVIDIA H200");
-        assert_eq!(d.program_block, Some([32, 8, 1]));
-        let f = parse_decision(
-            "klaraptor: mvt_x1 N=5000 block=256x1x1 grid=20x1x1 source=fallback: no model for \
-             this device (the model is for NVIDIA H100) device=0:NVIDIA H200",
-        )
-        .unwrap()
-        .unwrap();
-        assert!(!f.from_model());
-        assert!(f.source.starts_with("fallback: no model"));
-        assert_eq!(f.program_block, None);
-        assert!(parse_decision("klaraptor: the memo is full: later decisions are made").is_none());
     }
 
     #[test]

@@ -2,66 +2,13 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
-
 use crate::study::{self, Case, Method, Study};
 
-/// One record of `accuracy-<gpu>-<date>.json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Record {
-    pub program: String,
-    pub kernel: String,
-    /// Data parameter → value (the kernel's annotation labels).
-    pub sizes: serde_json::Map<String, serde_json::Value>,
-    pub method: &'static str,
-    pub block: Option<[u32; 3]>,
-    /// The exhaustive sweep's median time of `block` (null: not measured).
-    pub time_ms: Option<f64>,
-    /// The rational program's prediction for `block`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub predicted_ms: Option<f64>,
-    /// optimum time / time.
-    pub ratio: Option<f64>,
-    /// Where the shape came from and how it was timed.
-    pub how: String,
-    /// The harness's KL_TIME median of the run that used this shape, and its launch count.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub harness_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub harness_launches: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub flag: Option<String>,
-    /// The exhaustive job (`<program>/x<k>` of sizes.toml).
-    pub job: String,
-}
+pub use klaraptor::validate::Record;
 
+/// The records of `accuracy-<gpu>-<date>.json`: one per case × method.
 pub fn records(st: &Study) -> Vec<Record> {
-    let mut out = Vec::new();
-    for c in &st.cases {
-        let mut sizes = serde_json::Map::new();
-        for (l, v) in c.labels.iter().zip(&c.sizes) {
-            sizes.insert(l.clone(), serde_json::Value::from(*v));
-        }
-        for m in Method::ALL {
-            let Some(p) = c.picks.get(&m) else { continue };
-            out.push(Record {
-                program: c.program.clone(),
-                kernel: c.kernel.clone(),
-                sizes: sizes.clone(),
-                method: m.as_str(),
-                block: p.block,
-                time_ms: p.time_ms,
-                predicted_ms: p.predicted_ms,
-                ratio: p.ratio,
-                how: p.how.clone(),
-                harness_ms: p.harness_ms,
-                harness_launches: p.harness_launches,
-                flag: p.flag.clone(),
-                job: c.job.clone(),
-            });
-        }
-    }
-    out
+    klaraptor::validate::records(&st.cases)
 }
 
 /// A block as the tables show it: bx for a 1-D kernel, bx×by for a 2-D one.
@@ -99,13 +46,6 @@ fn tick(ok: bool) -> &'static str {
     } else {
         "**not met**"
     }
-}
-
-/// The rank (1 = first) of the measured optimum in the predicted order.
-pub fn optimum_rank(c: &Case) -> Option<usize> {
-    let best = c.picks.get(&Method::Optimum)?.block?;
-    let pb = *c.predicted.get(&best)?;
-    Some(c.predicted.values().filter(|&&v| v < pb).count() + 1)
 }
 
 /// The markdown report. `files` are the chart and JSON file names, for links.
@@ -307,7 +247,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
             c.spearman
                 .map(|r| format!("{r:.3}"))
                 .unwrap_or_else(|| "–".into()),
-            optimum_rank(c)
+            c.optimum_rank()
                 .map(|r| format!("{r} of {}", c.predicted.len()))
                 .unwrap_or_else(|| "–".into())
         );

@@ -22,98 +22,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use klaraptor::rational::{self, RationalProgram};
+use klaraptor::validate::shape_text;
+pub use klaraptor::validate::{spearman, stats, Case, Method, Pick, Stats};
 
 use crate::inputs::{self, Decision, Env, SummaryRow, TimingOutput};
 use crate::sizes::Sizes;
-
-/// The methods compared, in report order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Method {
-    Optimum,
-    Klaraptor,
-    Default,
-    Occupancy,
-}
-
-impl Method {
-    pub const ALL: [Method; 4] = [
-        Method::Optimum,
-        Method::Klaraptor,
-        Method::Default,
-        Method::Occupancy,
-    ];
-    /// The methods that are compared with the optimum.
-    pub const COMPARED: [Method; 3] = [Method::Klaraptor, Method::Default, Method::Occupancy];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Optimum => "optimum",
-            Method::Klaraptor => "klaraptor",
-            Method::Default => "default",
-            Method::Occupancy => "occupancy",
-        }
-    }
-}
-
-/// The shape a method picked at one kernel × size, and its time in the sweep.
-#[derive(Debug, Clone, Default)]
-pub struct Pick {
-    pub block: Option<[u32; 3]>,
-    /// The sweep's median time of that shape.
-    pub time_ms: Option<f64>,
-    /// optimum time / time.
-    pub ratio: Option<f64>,
-    /// The rational program's prediction for that shape, where there is one.
-    pub predicted_ms: Option<f64>,
-    /// Where the shape came from and how it was timed.
-    pub how: String,
-    /// The harness's KL_TIME of the run that used this shape (klaraptor, default), and its
-    /// launch count (a site in a host loop sums its launches).
-    pub harness_ms: Option<f64>,
-    pub harness_launches: Option<u64>,
-    /// Something a reader should know (a fallback, a disagreement).
-    pub flag: Option<String>,
-}
-
-/// One kernel at one data size.
-#[derive(Debug, Clone)]
-pub struct Case {
-    pub program: String,
-    pub kernel: String,
-    pub job: String,
-    pub dim: u8,
-    pub labels: Vec<String>,
-    pub sizes: Vec<i64>,
-    /// Shape → median time (ms) of every shape the sweep measured.
-    pub measured: BTreeMap<[u32; 3], f64>,
-    /// Shapes that could not be measured, and why.
-    pub failed: Vec<([u32; 3], String)>,
-    /// How many candidate shapes the kernel has.
-    pub candidates: usize,
-    /// Shape → predicted time (ms), from the rational program (empty without one).
-    pub predicted: BTreeMap<[u32; 3], f64>,
-    pub picks: BTreeMap<Method, Pick>,
-    /// Spearman's rank correlation of predicted and measured time over the shapes.
-    pub spearman: Option<f64>,
-}
-
-impl Case {
-    pub fn complete(&self) -> bool {
-        self.measured.len() + self.failed.len() >= self.candidates
-    }
-    pub fn sizes_text(&self) -> String {
-        self.sizes
-            .iter()
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join("×")
-    }
-    pub fn work(&self) -> f64 {
-        self.sizes.iter().map(|&v| v as f64).product()
-    }
-    pub fn ratio(&self, m: Method) -> Option<f64> {
-        self.picks.get(&m).and_then(|p| p.ratio)
-    }
-}
 
 /// A kernel as the study directory knows it.
 #[derive(Debug, Clone)]
@@ -241,73 +154,6 @@ pub fn occupancy_shape(
             format!("cudaOccupancyMaxPotentialBlockSize: block {n}{rounded}; none of its factorisations was measured"),
         ),
     }
-}
-
-/// Spearman's rank correlation of two equally long series (ties get their average rank);
-/// `None` with fewer than three points or a constant series.
-pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
-    if a.len() != b.len() || a.len() < 3 {
-        return None;
-    }
-    let ra = ranks(a);
-    let rb = ranks(b);
-    let n = a.len() as f64;
-    let ma = ra.iter().sum::<f64>() / n;
-    let mb = rb.iter().sum::<f64>() / n;
-    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
-    for (x, y) in ra.iter().zip(&rb) {
-        sab += (x - ma) * (y - mb);
-        saa += (x - ma) * (x - ma);
-        sbb += (y - mb) * (y - mb);
-    }
-    if saa == 0.0 || sbb == 0.0 {
-        return None;
-    }
-    Some(sab / (saa * sbb).sqrt())
-}
-
-fn ranks(v: &[f64]) -> Vec<f64> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
-    let mut r = vec![0.0; v.len()];
-    let mut i = 0;
-    while i < idx.len() {
-        let mut j = i;
-        while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
-            j += 1;
-        }
-        let avg = (i + j) as f64 / 2.0 + 1.0;
-        for &k in &idx[i..=j] {
-            r[k] = avg;
-        }
-        i = j + 1;
-    }
-    r
-}
-
-/// Summary statistics of a method's ratios.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Stats {
-    pub n: usize,
-    pub geomean: f64,
-    pub min: f64,
-    pub share_ge_090: f64,
-    pub below_080: usize,
-}
-
-pub fn stats(ratios: &[f64]) -> Option<Stats> {
-    if ratios.is_empty() {
-        return None;
-    }
-    let n = ratios.len();
-    let geomean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / n as f64).exp();
-    Some(Stats {
-        n,
-        geomean,
-        min: ratios.iter().cloned().fold(f64::INFINITY, f64::min),
-        share_ge_090: ratios.iter().filter(|&&r| r >= 0.90).count() as f64 / n as f64,
-        below_080: ratios.iter().filter(|&&r| r < 0.80).count(),
-    })
 }
 
 impl Study {
@@ -545,10 +391,6 @@ fn default_block(dim: u8) -> [u32; 3] {
     }
 }
 
-fn shape_text(b: [u32; 3]) -> String {
-    format!("{}x{}x{}", b[0], b[1], b[2])
-}
-
 fn build_case(
     kernel: &Kernel,
     job: &str,
@@ -557,37 +399,6 @@ fn build_case(
     decisions: &[Decision],
     [model_out, default_out, variant_out]: [&TimingOutput; 3],
 ) -> Case {
-    let mut measured = BTreeMap::new();
-    let mut failed = Vec::new();
-    for s in samples {
-        match (&s.error, &s.counters) {
-            (None, Some(c)) if c.time_ms.is_finite() && c.time_ms > 0.0 => {
-                measured.insert(s.block, c.time_ms);
-            }
-            (Some(e), _) => failed.push((s.block, e.clone())),
-            _ => failed.push((s.block, "no time recorded".into())),
-        }
-    }
-    let candidates = kernel
-        .manifest
-        .as_ref()
-        .map(|m| m.candidates.len())
-        .unwrap_or_else(|| rational::candidates(kernel.dim).len());
-    // Predictions over every candidate, and the model's own first choice.
-    let mut predicted = BTreeMap::new();
-    let mut model_first = None;
-    let mut rank_error = None;
-    if let Some(m) = &kernel.manifest {
-        match m.rank(&sizes) {
-            Ok(r) => {
-                model_first = r.first().map(|x| x.block);
-                for x in r {
-                    predicted.insert(x.block, x.prediction.time_us / 1000.0);
-                }
-            }
-            Err(e) => rank_error = Some(format!("{e:#}")),
-        }
-    }
     let mut case = Case {
         program: kernel.program.clone(),
         kernel: kernel.name.clone(),
@@ -595,36 +406,21 @@ fn build_case(
         dim: kernel.dim,
         labels: kernel.labels.clone(),
         sizes: sizes.clone(),
-        measured,
-        failed,
-        candidates,
-        predicted,
-        picks: BTreeMap::new(),
-        spearman: None,
+        candidates: kernel
+            .manifest
+            .as_ref()
+            .map(|m| m.candidates.len())
+            .unwrap_or_else(|| rational::candidates(kernel.dim).len()),
+        ..Case::default()
     };
-    let best = case
-        .measured
-        .iter()
-        .min_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(b, t)| (*b, *t));
-
-    // optimum
-    if let Some((b, t)) = best {
-        case.picks.insert(
-            Method::Optimum,
-            Pick {
-                block: Some(b),
-                time_ms: Some(t),
-                ratio: Some(1.0),
-                predicted_ms: case.predicted.get(&b).copied(),
-                how: format!(
-                    "the fastest of {} measured shapes (exhaustive sweep)",
-                    case.measured.len()
-                ),
-                ..Pick::default()
-            },
-        );
-    }
+    case.measure(samples.iter().copied());
+    // Predictions over every candidate, and the model's own first choice.
+    let ranking = kernel
+        .manifest
+        .as_ref()
+        .map(|m| case.predict(m))
+        .unwrap_or_default();
+    let (model_first, rank_error) = (ranking.first, ranking.error);
 
     // klaraptor
     let decision = decisions
@@ -632,27 +428,7 @@ fn build_case(
         .find(|d| d.kernel == kernel.name && d.sizes() == sizes);
     let mut k = Pick::default();
     match decision {
-        Some(d) if d.from_model() => {
-            k.block = Some(d.block);
-            k.how =
-                "klaraptor's choice in the instrumented build (KLARAPTOR_LOG, source=model)".into();
-            if let Some(f) = model_first.filter(|f| *f != d.block) {
-                k.flag = Some(format!(
-                    "the manifest ranks {} first, the run chose {}",
-                    shape_text(f),
-                    shape_text(d.block)
-                ));
-            }
-            k.predicted_ms = d.predicted_us.map(|u| u / 1000.0);
-        }
-        Some(d) => {
-            k.block = Some(d.block);
-            k.how = format!(
-                "no model choice: the run launched its own shape ({})",
-                d.source
-            );
-            k.flag = Some(format!("klaraptor did not choose: {}", d.source));
-        }
+        Some(d) => k = klaraptor::validate::decision_pick(d, model_first, "the instrumented build"),
         None => {
             if let Some(f) = model_first {
                 k.block = Some(f);
@@ -716,35 +492,7 @@ fn build_case(
     }
     case.picks.insert(Method::Occupancy, o);
 
-    // times, ratios, predictions
-    for m in Method::COMPARED {
-        let p = case.picks.get_mut(&m).expect("inserted above");
-        if let Some(b) = p.block {
-            p.predicted_ms = case.predicted.get(&b).copied().or(p.predicted_ms);
-            match case.measured.get(&b) {
-                Some(&t) => {
-                    p.time_ms = Some(t);
-                    p.ratio = best.map(|(_, bt)| bt / t);
-                    p.how.push_str("; timed by the exhaustive sweep");
-                }
-                None => {
-                    p.how.push_str(&format!(
-                        "; {} is not among the measured shapes: no time",
-                        shape_text(b)
-                    ));
-                }
-            }
-        }
-    }
-    // Spearman over the shapes with both.
-    let (mut xs, mut ys) = (Vec::new(), Vec::new());
-    for (b, t) in &case.measured {
-        if let Some(p) = case.predicted.get(b) {
-            xs.push(*p);
-            ys.push(*t);
-        }
-    }
-    case.spearman = spearman(&xs, &ys);
+    case.time_picks();
     case
 }
 
@@ -856,33 +604,6 @@ fn costs(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spearman_values() {
-        let a = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!(spearman(&a, &[10.0, 20.0, 30.0, 40.0, 50.0]), Some(1.0));
-        assert_eq!(spearman(&a, &[5.0, 4.0, 3.0, 2.0, 1.0]), Some(-1.0));
-        // A monotone transform does not change it.
-        let r = spearman(&a, &[1.0, 8.0, 27.0, 64.0, 125.0]).unwrap();
-        assert!((r - 1.0).abs() < 1e-12);
-        // Ties share their average rank: y = 1 3 2 2 5 has ranks 1 4 2.5 2.5 5; against
-        // x = 1..5 that gives, by hand, sum dx·dy = 6.5, sum dx² = 10, sum dy² = 9.5.
-        let r = spearman(&a, &[1.0, 3.0, 2.0, 2.0, 5.0]).unwrap();
-        assert!((r - 6.5 / 95f64.sqrt()).abs() < 1e-12, "{r}");
-        assert_eq!(spearman(&[1.0, 2.0], &[1.0, 2.0]), None);
-        assert_eq!(spearman(&a, &[1.0; 5]), None);
-    }
-
-    #[test]
-    fn stats_values() {
-        let s = stats(&[1.0, 0.5, 0.95, 0.85]).unwrap();
-        assert_eq!(s.n, 4);
-        assert!((s.geomean - (1.0f64 * 0.5 * 0.95 * 0.85).powf(0.25)).abs() < 1e-12);
-        assert_eq!(s.min, 0.5);
-        assert_eq!(s.share_ge_090, 0.5);
-        assert_eq!(s.below_080, 1);
-        assert!(stats(&[]).is_none());
-    }
 
     #[test]
     fn occupancy_rule() {

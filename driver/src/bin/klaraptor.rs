@@ -86,6 +86,12 @@ enum Cmd {
         #[arg(long)]
         db: Option<PathBuf>,
     },
+    /// Measure how close klaraptor's choice comes to the best block shape on this GPU: runs
+    /// the program's profiling variant at each --sizes, timing every candidate shape of its
+    /// annotated kernels, then the program itself; prints per kernel and data size the
+    /// optimum, klaraptor's choice, the program's own shape, their ratios and the rank
+    /// correlation of predicted and measured times.
+    Validate(klaraptor::validate_cmd::ValidateArgs),
 }
 
 fn main() -> ExitCode {
@@ -102,6 +108,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Cmd::Device(args) => klaraptor::device_cmd::run(args),
         Cmd::Profile(args) => klaraptor::profile_cmd::run(args),
+        Cmd::Validate(args) => klaraptor::validate_cmd::run(args),
         Cmd::Inspect { target } => {
             klaraptor::inspect_cmd::inspect(&target)?;
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,1074 @@
+//! `klaraptor validate <binary> --sizes "<args>" …`: the accuracy study for a user's own
+//! program. For each run (the program's arguments), every annotated kernel the program
+//! launches is timed at every candidate block shape, at the data sizes the run launches it
+//! with, and klaraptor's choice and the program's own shape are compared with the fastest.
+//!
+//! Per run, in `<out>/run<i>/`:
+//!
+//! ```text
+//! args                       the program's arguments, as given to --sizes
+//! records/                   the sweep: the profiling variant run under the time-only
+//!                            collector with a plan of every candidate shape (the profiling
+//!                            runtime's layout: kernels.tsv, <stem>.jsonl)
+//! variant.log                its KLARAPTOR_LOG: the program's own block per kernel × size
+//! variant.{out,err,status}   its output and exit status
+//! binary.log                 KLARAPTOR_LOG of the binary itself: klaraptor's choice
+//! binary.{out,err,status}
+//! ```
+//!
+//! `--from <out>` analyses such a directory again (made on another machine, or before a
+//! rebuild) without running anything. The comparison itself is [`crate::validate`], shared
+//! with the accuracy study (bench/accuracy).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::linkspec::{scan_bytes, LinkSpec};
+use crate::rational::{self, RationalProgram};
+use crate::validate::{self, shape_text, Case, Decision, Method, Pick};
+
+/// What tells a profiling variant from the program itself: the profiling runtime
+/// (runtime-shim/src/klaraptor_prof.c) reads this variable.
+const VARIANT_MARK: &[u8] = b"KLARAPTOR_PROFILE_PLAN";
+/// What tells a collector with the time-only mode.
+const TIME_ONLY_MARK: &[u8] = b"KLARAPTOR_COLLECT_TIME_ONLY";
+
+#[derive(clap::Args, Debug)]
+pub struct ValidateArgs {
+    /// The program, linked by klaraptor-cc (its rational programs are in
+    /// `<binary>.klaraptor/`).
+    pub binary: PathBuf,
+    /// The program's command-line arguments for one run (what sets the data sizes), e.g.
+    /// --sizes "1000 1000". Give it once per run.
+    #[arg(long = "sizes", value_name = "ARGS", required_unless_present = "from")]
+    pub sizes: Vec<String>,
+    /// The program's profiling variant (default: `<binary>.klaraptor/<name>.profiling`,
+    /// which klaraptor-cc keeps when it profiled or was given --kl-profiling-variant).
+    #[arg(long, value_name = "PATH")]
+    pub variant: Option<PathBuf>,
+    /// The collector library (default: KLARAPTOR_COLLECTOR, else
+    /// libklaraptor_collector.so beside this executable).
+    #[arg(long, value_name = "LIB")]
+    pub collector: Option<PathBuf>,
+    /// Only this kernel (name in the source or mangled name); repeatable. Default: every
+    /// annotated kernel.
+    #[arg(long = "kernel", value_name = "KERNEL")]
+    pub kernels: Vec<String>,
+    /// Timed launches per shape (the median is kept).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub runs: u32,
+    /// Untimed launches per shape before the timed ones.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub warmup: u32,
+    /// Distinct data sizes swept per kernel per run (a kernel launched at more sizes is
+    /// timed at its first ones).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_sizes: u32,
+    /// Stop a program run after this many seconds (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub timeout: u64,
+    /// Keep the runs' records and logs in this directory (default: a temporary one).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Analyse the runs kept in this directory (an earlier --out) instead of running.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["sizes", "variant", "collector", "out"])]
+    pub from: Option<PathBuf>,
+    /// Write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Compare with the rational program made for this device (a substring of its name),
+    /// when the logs do not say which GPU ran.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+/// One run of the program.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunInfo {
+    pub id: String,
+    pub args: String,
+    /// Exit status of the profiling variant and of the binary ("0", "1", "signal 9",
+    /// "timeout", or "" when unknown).
+    pub variant_status: String,
+    pub binary_status: String,
+}
+
+/// What a validation found.
+#[derive(Debug, Clone, Default)]
+pub struct Validation {
+    pub program: String,
+    /// The GPU the runs logged.
+    pub device: Option<String>,
+    pub runs: Vec<RunInfo>,
+    pub cases: Vec<Case>,
+    /// Things a reader should know (kernels not swept, sizes beyond --max-sizes …).
+    pub notes: Vec<String>,
+    /// The collector recorded hardware counters (not its time-only mode).
+    pub counters_seen: bool,
+}
+
+pub fn run(args: ValidateArgs) -> Result<ExitCode> {
+    let specs = binary_specs(&args.binary)?;
+    let chosen = select_kernels(&specs, &args.kernels)?;
+    let manifests = manifests_of(&args.binary)?;
+    let tmp;
+    let dir = if let Some(from) = &args.from {
+        from.clone()
+    } else {
+        let variant = find_variant(&args.binary, args.variant.as_deref(), &chosen)?;
+        if !crate::link::gpu_present() {
+            bail!(
+                "no GPU on this machine (no /dev/nvidiactl or /dev/nvidia0{}): run klaraptor \
+                 validate where the program runs, or run it there with --out <dir> and analyse \
+                 that directory here with --from <dir>",
+                if std::env::var_os("KLARAPTOR_NO_GPU").is_some() {
+                    ", or KLARAPTOR_NO_GPU is set"
+                } else {
+                    ""
+                }
+            );
+        }
+        let collector = find_collector(args.collector.as_deref())?;
+        let out = match &args.out {
+            Some(o) => o.clone(),
+            None => {
+                tmp = tempfile::Builder::new()
+                    .prefix("klaraptor-validate-")
+                    .tempdir()?;
+                tmp.path().to_path_buf()
+            }
+        };
+        sweep_runs(&args, &variant, &collector, &chosen, &out)?;
+        out
+    };
+    let program = args
+        .binary
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let v = analyze(
+        &dir,
+        &program,
+        &specs,
+        &chosen,
+        &manifests,
+        args.device.as_deref(),
+    )?;
+    print!("{}", table(&v));
+    if let Some(j) = &args.json {
+        let text = serde_json::to_string_pretty(&json(&v, &args.binary))? + "\n";
+        std::fs::write(j, text).with_context(|| format!("writing {}", j.display()))?;
+        eprintln!("klaraptor validate: wrote {}", j.display());
+    }
+    if args.out.is_some() {
+        eprintln!(
+            "klaraptor validate: the runs' records and logs are in {}",
+            dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The kernel specs of a binary linked by klaraptor-cc.
+pub fn binary_specs(binary: &Path) -> Result<Vec<LinkSpec>> {
+    let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let specs = scan_bytes(&bytes, binary)?;
+    if specs.is_empty() {
+        bail!(
+            "{} was not built by klaraptor-cc (it holds no klaraptor kernel specs): build it with \
+             klaraptor-cc (e.g. `make NVCC=klaraptor-cc`) from sources with annotated kernels",
+            binary.display()
+        );
+    }
+    Ok(specs)
+}
+
+/// The specs of the kernels `wanted` names (all when empty).
+pub fn select_kernels(specs: &[LinkSpec], wanted: &[String]) -> Result<Vec<LinkSpec>> {
+    let mut out: Vec<LinkSpec> = Vec::new();
+    for s in specs {
+        if out.iter().any(|o| o.mangled == s.mangled) {
+            continue;
+        }
+        if wanted.is_empty() || wanted.iter().any(|w| *w == s.name || *w == s.mangled) {
+            out.push(s.clone());
+        }
+    }
+    for w in wanted {
+        if !specs.iter().any(|s| *w == s.name || *w == s.mangled) {
+            let known: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+            bail!(
+                "--kernel {w}: the binary has no annotated kernel of that name (it has {})",
+                known.join(", ")
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The rational programs beside the binary (none when it has none).
+pub fn manifests_of(binary: &Path) -> Result<Vec<RationalProgram>> {
+    let dir = rational::models_dir(binary);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    Ok(rational::load_dir(&dir)?
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect())
+}
+
+/// The profiling variant to sweep with, checked against the binary's kernels.
+pub fn find_variant(binary: &Path, given: Option<&Path>, kernels: &[LinkSpec]) -> Result<PathBuf> {
+    let path = match given {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let p = crate::link::kept_variant(binary);
+            if !p.is_file() {
+                bail!(
+                    "no profiling variant of {b}: {p} does not exist (klaraptor-cc keeps one \
+                     there when its link profiled, or when it is given \
+                     --kl-profiling-variant=<path>). Relink the program with klaraptor-cc and \
+                     --kl-profiling-variant=<path> added to the link command (one more link, no \
+                     GPU needed), then run validate again or pass --variant <path>",
+                    b = binary.display(),
+                    p = p.display()
+                );
+            }
+            p
+        }
+    };
+    let bytes = std::fs::read(&path)
+        .with_context(|| format!("reading the profiling variant {}", path.display()))?;
+    if !bytes.windows(VARIANT_MARK.len()).any(|w| w == VARIANT_MARK) {
+        bail!(
+            "{} is not a profiling variant (no profiling runtime in it): make one with \
+             klaraptor-cc --kl-profiling-variant=<path> at the program's link",
+            path.display()
+        );
+    }
+    let vspecs = scan_bytes(&bytes, &path)?;
+    for k in kernels {
+        match vspecs.iter().find(|s| s.mangled == k.mangled) {
+            Some(s) if s.code_hash == k.code_hash => {}
+            Some(_) => bail!(
+                "the profiling variant {} was built from other code of kernel {} than the \
+                 binary: relink both from the same objects (klaraptor-cc … \
+                 --kl-profiling-variant=<path>)",
+                path.display(),
+                k.name
+            ),
+            None => bail!(
+                "the profiling variant {} has no kernel {}: it is not a variant of this binary",
+                path.display(),
+                k.name
+            ),
+        }
+    }
+    Ok(path)
+}
+
+/// The collector library to time with.
+pub fn find_collector(given: Option<&Path>) -> Result<PathBuf> {
+    let p = match given {
+        Some(p) => p.to_path_buf(),
+        None => crate::link::collector_path().context(
+            "no collector: pass --collector <path of libklaraptor_collector.so>, set \
+             KLARAPTOR_COLLECTOR, or put libklaraptor_collector.so beside klaraptor (cargo \
+             build --release -p klaraptor-collector builds it)",
+        )?,
+    };
+    let bytes =
+        std::fs::read(&p).with_context(|| format!("reading the collector {}", p.display()))?;
+    if !bytes
+        .windows(TIME_ONLY_MARK.len())
+        .any(|w| w == TIME_ONLY_MARK)
+    {
+        eprintln!(
+            "klaraptor validate: warning: {} has no time-only mode ({}): every shape will also \
+             run the profiler's passes, which takes much longer (the times are still event \
+             times)",
+            p.display(),
+            String::from_utf8_lossy(TIME_ONLY_MARK)
+        );
+    }
+    Ok(p)
+}
+
+/// Splits an argument string as a shell would for plain words: blanks separate, single and
+/// double quotes group, a backslash escapes the next character (outside single quotes).
+pub fn split_args(s: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(x) => cur.push(x),
+                        None => bail!("unbalanced ' in {s:?}"),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(x) => cur.push(x),
+                            None => bail!("a \\ ends {s:?}"),
+                        },
+                        Some(x) => cur.push(x),
+                        None => bail!("unbalanced \" in {s:?}"),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(x) => cur.push(x),
+                    None => bail!("a \\ ends {s:?}"),
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// The plan of an exhaustive search: every candidate shape of each kernel. Shapes the
+/// device or the kernel's constraints refuse are recorded as refused by the runtime.
+pub fn plan_text(kernels: &[LinkSpec]) -> String {
+    let mut s = String::from("# klaraptor validate: every candidate shape\n");
+    for k in kernels {
+        s.push_str(&k.mangled);
+        for b in rational::candidates(k.dim) {
+            s.push(' ');
+            s.push_str(&shape_text(b));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn status_text(s: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match s {
+        None => "timeout".into(),
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => c.to_string(),
+            (None, Some(sig)) => format!("signal {sig}"),
+            _ => "?".into(),
+        },
+    }
+}
+
+/// Runs `cmd` with its output into `<dir>/<name>.out|.err`; `None` when it ran past
+/// `timeout` (then it is killed).
+fn run_to_files(
+    mut cmd: Command,
+    dir: &Path,
+    name: &str,
+    timeout: Option<Duration>,
+) -> Result<Option<std::process::ExitStatus>> {
+    let out = std::fs::File::create(dir.join(format!("{name}.out")))?;
+    let err = std::fs::File::create(dir.join(format!("{name}.err")))?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(Some(s));
+        }
+        if timeout.is_some_and(|t| start.elapsed() > t) {
+            child.kill()?;
+            child.wait()?;
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+fn sweep_runs(
+    args: &ValidateArgs,
+    variant: &Path,
+    collector: &Path,
+    kernels: &[LinkSpec],
+    out: &Path,
+) -> Result<()> {
+    let abs = |p: &Path| std::fs::canonicalize(p).with_context(|| format!("{}", p.display()));
+    let variant = abs(variant)?;
+    let binary = abs(&args.binary)?;
+    let collector = abs(collector)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let out = abs(out)?;
+    let plan = out.join("plan");
+    std::fs::write(&plan, plan_text(kernels))?;
+    let timeout = (args.timeout > 0).then(|| Duration::from_secs(args.timeout));
+    let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+    let n = args.sizes.len();
+    for (i, sizes) in args.sizes.iter().enumerate() {
+        let argv = split_args(sizes).with_context(|| format!("--sizes {sizes:?}"))?;
+        let dir = out.join(format!("run{}", i + 1));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        let records = dir.join("records");
+        std::fs::create_dir_all(&records)?;
+        std::fs::write(dir.join("args"), format!("{sizes}\n"))?;
+        eprintln!(
+            "klaraptor validate: run {}/{n} `{sizes}`: sweeping {} over every candidate shape \
+             ({} timed launches per shape after {} warm-up)",
+            i + 1,
+            names.join(", "),
+            args.runs,
+            args.warmup
+        );
+        let t = Instant::now();
+        let mut cmd = Command::new(&variant);
+        cmd.args(&argv)
+            .env("KLARAPTOR_PROFILE_OUT", &records)
+            .env("KLARAPTOR_PROFILE_PLAN", &plan)
+            .env("KLARAPTOR_COLLECTOR", &collector)
+            .env("KLARAPTOR_COLLECT_TIME_ONLY", "1")
+            .env("KLARAPTOR_PROFILE_RUNS", args.runs.to_string())
+            .env("KLARAPTOR_PROFILE_WARMUP", args.warmup.to_string())
+            .env("KLARAPTOR_PROFILE_MAX_SIZES", args.max_sizes.to_string())
+            .env("KLARAPTOR_LOG", dir.join("variant.log"))
+            .env_remove("KLARAPTOR_FORCE")
+            .env_remove("KLARAPTOR_DISABLE");
+        let vs = run_to_files(cmd, &dir, "variant", timeout)?;
+        std::fs::write(dir.join("variant.status"), status_text(vs) + "\n")?;
+        let err = dir.join("variant.err");
+        let errtext = std::fs::read_to_string(&err).unwrap_or_default();
+        if errtext.contains("cannot load the collector")
+            || errtext.contains("the collector could not start")
+            || errtext.contains("has no klaraptor_collect")
+        {
+            bail!(
+                "the collector could not measure (is the NVIDIA driver installed and a GPU \
+                 visible?): {}\n(the profiling variant's stderr is in {})",
+                errtext
+                    .lines()
+                    .filter(|l| l.contains("collector"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                err.display()
+            );
+        }
+        let swept = validate::read_records(&records)?;
+        eprintln!(
+            "klaraptor validate:   swept {} kernel(s) in {:.1} s (exit status {})",
+            swept.len(),
+            t.elapsed().as_secs_f64(),
+            status_text(vs)
+        );
+        if vs.is_none() {
+            eprintln!(
+                "klaraptor validate: warning: the profiling variant ran past --timeout {} s and \
+                 was stopped; what it recorded is kept",
+                args.timeout
+            );
+        } else if swept.is_empty() {
+            eprintln!(
+                "klaraptor validate: warning: the profiling variant recorded nothing at `{sizes}` \
+                 (exit status {}); its last lines:\n{}",
+                status_text(vs),
+                tail(&err, 8)
+            );
+        }
+        let t = Instant::now();
+        let mut cmd = Command::new(&binary);
+        cmd.args(&argv)
+            .env("KLARAPTOR_LOG", dir.join("binary.log"))
+            .env_remove("KLARAPTOR_FORCE")
+            .env_remove("KLARAPTOR_DISABLE");
+        let bs = run_to_files(cmd, &dir, "binary", timeout)?;
+        std::fs::write(dir.join("binary.status"), status_text(bs) + "\n")?;
+        eprintln!(
+            "klaraptor validate:   ran the binary for klaraptor's choice in {:.1} s (exit \
+             status {})",
+            t.elapsed().as_secs_f64(),
+            status_text(bs)
+        );
+    }
+    Ok(())
+}
+
+fn read_opt(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn decisions_opt(path: &Path) -> Result<Vec<Decision>> {
+    if path.is_file() {
+        validate::read_decisions(path)
+    } else {
+        Ok(Vec::new())
+    }
+}
+
+/// The `run<i>` directories of `dir`, in order of `i`.
+fn run_dirs(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let p = e?.path();
+        let Some(i) = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("run"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if p.is_dir() {
+            out.push((i, p));
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        bail!(
+            "{} holds no run directories (run1/, run2/, …): give the --out directory of a \
+             klaraptor validate run",
+            dir.display()
+        );
+    }
+    Ok(out)
+}
+
+/// The rational program of kernel `k` to compare with: the one made for the GPU the run
+/// logged, else the one `device` names, else the only one.
+fn manifest_for<'a>(
+    k: &LinkSpec,
+    manifests: &'a [RationalProgram],
+    logged: Option<&str>,
+    device: Option<&str>,
+) -> std::result::Result<&'a RationalProgram, String> {
+    let mine: Vec<&RationalProgram> = manifests
+        .iter()
+        .filter(|m| m.mangled == k.mangled)
+        .collect();
+    if mine.is_empty() {
+        return Err(format!(
+            "{} has no rational program (no profile when the binary was linked)",
+            k.name
+        ));
+    }
+    let names = || {
+        mine.iter()
+            .map(|m| m.device.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(d) = device {
+        return mine
+            .iter()
+            .find(|m| m.device.name.contains(d))
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "{}: no rational program for --device {d} (only for {})",
+                    k.name,
+                    names()
+                )
+            });
+    }
+    if let Some(d) = logged {
+        return mine
+            .iter()
+            .find(|m| m.device.name == d)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "{}: the runs used {d}, for which the binary has no rational program (only \
+                     for {})",
+                    k.name,
+                    names()
+                )
+            });
+    }
+    if mine.len() == 1 {
+        return Ok(mine[0]);
+    }
+    Err(format!(
+        "{}: the logs do not say which GPU ran and the binary has rational programs for {}: \
+         pass --device",
+        k.name,
+        names()
+    ))
+}
+
+/// Reads the runs kept in `dir` and compares, per kernel × data size, klaraptor's choice
+/// and the program's own shape with the fastest shape of the sweep.
+///
+/// `known` are every annotated kernel of the binary, `kernels` those to compare.
+pub fn analyze(
+    dir: &Path,
+    program: &str,
+    known: &[LinkSpec],
+    kernels: &[LinkSpec],
+    manifests: &[RationalProgram],
+    device: Option<&str>,
+) -> Result<Validation> {
+    let mut v = Validation {
+        program: program.to_string(),
+        ..Validation::default()
+    };
+    let mut devices = BTreeSet::new();
+    for (i, rdir) in run_dirs(dir)? {
+        let id = format!("run{i}");
+        let args = read_opt(&rdir.join("args"));
+        v.runs.push(RunInfo {
+            id: id.clone(),
+            args: args.clone(),
+            variant_status: read_opt(&rdir.join("variant.status")),
+            binary_status: read_opt(&rdir.join("binary.status")),
+        });
+        let sweeps = validate::read_records(&rdir.join("records"))?;
+        let chose = decisions_opt(&rdir.join("binary.log"))?;
+        let own = decisions_opt(&rdir.join("variant.log"))?;
+        devices.extend(
+            chose
+                .iter()
+                .chain(&own)
+                .map(|d| d.device_name().to_string()),
+        );
+        for sw in &sweeps {
+            if !known.iter().any(|k| k.mangled == sw.id) {
+                v.notes.push(format!(
+                    "{id}: records of {} ({}), which is not an annotated kernel of the binary: \
+                     are these the runs of another program?",
+                    sw.name, sw.id
+                ));
+            }
+        }
+        for k in kernels {
+            let mine = |d: &&Decision| d.kernel == k.name || d.kernel == k.mangled;
+            let logged = chose
+                .iter()
+                .chain(&own)
+                .find(mine)
+                .map(|d| d.device_name().to_string());
+            let manifest = manifest_for(k, manifests, logged.as_deref(), device);
+            if let Err(why) = &manifest {
+                let note = format!("{why}: klaraptor's pick is the binary's logged launch only");
+                if !v.notes.contains(&note) {
+                    v.notes.push(note);
+                }
+            }
+            let Some(sw) = sweeps.iter().find(|s| s.id == k.mangled) else {
+                v.notes.push(format!(
+                    "{id} (`{args}`): {} was not swept (the program did not launch it, or the \
+                     profiling variant failed: see {})",
+                    k.name,
+                    rdir.join("variant.err").display()
+                ));
+                continue;
+            };
+            if sw
+                .samples
+                .iter()
+                .any(|s| s.counters.as_ref().is_some_and(|c| c.inst_executed > 0))
+            {
+                v.counters_seen = true;
+            }
+            let by_size = sw.by_size();
+            let launched: BTreeSet<Vec<i64>> =
+                chose.iter().filter(mine).map(|d| d.sizes()).collect();
+            let missed = launched
+                .iter()
+                .filter(|s| !by_size.contains_key(*s))
+                .count();
+            if missed > 0 {
+                v.notes.push(format!(
+                    "{id}: the binary launched {} at {} data sizes; the sweep timed {} of them \
+                     (the first --max-sizes)",
+                    k.name,
+                    launched.len(),
+                    launched.len() - missed
+                ));
+            }
+            for (sizes, samples) in by_size {
+                let mut case = Case {
+                    program: program.to_string(),
+                    kernel: k.name.clone(),
+                    job: id.clone(),
+                    dim: k.dim,
+                    labels: k.data.clone(),
+                    sizes,
+                    candidates: manifest.as_ref().map_or_else(
+                        |_| rational::candidates(k.dim).len(),
+                        |m| m.candidates.len(),
+                    ),
+                    ..Case::default()
+                };
+                case.measure(samples.iter().copied());
+                let ranking = match &manifest {
+                    Ok(m) => case.predict(m),
+                    Err(_) => Default::default(),
+                };
+                let at = |d: &&Decision| mine(d) && d.sizes() == case.sizes;
+                let decision = chose.iter().find(at);
+                let mut kp = Pick::default();
+                match decision {
+                    Some(d) => kp = validate::decision_pick(d, ranking.first, "the binary's run"),
+                    None => match (ranking.first, &ranking.error, &manifest) {
+                        (Some(f), _, _) => {
+                            kp.block = Some(f);
+                            kp.how = "the rational program's first-ranked shape (the binary's \
+                                      run logged no decision at this size)"
+                                .into();
+                            kp.flag = Some("shape from the rational program, not a run".into());
+                        }
+                        (None, Some(e), _) => {
+                            kp.how = format!("the rational program could not rank: {e}")
+                        }
+                        (None, None, Err(why)) => kp.how = why.clone(),
+                        (None, None, Ok(_)) => {
+                            kp.how = "the rational program allowed no shape".into()
+                        }
+                    },
+                }
+                case.picks.insert(Method::Klaraptor, kp);
+                let mut dp = Pick::default();
+                if let Some(b) = own.iter().find(at).and_then(Decision::own_block) {
+                    dp.block = Some(b);
+                    dp.how =
+                        "the program's own shape (the profiling variant's KLARAPTOR_LOG)".into();
+                } else if let Some(b) = decision.and_then(Decision::own_block) {
+                    dp.block = Some(b);
+                    dp.how = "the program's own shape (program_block of the binary's \
+                              KLARAPTOR_LOG)"
+                        .into();
+                } else {
+                    dp.how = "not known: no log line of this kernel at this size".into();
+                }
+                case.picks.insert(Method::Default, dp);
+                case.time_picks();
+                if !case.complete() {
+                    v.notes.push(format!(
+                        "{id}: the sweep of {} at {} is incomplete ({} of {} shapes; the run was \
+                         stopped?): its optimum is over those only",
+                        k.name,
+                        case.sizes_text(),
+                        case.measured.len() + case.failed.len(),
+                        case.candidates
+                    ));
+                }
+                v.cases.push(case);
+            }
+        }
+    }
+    if v.counters_seen {
+        v.notes.push(
+            "the records hold hardware counters: the collector did not run in its time-only \
+             mode (the times are still event times)"
+                .into(),
+        );
+    }
+    v.device = match devices.len() {
+        0 => None,
+        _ => Some(devices.into_iter().collect::<Vec<_>>().join(", ")),
+    };
+    Ok(v)
+}
+
+fn cell(c: &Case, m: Method) -> String {
+    let Some(p) = c.picks.get(&m) else {
+        return "-".into();
+    };
+    let Some(b) = p.block else {
+        return "-".into();
+    };
+    let shape = match c.dim {
+        0 | 1 => format!("{}", b[0]),
+        2 => format!("{}x{}", b[0], b[1]),
+        _ => shape_text(b),
+    };
+    let mark = if p.flag.is_some() { "*" } else { "" };
+    match (p.time_ms, p.ratio) {
+        (Some(t), _) if m == Method::Optimum => format!("{shape} {t:.4}ms{mark}"),
+        (Some(t), Some(r)) => format!("{shape} {t:.4}ms {r:.2}{mark}"),
+        _ => format!("{shape} (not timed){mark}"),
+    }
+}
+
+/// The table `klaraptor validate` prints.
+pub fn table(v: &Validation) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "klaraptor validate: {}{}: {} case(s) (kernel x data size) over {} run(s)",
+        v.program,
+        v.device
+            .as_deref()
+            .map(|d| format!(" on {d}"))
+            .unwrap_or_default(),
+        v.cases.len(),
+        v.runs.len()
+    );
+    for r in &v.runs {
+        let _ = writeln!(s, "  {}: `{}`", r.id, r.args);
+    }
+    let _ = writeln!(
+        s,
+        "Times: the exhaustive sweep's median per shape; ratio = optimum time / time (1 = \
+         optimal); * = see the notes below.\n"
+    );
+    let head = [
+        "run",
+        "kernel",
+        "sizes",
+        "shapes",
+        "optimum",
+        "klaraptor",
+        "default",
+        "spearman",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![head.iter().map(|h| h.to_string()).collect()];
+    for c in &v.cases {
+        let sizes: Vec<String> = c
+            .labels
+            .iter()
+            .zip(&c.sizes)
+            .map(|(l, v)| format!("{l}={v}"))
+            .collect();
+        rows.push(vec![
+            c.job.clone(),
+            c.kernel.clone(),
+            sizes.join(" "),
+            format!("{}/{}", c.measured.len(), c.candidates),
+            cell(c, Method::Optimum),
+            cell(c, Method::Klaraptor),
+            cell(c, Method::Default),
+            c.spearman
+                .map(|r| format!("{r:.2}"))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..head.len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(s, "{}", line.join("  ").trim_end());
+    }
+    let _ = writeln!(s);
+    for m in [Method::Klaraptor, Method::Default] {
+        let r: Vec<f64> = v.cases.iter().filter_map(|c| c.ratio(m)).collect();
+        match validate::stats(&r) {
+            Some(x) => {
+                let _ = writeln!(
+                    s,
+                    "{:<9}  geometric mean {:.3} of optimal over {} cases, minimum {:.3}, {:.0} % \
+                     of cases >= 0.90",
+                    m.as_str(),
+                    x.geomean,
+                    x.n,
+                    x.min,
+                    100.0 * x.share_ge_090
+                );
+            }
+            None => {
+                let _ = writeln!(s, "{:<9}  no timed case", m.as_str());
+            }
+        }
+    }
+    let rhos: Vec<f64> = v.cases.iter().filter_map(|c| c.spearman).collect();
+    if !rhos.is_empty() {
+        let mut sorted = rhos.clone();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let _ = writeln!(
+            s,
+            "spearman   median {:.2} over {} cases (predicted against measured time over the \
+             shapes)",
+            sorted[sorted.len() / 2],
+            sorted.len()
+        );
+    }
+    let mut flags = Vec::new();
+    for c in &v.cases {
+        for m in [Method::Klaraptor, Method::Default] {
+            if let Some(f) = c.picks.get(&m).and_then(|p| p.flag.as_ref()) {
+                flags.push(format!(
+                    "{} {} at {}, {}: {f}",
+                    c.job,
+                    c.kernel,
+                    c.sizes_text(),
+                    m.as_str()
+                ));
+            }
+        }
+    }
+    if !flags.is_empty() || !v.notes.is_empty() {
+        let _ = writeln!(s, "\nNotes:");
+        for f in flags.iter().chain(&v.notes) {
+            let _ = writeln!(s, "- {f}");
+        }
+    }
+    s
+}
+
+#[derive(Serialize)]
+struct JsonCase {
+    kernel: String,
+    job: String,
+    sizes: BTreeMap<String, i64>,
+    measured: usize,
+    failed: usize,
+    candidates: usize,
+    spearman: Option<f64>,
+    /// Rank of the measured optimum in the predicted order (1 = first).
+    optimum_rank: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct JsonSummary {
+    method: &'static str,
+    cases: usize,
+    geomean: f64,
+    min: f64,
+    share_ge_090: f64,
+    below_080: usize,
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    tool: String,
+    binary: String,
+    program: &'a str,
+    device: Option<&'a str>,
+    written_at: String,
+    runs: &'a [RunInfo],
+    summary: Vec<JsonSummary>,
+    cases: Vec<JsonCase>,
+    records: Vec<validate::Record>,
+    notes: &'a [String],
+}
+
+fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
+    let summary = [Method::Klaraptor, Method::Default]
+        .into_iter()
+        .filter_map(|m| {
+            let r: Vec<f64> = v.cases.iter().filter_map(|c| c.ratio(m)).collect();
+            validate::stats(&r).map(|x| JsonSummary {
+                method: m.as_str(),
+                cases: x.n,
+                geomean: x.geomean,
+                min: x.min,
+                share_ge_090: x.share_ge_090,
+                below_080: x.below_080,
+            })
+        })
+        .collect();
+    JsonOut {
+        tool: format!("klaraptor validate {}", env!("CARGO_PKG_VERSION")),
+        binary: binary.display().to_string(),
+        program: &v.program,
+        device: v.device.as_deref(),
+        written_at: crate::now_iso8601(),
+        runs: &v.runs,
+        summary,
+        cases: v
+            .cases
+            .iter()
+            .map(|c| JsonCase {
+                kernel: c.kernel.clone(),
+                job: c.job.clone(),
+                sizes: c
+                    .labels
+                    .iter()
+                    .cloned()
+                    .zip(c.sizes.iter().copied())
+                    .collect(),
+                measured: c.measured.len(),
+                failed: c.failed.len(),
+                candidates: c.candidates,
+                spearman: c.spearman,
+                optimum_rank: c.optimum_rank(),
+            })
+            .collect(),
+        records: validate::records(&v.cases),
+        notes: &v.notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_splitting() {
+        assert_eq!(split_args("1000 1000").unwrap(), ["1000", "1000"]);
+        assert_eq!(split_args("  -n 5\t--x ").unwrap(), ["-n", "5", "--x"]);
+        assert_eq!(
+            split_args(r#"a 'b c' "d \"e\"" f\ g"#).unwrap(),
+            ["a", "b c", "d \"e\"", "f g"]
+        );
+        assert_eq!(split_args("''").unwrap(), [""]);
+        assert!(split_args("").unwrap().is_empty());
+        assert!(split_args("'a").is_err());
+        assert!(split_args("\"a").is_err());
+        assert!(split_args("a\\").is_err());
+    }
+
+    #[test]
+    fn exhaustive_plan() {
+        let k = LinkSpec {
+            name: "k".into(),
+            mangled: "_Z1kPfi".into(),
+            data: vec!["N".into()],
+            dim: 1,
+            grid: vec![],
+            block: vec![],
+            profile_run: None,
+            profile_sizes: vec![],
+            code_hash: String::new(),
+            annotated_at: String::new(),
+            build_dir: PathBuf::new(),
+        };
+        let p = plan_text(std::slice::from_ref(&k));
+        let line = p.lines().nth(1).unwrap();
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f[0], "_Z1kPfi");
+        assert_eq!(f.len() - 1, rational::candidates(1).len());
+        assert_eq!(f[1], "1x1x1");
+        assert_eq!(*f.last().unwrap(), "1024x1x1");
+    }
+}

@@ -1,0 +1,361 @@
+//! `klaraptor validate` without a GPU: its analysis of real runs made on an NVIDIA H200
+//! (tests/fixtures/validate-h200-2026-11-22: exhaustive sweeps and decision logs of the
+//! PolyBench gemm and atax samples) against binaries built here by klaraptor-cc from the
+//! committed H200 profiles, checked against the records themselves; and the errors a user
+//! meets (not a klaraptor-cc binary, no profiling variant, no GPU, …).
+
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+fn fixture(program: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/validate-h200-2026-11-22")
+        .join(program)
+}
+
+/// gemm and atax built with `make NVCC=klaraptor-cc` from the committed profiles, each
+/// link also making its profiling variant (`--kl-profiling-variant`), once for every test
+/// of this file. Returns the polybench directory.
+fn built() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("validate-samples");
+        let _ = std::fs::remove_dir_all(&root);
+        let listed = Command::new("git")
+            .current_dir(repo)
+            .args([
+                "ls-files",
+                "samples/polybench/common",
+                "samples/polybench/gemm",
+                "samples/polybench/atax",
+                "samples/klaraptor-profiles",
+            ])
+            .output()
+            .expect("git ls-files");
+        assert!(listed.status.success());
+        for f in String::from_utf8(listed.stdout).unwrap().lines() {
+            let to = root.join(f);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(repo.join(f), &to).unwrap();
+        }
+        let dir = root.join("samples/polybench");
+        for p in ["gemm", "atax"] {
+            let o = Command::new("make")
+                .current_dir(dir.join(p))
+                .arg(format!("NVCC={}", klaraptor_cc().display()))
+                .arg(format!(
+                    "NVCCFLAGS=-O3 -std=c++17 --kl-profiling-variant={p}.variant"
+                ))
+                .env("KLARAPTOR_NVCC", nvcc())
+                .env("KLARAPTOR_NO_GPU", "1")
+                .env("XDG_CACHE_HOME", root.join(".cache"))
+                .env_remove("KLARAPTOR_PROFILE_DB")
+                .env_remove("NVCC_PREPEND_FLAGS")
+                .env_remove("NVCC_APPEND_FLAGS")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "make {p}: {}", stderr(&o));
+        }
+        dir
+    })
+}
+
+fn binary(p: &str) -> PathBuf {
+    built().join(p).join(p)
+}
+
+fn validate(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(klaraptor())
+        .arg("validate")
+        .args(args)
+        .env_remove("KLARAPTOR_COLLECTOR")
+        .output()
+        .unwrap()
+}
+
+fn os<S: AsRef<std::ffi::OsStr> + ?Sized>(s: &S) -> &std::ffi::OsStr {
+    s.as_ref()
+}
+
+/// Shape → median time of a records file, read here without klaraptor's readers.
+fn sweep_times(records: &Path, kernel: &str) -> BTreeMap<[u32; 3], f64> {
+    let tsv = std::fs::read_to_string(records.join("kernels.tsv")).unwrap();
+    let stem = tsv
+        .lines()
+        .find(|l| l.split('\t').nth(2) == Some(kernel))
+        .and_then(|l| l.split('\t').next())
+        .unwrap_or_else(|| panic!("{kernel} is not in {}", records.display()));
+    let text = std::fs::read_to_string(records.join(format!("{stem}.jsonl"))).unwrap();
+    let mut out = BTreeMap::new();
+    for l in text.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        let b: Vec<u32> = v["block"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        if let Some(t) = v["counters"]["time_ms"].as_f64() {
+            if v.get("error").is_none() && t > 0.0 {
+                out.insert([b[0], b[1], b[2]], t);
+            }
+        }
+    }
+    out
+}
+
+/// Spearman's rho as the Pearson correlation of average ranks, the rank of a value being
+/// the number of smaller values plus half the number of equal ones, plus one half.
+fn rho(x: &[f64], y: &[f64]) -> f64 {
+    let rank = |v: &[f64]| -> Vec<f64> {
+        v.iter()
+            .map(|a| {
+                let less = v.iter().filter(|b| *b < a).count() as f64;
+                let eq = v.iter().filter(|b| *b == a).count() as f64;
+                less + (eq + 1.0) / 2.0
+            })
+            .collect()
+    };
+    let (rx, ry) = (rank(x), rank(y));
+    let n = x.len() as f64;
+    let (mx, my) = (rx.iter().sum::<f64>() / n, ry.iter().sum::<f64>() / n);
+    let cov: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let vx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
+    let vy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
+    cov / (vx * vy).sqrt()
+}
+
+fn record<'a>(j: &'a Value, job: &str, kernel: &str, method: &str) -> &'a Value {
+    j["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["job"] == job && r["kernel"] == kernel && r["method"] == method)
+        .unwrap_or_else(|| panic!("no {method} record of {kernel} in {job}"))
+}
+
+fn block(r: &Value) -> [u32; 3] {
+    let v: Vec<u32> = r["block"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    [v[0], v[1], v[2]]
+}
+
+/// Checks one case of validate's JSON against the records and the rational program.
+fn check_case(j: &Value, program: &str, job: &str, kernel: &str, sizes: &[i64], chosen: [u32; 3]) {
+    let times = sweep_times(&fixture(program).join(job).join("records"), kernel);
+    let (best, tbest) = times
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(b, t)| (*b, *t))
+        .unwrap();
+    let opt = record(j, job, kernel, "optimum");
+    assert_eq!(block(opt), best, "{kernel} {job}");
+    assert_eq!(opt["time_ms"].as_f64(), Some(tbest));
+    assert_eq!(opt["ratio"].as_f64(), Some(1.0));
+    let k = record(j, job, kernel, "klaraptor");
+    assert_eq!(block(k), chosen, "{kernel} {job}: the logged choice");
+    assert_eq!(k["time_ms"].as_f64(), Some(times[&chosen]));
+    assert_eq!(k["ratio"].as_f64(), Some(tbest / times[&chosen]));
+    assert!(k["how"].as_str().unwrap().contains("source=model"), "{k}");
+    // The program's own shape: program_block of the log line (32×8 or 256 in PolyBench).
+    let own = if kernel == "gemm" {
+        [32, 8, 1]
+    } else {
+        [256, 1, 1]
+    };
+    let d = record(j, job, kernel, "default");
+    assert_eq!(block(d), own);
+    assert_eq!(d["ratio"].as_f64(), Some(tbest / times[&own]));
+    for r in [opt, k, d] {
+        for (l, v) in r["sizes"].as_object().unwrap().values().zip(sizes) {
+            assert_eq!(l.as_i64(), Some(*v));
+        }
+    }
+    // Spearman over the shapes, from the rational program's ranking at that size.
+    let models =
+        klaraptor::rational::load_dir(&klaraptor::rational::models_dir(&binary(program))).unwrap();
+    let (_, m) = models
+        .iter()
+        .find(|(_, m)| m.kernel == kernel && m.device.name == "NVIDIA H200")
+        .unwrap();
+    let ranked = m.rank(sizes).unwrap();
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for r in &ranked {
+        if let Some(t) = times.get(&r.block) {
+            xs.push(r.prediction.time_us / 1000.0);
+            ys.push(*t);
+        }
+    }
+    assert!(xs.len() >= 30, "{kernel}: {} shapes with both", xs.len());
+    let case = j["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["job"] == job && c["kernel"] == kernel)
+        .unwrap();
+    let got = case["spearman"].as_f64().unwrap();
+    assert!((got - rho(&xs, &ys)).abs() < 1e-12, "{kernel} {job}: {got}");
+    assert_eq!(case["measured"].as_u64(), Some(times.len() as u64));
+    assert_eq!(case["candidates"].as_u64(), Some(m.candidates.len() as u64));
+    // The flag says when today's rational program ranks another shape first than the
+    // study's build chose.
+    let first = ranked[0].block;
+    assert_eq!(k.get("flag").is_some(), first != chosen, "{k}");
+}
+
+#[test]
+fn gemm_and_atax_runs_on_the_h200() {
+    let gemm = binary("gemm");
+    // The link kept the profiling variant beside the rational programs.
+    let kept = built().join("gemm/gemm.klaraptor/gemm.profiling");
+    assert!(kept.is_file(), "{} was not kept", kept.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("gemm.json");
+    let o = validate(&[
+        os(&gemm),
+        os("--from"),
+        os(&fixture("gemm")),
+        os("--json"),
+        os(&json),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        out.contains("gemm on NVIDIA H200: 1 case(s) (kernel x data size) over 1 run(s)"),
+        "{out}"
+    );
+    assert!(out.contains("NI=1000 NJ=1000 NK=1000"), "{out}");
+    assert!(out.contains("66/66"), "{out}");
+    assert!(out.contains("geometric mean"), "{out}");
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(j["device"], "NVIDIA H200");
+    assert_eq!(j["runs"][0]["args"], "1000 1000 1000");
+    assert_eq!(j["runs"][0]["variant_status"], "0");
+    check_case(&j, "gemm", "run1", "gemm", &[1000, 1000, 1000], [32, 32, 1]);
+    let summary = |m: &str| {
+        j["summary"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["method"] == m)
+            .unwrap()["geomean"]
+            .as_f64()
+            .unwrap()
+    };
+    let k = record(&j, "run1", "gemm", "klaraptor")["ratio"]
+        .as_f64()
+        .unwrap();
+    assert!((summary("klaraptor") - k).abs() < 1e-12);
+
+    let json = tmp.path().join("atax.json");
+    let o = validate(&[
+        os(&binary("atax")),
+        os("--from"),
+        os(&fixture("atax")),
+        os("--json"),
+        os(&json),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(j["cases"].as_array().unwrap().len(), 3, "{out}");
+    check_case(&j, "atax", "run1", "atax_ax", &[10000, 10000], [576, 1, 1]);
+    check_case(&j, "atax", "run1", "atax_aty", &[10000, 10000], [992, 1, 1]);
+    check_case(&j, "atax", "run2", "atax_ax", &[20000, 5000], [640, 1, 1]);
+    assert!(
+        out.contains("run2 (`20000 5000`): atax_aty was not swept"),
+        "{out}"
+    );
+    // One kernel only.
+    let o = validate(&[
+        os(&binary("atax")),
+        os("--from"),
+        os(&fixture("atax")),
+        os("--kernel"),
+        os("atax_aty"),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        out.contains(": 1 case(s) (kernel x data size) over 2 run(s)"),
+        "{out}"
+    );
+    assert!(!out.contains("atax_ax "), "{out}");
+}
+
+fn fails_with(o: &Output, what: &str) {
+    assert!(!o.status.success(), "it succeeded: {}", stderr(o));
+    let e = stderr(o);
+    assert!(e.contains(what), "expected {what:?} in: {e}");
+}
+
+#[test]
+fn errors_say_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Not a klaraptor-cc binary.
+    let plain = tmp.path().join("plain");
+    std::fs::write(&plain, b"\x7fELF not really").unwrap();
+    let o = validate(&[os(&plain), os("--sizes"), os("100")]);
+    fails_with(&o, "was not built by klaraptor-cc");
+    fails_with(&o, "make NVCC=klaraptor-cc");
+    // A binary without its models directory, so without a kept variant.
+    let alone = tmp.path().join("gemm");
+    std::fs::copy(binary("gemm"), &alone).unwrap();
+    let o = validate(&[os(&alone), os("--sizes"), os("100 100 100")]);
+    fails_with(&o, "no profiling variant of");
+    fails_with(&o, "--kl-profiling-variant=<path>");
+    // A --variant that is not one.
+    let o = validate(&[
+        os(&alone),
+        os("--variant"),
+        os(&alone),
+        os("--sizes"),
+        os("100 100 100"),
+    ]);
+    fails_with(&o, "is not a profiling variant");
+    // Another program's variant.
+    let o = validate(&[
+        os(&binary("gemm")),
+        os("--variant"),
+        os(&built().join("atax/atax.variant")),
+        os("--sizes"),
+        os("100 100 100"),
+    ]);
+    fails_with(&o, "has no kernel gemm");
+    // No GPU.
+    let o = Command::new(klaraptor())
+        .args(["validate", "--sizes", "100 100 100"])
+        .arg(binary("gemm"))
+        .env("KLARAPTOR_NO_GPU", "1")
+        .output()
+        .unwrap();
+    fails_with(&o, "no GPU on this machine");
+    fails_with(&o, "--from <dir>");
+    // A kernel the binary does not have.
+    let o = validate(&[
+        os(&binary("gemm")),
+        os("--kernel"),
+        os("gemv"),
+        os("--sizes"),
+        os("1"),
+    ]);
+    fails_with(&o, "no annotated kernel of that name (it has gemm)");
+    // --from a directory without runs.
+    let o = validate(&[os(&binary("gemm")), os("--from"), os(tmp.path())]);
+    fails_with(&o, "holds no run directories");
+    // Neither --sizes nor --from.
+    let o = validate(&[os(&binary("gemm"))]);
+    fails_with(&o, "--sizes");
+}
