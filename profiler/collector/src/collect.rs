@@ -700,6 +700,13 @@ impl Collector {
             loop {
                 session.start()?;
                 for (k, &i) in chunk.iter().enumerate() {
+                    // The previous range's work (and whatever CUPTI queued at its pop) is
+                    // done before the flush, and the flush before this range opens: no
+                    // range sees another's traffic. (With a session per shape, the stop
+                    // and start between the ranges did the same.)
+                    self.driver
+                        .ctx_synchronize()
+                        .map_err(|e| self.session_sync_error(e))?;
                     if let Some(flush) = &p.flush {
                         flush.run(req.stream).map_err(SessionError::Fatal)?;
                         self.driver
