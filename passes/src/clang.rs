@@ -98,6 +98,14 @@ impl ClangConfig {
             args.push("-isystem".into());
             args.push(stubs.display().to_string());
         }
+        // CUDA 13 keeps CCCL (libcu++, CUB, Thrust; cooperative_groups.h needs it) in
+        // include/cccl, which nvcc adds as a system directory (nvcc.profile): so does the
+        // front end.
+        let cccl = self.cuda_path.join("include/cccl");
+        if cccl.is_dir() {
+            args.push("-isystem".into());
+            args.push(cccl.display().to_string());
+        }
         args.extend(self.args.iter().cloned());
         args
     }

@@ -42,6 +42,13 @@
 //! stub naming (`_Z<n>__device_stub__Z2mmPKfS0_Pfi<params>` → `_Z2mmPKfS0_Pfi`), and
 //! `_ZL…` (internal linkage) read as `_Z…`.
 //!
+//! clang's own CUDA compile (`--kl-backend=clang`) launches the same way (push, test,
+//! branch, stub call). Its stub is `__device_stub__<kernel>` (`_Z17__device_stub__mmPKfS0_Pfi`),
+//! registered itself by `__cuda_register_globals` with
+//! `__cudaRegisterFunction(h, @stub, @0, @0, -1, …)`, where the device name is an unnamed
+//! global (`@0`); the stub launches with `cudaLaunchKernel(@stub, grid, block, args, shmem,
+//! stream)` ([`InjectOptions::clang_stubs_via_launch_entry`] changes that).
+//!
 //! # Data arguments that are computed after the push
 //!
 //! The data values must be available before the push. A stub argument that is a constant,
@@ -53,12 +60,21 @@
 //!   re-computed the same way;
 //! - a non-volatile, non-atomic `load` (the -O0 pattern: the kernel argument is stored to
 //!   an alloca before the push and re-loaded in the launch block) is cloned before the push
-//!   when nothing between the push and the load may write the loaded memory: no call other
-//!   than `llvm.lifetime.*`/`llvm.dbg.*`, no atomic, and only stores whose address is an
-//!   alloca distinct from the load's alloca (addresses are traced through
-//!   `getelementptr`).
+//!   when nothing between the push and the load may write the loaded memory (addresses are
+//!   traced through `getelementptr`):
+//!   - when the load reads an alloca whose address never escapes (its only uses are loads,
+//!     stores *to* it, `getelementptr`s of it with the same uses, and arguments the callee
+//!     marks `nocapture`, such as `llvm.lifetime.*`'s), nothing but the function itself can
+//!     write it: calls are harmless unless they are given its address, and only stores and
+//!     atomics to that same alloca count. This is `k<<<g, b>>>(buf.get(), n)` with a local
+//!     `n`: the call to `get()` lies between the push and the reload of `n`.
+//!   - otherwise (the alloca escapes: its address was passed to a call, stored, converted
+//!     to an integer, …; or the load reads through a pointer), every call between must write
+//!     no memory (`memory(none)`, `memory(read)`, or writes only to memory inaccessible to
+//!     the module, on the callee or the call site; `llvm.lifetime.*`, `llvm.dbg.*`), there
+//!     is no atomic, and every store goes to an alloca distinct from the load's.
 //!
-//! Anything else (a phi, a call, a store that may alias, a launch block with several
+//! Anything else (a phi, a call's result, a store that may alias, a launch block with several
 //! predecessors, a push whose result is not compared with zero, a device stub that was
 //! inlined into the caller) leaves the launch untouched and is reported in
 //! [`InjectReport::refused`] with the reason; the pass never guesses.
@@ -85,6 +101,7 @@ use inkwell::context::{Context, ContextRef};
 use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::BasicTypeEnum;
+use inkwell::values::AnyValue as _;
 use inkwell::values::AsValueRef as _;
 use inkwell::values::{
     AnyValueEnum, BasicValue, BasicValueEnum, CallSiteValue, FunctionValue, GlobalValue,
@@ -132,6 +149,24 @@ pub struct InjectReport {
     pub missing: Vec<String>,
     /// Launches of annotated kernels that could not be instrumented, with the reason.
     pub refused: Vec<RefusedLaunch>,
+    /// Host stubs whose `cudaLaunchKernel` call now goes through the runtime's
+    /// `__cudaLaunchKernel` (with [`InjectOptions::clang_stubs_via_launch_entry`]), as
+    /// (kernel, stub).
+    pub rerouted: Vec<(String, String)>,
+}
+
+/// What the pass does besides inserting the selects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InjectOptions {
+    /// clang's host stub of a kernel launches with `cudaLaunchKernel(stub, grid, block,
+    /// args, shmem, stream)`; nvcc 13's stubs with `__cudaLaunchKernel(handle, …)`, the
+    /// handle from `__cudaGetKernel(&handle, stub)`, which is the entry point the profiling
+    /// variant intercepts (`--wrap=__cudaLaunchKernel`). With this option, the stubs of the
+    /// annotated kernels launch as nvcc's do: the handle is looked up once per stub (kept
+    /// in a private global, written and read atomically), and if the lookup fails the stub
+    /// launches with `cudaLaunchKernel` as before. `cudaLaunchKernel_ptsz` (per-thread
+    /// default stream) maps to `__cudaLaunchKernel_ptsz`.
+    pub clang_stubs_via_launch_entry: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +199,10 @@ pub enum InjectError {
     },
     #[error("the module already declares @{SELECT_FN} with another type: {0}")]
     SelectConflict(String),
+    #[error(
+        "the module already declares @{name} with another type ({ty}) than the CUDA runtime's"
+    )]
+    RuntimeDeclConflict { name: String, ty: String },
     #[error("two targets name kernel {0}")]
     DuplicateTarget(String),
     #[error("LLVM builder: {0}")]
@@ -183,6 +222,16 @@ pub fn instrument_file(
     output: &Path,
     targets: &[InjectTarget],
 ) -> Result<InjectReport, InjectError> {
+    instrument_file_with(input, output, targets, InjectOptions::default())
+}
+
+/// [`instrument_file`] with options.
+pub fn instrument_file_with(
+    input: &Path,
+    output: &Path,
+    targets: &[InjectTarget],
+    options: InjectOptions,
+) -> Result<InjectReport, InjectError> {
     let read_err = |msg: String| InjectError::Read {
         path: input.to_path_buf(),
         msg,
@@ -192,7 +241,7 @@ pub fn instrument_file(
     let module = context
         .create_module_from_ir(buffer)
         .map_err(|e| read_err(e.to_string()))?;
-    let report = instrument_module(&module, targets)?;
+    let report = instrument_module_with(&module, targets, options)?;
     let write_err = |msg: String| InjectError::Write {
         path: output.to_path_buf(),
         msg,
@@ -213,6 +262,15 @@ pub fn instrument_file(
 pub fn instrument_module(
     module: &Module<'_>,
     targets: &[InjectTarget],
+) -> Result<InjectReport, InjectError> {
+    instrument_module_with(module, targets, InjectOptions::default())
+}
+
+/// [`instrument_module`] with options.
+pub fn instrument_module_with(
+    module: &Module<'_>,
+    targets: &[InjectTarget],
+    options: InjectOptions,
 ) -> Result<InjectReport, InjectError> {
     let mut by_kernel: HashMap<&str, &InjectTarget> = HashMap::new();
     for t in targets {
@@ -267,6 +325,9 @@ pub fn instrument_module(
         .filter(|k| !done.contains(k.as_str()))
         .collect();
     report.missing.sort();
+    if options.clang_stubs_via_launch_entry {
+        report.rerouted = pass.reroute_clang_stubs()?;
+    }
     module
         .verify()
         .map_err(|e| InjectError::Verify(e.to_string()))?;
@@ -399,6 +460,93 @@ fn is_alloca(v: BasicValueEnum<'_>) -> bool {
         .is_some_and(|i| i.get_opcode() == InstructionOpcode::Alloca)
 }
 
+/// The instruction `v` is, if it is one (a use's user).
+fn as_instruction<'ctx>(v: AnyValueEnum<'ctx>) -> Option<InstructionValue<'ctx>> {
+    use inkwell::llvm_sys::core::LLVMIsAInstruction;
+    let r = v.as_value_ref();
+    // SAFETY: `r` is a live value; LLVMIsAInstruction only inspects its kind, and a
+    // non-null answer is that same value as an instruction.
+    unsafe { (!LLVMIsAInstruction(r).is_null()).then(|| InstructionValue::new(r)) }
+}
+
+/// Whether the address of the alloca `root` may be known outside the instructions that
+/// load from it and store to it. Its uses (and those of every `getelementptr` of it) must
+/// be the address of a `load` or a `store`, the base of a `getelementptr`, or an argument
+/// of a call whose callee marks that parameter `nocapture` (`llvm.lifetime.*`,
+/// `llvm.memcpy`, …); anything else (passed to a call that may keep it, stored as a value,
+/// `ptrtoint`, a `phi` or `select`, a comparison) counts as an escape. Debug intrinsics
+/// refer to the alloca through metadata, which is not a use.
+fn address_escapes(root: BasicValueEnum<'_>) -> bool {
+    let mut stack = vec![root];
+    let mut seen = BTreeSet::new();
+    while let Some(p) = stack.pop() {
+        if !seen.insert(p.as_value_ref() as usize) {
+            continue;
+        }
+        let mut u = p.get_first_use();
+        while let Some(use_) = u {
+            u = use_.get_next_use();
+            let Some(user) = as_instruction(use_.get_user()) else {
+                return true;
+            };
+            let is_p = |n: u32| operand_value(user, n) == Some(p);
+            match user.get_opcode() {
+                InstructionOpcode::Load => {}
+                // The address, not the value stored.
+                InstructionOpcode::Store if !is_p(0) => {}
+                InstructionOpcode::GetElementPtr if is_p(0) => {
+                    match BasicValueEnum::try_from(user.as_any_value_enum()) {
+                        Ok(g) => stack.push(g),
+                        Err(()) => return true,
+                    }
+                }
+                InstructionOpcode::Call | InstructionOpcode::Invoke => {
+                    let Some(site) = call_site(user) else {
+                        return true;
+                    };
+                    let Some(f) = site.get_called_fn_value() else {
+                        return true;
+                    };
+                    let nocapture = Attribute::get_named_enum_kind_id("nocapture");
+                    let args = site.count_arguments();
+                    let captured = (0..args).filter(|&n| is_p(n)).any(|n| {
+                        let loc = AttributeLoc::Param(n);
+                        f.get_enum_attribute(loc, nocapture).is_none()
+                            && site.get_enum_attribute(loc, nocapture).is_none()
+                    });
+                    // Used as the callee, or after the arguments (an invoke's blocks are not
+                    // values): an escape either way.
+                    let elsewhere = (args..user.get_num_operands()).any(is_p);
+                    if captured || elsewhere {
+                        return true;
+                    }
+                }
+                _ => return true,
+            }
+        }
+    }
+    false
+}
+
+/// Whether a call writes no memory the program can see: its callee or the call site says
+/// `memory(none)`, `memory(read)`, or allows writes only to memory inaccessible to the
+/// module (`memory(inaccessiblemem: write)`, as for `llvm.assume`).
+fn call_writes_no_memory(call: InstructionValue<'_>) -> bool {
+    let Some(site) = call_site(call) else {
+        return false;
+    };
+    let kind = Attribute::get_named_enum_kind_id("memory");
+    // LLVM's MemoryEffects: two bits (ref = 1, mod = 2) per location, argument memory in
+    // bits 0-1, inaccessible memory in 2-3, other memory in 4-5. The call's effects are
+    // within both the call site's and the callee's.
+    let no_write = |a: Option<Attribute>| a.is_some_and(|a| a.get_enum_value() & 0b10_00_10 == 0);
+    no_write(site.get_enum_attribute(AttributeLoc::Function, kind))
+        || no_write(
+            site.get_called_fn_value()
+                .and_then(|f| f.get_enum_attribute(AttributeLoc::Function, kind)),
+        )
+}
+
 /// Instructions that compute a value from their operands only.
 fn is_pure(op: InstructionOpcode) -> bool {
     use InstructionOpcode::*;
@@ -527,7 +675,15 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             return None;
         };
         let name = p.get_name().to_str().ok()?.to_string();
-        let g = self.module.get_global(&name)?;
+        // clang names the device-name strings of its registrations `@0`, `@1`, …: unnamed
+        // globals, found by identity.
+        let g = if name.is_empty() {
+            self.module
+                .get_globals()
+                .find(|g| g.as_pointer_value() == p)?
+        } else {
+            self.module.get_global(&name)?
+        };
         let BasicValueEnum::ArrayValue(a) = g.get_initializer()? else {
             return None;
         };
@@ -952,6 +1108,12 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
     }
 
     /// Nothing between the push and `load` may write what `load` reads from `addr`.
+    ///
+    /// When `addr` points into an alloca whose address never escapes ([`address_escapes`]),
+    /// only the function itself can write it, through that alloca: calls, and stores or
+    /// atomics through other addresses, cannot change it. Otherwise every call must be one
+    /// that writes no memory ([`call_writes_no_memory`]) and every store must go to another
+    /// alloca.
     fn check_no_clobber(
         &self,
         launch: &Launch<'ctx>,
@@ -959,12 +1121,18 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         addr: BasicValueEnum<'ctx>,
     ) -> Result<(), String> {
         let root = address_root(addr);
+        let private = is_alloca(root) && !address_escapes(root);
+        let touches_root = |x: InstructionValue<'ctx>| {
+            (0..x.get_num_operands())
+                .filter_map(|n| operand_value(x, n))
+                .any(|v| v.is_pointer_value() && address_root(v) == root)
+        };
         for x in self.between(launch, load) {
             match x.get_opcode() {
                 InstructionOpcode::Store => {
                     let target = operand_value(x, 1).map(address_root);
-                    let distinct =
-                        is_alloca(root) && target.is_some_and(|t| is_alloca(t) && t != root);
+                    let distinct = is_alloca(root)
+                        && target.is_some_and(|t| t != root && (private || is_alloca(t)));
                     if !distinct {
                         return Err(
                             "is loaded after a store between the push and the launch that may \
@@ -975,13 +1143,38 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
                 }
                 InstructionOpcode::Call | InstructionOpcode::Invoke | InstructionOpcode::CallBr => {
                     let name = callee_name(x).unwrap_or_default();
-                    if !is_harmless_intrinsic(&name) {
-                        return Err(format!(
-                            "is loaded after a call ({}) between the push and the launch",
-                            if name.is_empty() { "indirect" } else { &name }
-                        ));
+                    if is_harmless_intrinsic(&name) || call_writes_no_memory(x) {
+                        continue;
                     }
+                    // A private alloca reaches a call only as an argument the callee does not
+                    // capture (escape analysis): a call that is not given it cannot write it.
+                    if private && !touches_root(x) {
+                        continue;
+                    }
+                    let callee = if name.is_empty() { "indirect" } else { &name };
+                    return Err(if is_alloca(root) && !private {
+                        format!(
+                            "is loaded after a call ({callee}) between the push and the launch, \
+                             and the variable's address escapes (it is passed to a call, stored \
+                             or converted), so the call may change it; copy the value into a \
+                             local variable whose address is not taken before the launch"
+                        )
+                    } else if private {
+                        format!(
+                            "is loaded after a call ({callee}) between the push and the launch \
+                             that is given the variable's address"
+                        )
+                    } else {
+                        format!(
+                            "is loaded through a pointer after a call ({callee}) between the push \
+                             and the launch, which may change it; copy the value into a local \
+                             variable before the launch"
+                        )
+                    });
                 }
+                InstructionOpcode::AtomicRMW | InstructionOpcode::AtomicCmpXchg
+                    if private && !touches_root(x) => {}
+                InstructionOpcode::Fence if private => {}
                 InstructionOpcode::AtomicRMW
                 | InstructionOpcode::AtomicCmpXchg
                 | InstructionOpcode::Fence
@@ -1035,6 +1228,216 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         let value = basic_value_of(copy, v);
         memo.insert(i, value);
         Ok(value)
+    }
+
+    /// See [`InjectOptions::clang_stubs_via_launch_entry`]. Returns (kernel, stub) for every
+    /// stub changed.
+    fn reroute_clang_stubs(&mut self) -> Result<Vec<(String, String)>, InjectError> {
+        let mut stubs: Vec<(String, String)> = self
+            .registered
+            .iter()
+            .filter(|(_, device)| self.targets.contains_key(device.as_str()))
+            .map(|(host, device)| (device.clone(), host.clone()))
+            .collect();
+        stubs.sort();
+        let mut out = Vec::new();
+        for (kernel, host) in stubs {
+            let Some(stub) = self.module.get_function(&host) else {
+                continue;
+            };
+            let stub_ptr = stub.as_global_value().as_pointer_value();
+            let calls: Vec<(InstructionValue<'ctx>, bool)> = stub
+                .get_basic_blocks()
+                .into_iter()
+                .flat_map(instructions)
+                .filter_map(|i| {
+                    let ptsz = match callee_name(i)?.as_str() {
+                        "cudaLaunchKernel" => false,
+                        "cudaLaunchKernel_ptsz" => true,
+                        _ => return None,
+                    };
+                    let first = operand_value(i, 0)?;
+                    (i.get_opcode() == InstructionOpcode::Call
+                        && i.get_num_operands() == 9
+                        && first == BasicValueEnum::PointerValue(stub_ptr))
+                    .then_some((i, ptsz))
+                })
+                .collect();
+            if calls.is_empty() {
+                continue;
+            }
+            let slot = self.module.add_global(
+                self.ctx.ptr_type(AddressSpace::default()),
+                None,
+                &format!("klaraptor.handle.{}", out.len()),
+            );
+            slot.set_initializer(&self.ctx.ptr_type(AddressSpace::default()).const_null());
+            slot.set_linkage(Linkage::Private);
+            slot.set_alignment(8);
+            for (call, ptsz) in calls {
+                let helper = self.launch_helper(ptsz)?;
+                let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> = Vec::new();
+                args.push(slot.as_pointer_value().into());
+                for n in 0..8 {
+                    args.push(operand_value(call, n).expect("call argument").into());
+                }
+                self.builder.position_before(&call);
+                if let Some(loc) = call.get_debug_location() {
+                    self.builder.set_current_debug_location(loc);
+                }
+                let new = self.builder.build_call(helper, &args, "klaraptor.launch")?;
+                self.builder.unset_current_debug_location();
+                let new_value = new
+                    .try_as_basic_value()
+                    .basic()
+                    .expect("the helper returns i32");
+                call.replace_all_uses_with(
+                    &new_value
+                        .as_instruction_value()
+                        .expect("a call instruction"),
+                );
+                call.erase_from_basic_block();
+            }
+            out.push((kernel, host));
+        }
+        Ok(out)
+    }
+
+    /// A declaration of the CUDA runtime function `name` of type `ty`.
+    fn runtime_fn(
+        &self,
+        name: &str,
+        ty: inkwell::types::FunctionType<'ctx>,
+    ) -> Result<FunctionValue<'ctx>, InjectError> {
+        match self.module.get_function(name) {
+            Some(f) if f.get_type() == ty => Ok(f),
+            Some(f) => Err(InjectError::RuntimeDeclConflict {
+                name: name.into(),
+                ty: f.get_type().print_to_string().to_string(),
+            }),
+            None => Ok(self.module.add_function(name, ty, Some(Linkage::External))),
+        }
+    }
+
+    /// `i32 @klaraptor.launch(ptr slot, ptr fn, i64 gxy, i32 gz, i64 bxy, i32 bz, ptr args,
+    /// i64 shmem, ptr stream)` (or `klaraptor.launch_ptsz`), defined once per module:
+    ///
+    /// ```text
+    /// h = atomic load *slot
+    /// if h == null: if __cudaGetKernel(&h, fn) != 0: return cudaLaunchKernel(fn, …)
+    ///               atomic store h -> *slot
+    /// return __cudaLaunchKernel(h, …)
+    /// ```
+    fn launch_helper(&mut self, ptsz: bool) -> Result<FunctionValue<'ctx>, InjectError> {
+        let name = if ptsz {
+            "klaraptor.launch_ptsz"
+        } else {
+            "klaraptor.launch"
+        };
+        if let Some(f) = self.module.get_function(name) {
+            return Ok(f);
+        }
+        let ctx = self.ctx;
+        let (ptr, i32t, i64t) = (
+            ctx.ptr_type(AddressSpace::default()),
+            ctx.i32_type(),
+            ctx.i64_type(),
+        );
+        let launch_params = [
+            ptr.into(),
+            i64t.into(),
+            i32t.into(),
+            i64t.into(),
+            i32t.into(),
+            ptr.into(),
+            i64t.into(),
+            ptr.into(),
+        ];
+        let launch_ty = i32t.fn_type(&launch_params, false);
+        let (public, entry_name) = if ptsz {
+            ("cudaLaunchKernel_ptsz", "__cudaLaunchKernel_ptsz")
+        } else {
+            ("cudaLaunchKernel", "__cudaLaunchKernel")
+        };
+        let public = self.runtime_fn(public, launch_ty)?;
+        let entry_fn = self.runtime_fn(entry_name, launch_ty)?;
+        let get_kernel = self.runtime_fn(
+            "__cudaGetKernel",
+            i32t.fn_type(&[ptr.into(), ptr.into()], false),
+        )?;
+        let mut params = vec![ptr.into()];
+        params.extend(launch_params);
+        let f =
+            self.module
+                .add_function(name, i32t.fn_type(&params, false), Some(Linkage::Internal));
+        let b = &self.builder;
+        b.unset_current_debug_location();
+        let entry = ctx.append_basic_block(f, "entry");
+        let get = ctx.append_basic_block(f, "get");
+        let keep = ctx.append_basic_block(f, "keep");
+        let launch = ctx.append_basic_block(f, "launch");
+        let legacy = ctx.append_basic_block(f, "legacy");
+        let p = |n: u32| f.get_nth_param(n).expect("helper parameter");
+        let rest: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> =
+            (2..9).map(|n| p(n).into()).collect();
+
+        b.position_at_end(entry);
+        let tmp = b.build_alloca(ptr, "handle")?;
+        let slot = p(0).into_pointer_value();
+        let h = b.build_load(ptr, slot, "h")?;
+        let hi = h.as_instruction_value().expect("load");
+        hi.set_alignment(8)
+            .map_err(|e| InjectError::Builder(e.to_string()))?;
+        hi.set_atomic_ordering(inkwell::AtomicOrdering::Monotonic)
+            .map_err(|e| InjectError::Builder(e.to_string()))?;
+        let none = b.build_is_null(h.into_pointer_value(), "none")?;
+        b.build_conditional_branch(none, get, launch)?;
+
+        b.position_at_end(get);
+        let rc = b
+            .build_call(get_kernel, &[tmp.into(), p(1).into()], "rc")?
+            .try_as_basic_value()
+            .basic()
+            .expect("i32");
+        let ok = b.build_int_compare(
+            IntPredicate::EQ,
+            rc.into_int_value(),
+            i32t.const_zero(),
+            "ok",
+        )?;
+        b.build_conditional_branch(ok, keep, legacy)?;
+
+        b.position_at_end(keep);
+        let got = b.build_load(ptr, tmp, "got")?;
+        let st = b.build_store(slot, got)?;
+        st.set_alignment(8)
+            .map_err(|e| InjectError::Builder(e.to_string()))?;
+        st.set_atomic_ordering(inkwell::AtomicOrdering::Monotonic)
+            .map_err(|e| InjectError::Builder(e.to_string()))?;
+        b.build_unconditional_branch(launch)?;
+
+        b.position_at_end(launch);
+        let handle = b.build_phi(ptr, "kernel")?;
+        handle.add_incoming(&[(&h, entry), (&got, keep)]);
+        let mut args = vec![handle.as_basic_value().into()];
+        args.extend(rest.iter().copied());
+        let r = b
+            .build_call(entry_fn, &args, "r")?
+            .try_as_basic_value()
+            .basic()
+            .expect("i32");
+        b.build_return(Some(&r))?;
+
+        b.position_at_end(legacy);
+        let mut args = vec![p(1).into()];
+        args.extend(rest.iter().copied());
+        let r = b
+            .build_call(public, &args, "r")?
+            .try_as_basic_value()
+            .basic()
+            .expect("i32");
+        b.build_return(Some(&r))?;
+        Ok(f)
     }
 
     fn select_fn(&mut self) -> Result<FunctionValue<'ctx>, InjectError> {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use inject_common::*;
-use klaraptor_passes::inject::InjectTarget;
+use klaraptor_passes::inject::{InjectOptions, InjectTarget};
 
 fn nvcc() -> PathBuf {
     let cuda = match std::env::var_os("KLARAPTOR_CUDA_PATH") {
@@ -44,7 +44,17 @@ fn ok(cmd: &mut Command) -> String {
 
 /// Instruments `fixture`, compiles it, links it with nvcc; returns the executable.
 fn build(test: &str, fixture_name: &str, targets: &[InjectTarget], opt: &str) -> PathBuf {
-    let (report, ll) = run(test, fixture_name, targets).unwrap();
+    build_with(test, fixture_name, targets, opt, InjectOptions::default())
+}
+
+fn build_with(
+    test: &str,
+    fixture_name: &str,
+    targets: &[InjectTarget],
+    opt: &str,
+    options: InjectOptions,
+) -> PathBuf {
+    let (report, ll) = run_with(test, fixture_name, targets, options).unwrap();
     assert!(!report.instrumented.is_empty());
     let dir = ll.parent().unwrap().to_path_buf();
     let obj = dir.join("host.o");
@@ -118,4 +128,42 @@ fn rewritten_templates_and_debug_ir_link() {
         "-O0",
     );
     assert!(is_executable(&exe));
+}
+
+/// clang's own CUDA compile (the clang backend's IR), its stubs launching through
+/// `__cudaLaunchKernel`: the handle lookup and both launch entry points resolve against the
+/// static CUDA runtime.
+#[test]
+fn rewritten_clang_backend_ir_links() {
+    let options = InjectOptions {
+        clang_stubs_via_launch_entry: true,
+    };
+    for (opt, fixture_name) in [
+        ("-O0", "templates.clang.O0.ll"),
+        ("-O2", "multi.clang.O2.ll"),
+    ] {
+        let targets = if fixture_name.starts_with("templates") {
+            vec![target("_Z4axpyIfEvT_PKS0_PS0_i", &[3])]
+        } else {
+            vec![target("_Z5relaxPfi", &[1]), target("plain_c", &[1])]
+        };
+        let exe = build_with(
+            &format!("link_{}", fixture_name.replace('.', "_")),
+            fixture_name,
+            &targets,
+            opt,
+            options,
+        );
+        assert!(is_executable(&exe));
+        let obj = exe.parent().unwrap().join("host.o");
+        let undefined = ok(Command::new("nm").arg("-u").arg(&obj));
+        for sym in ["__cudaGetKernel", "__cudaLaunchKernel", "cudaLaunchKernel"] {
+            assert!(
+                undefined
+                    .lines()
+                    .any(|l| l.trim_end().ends_with(&format!(" {sym}"))),
+                "{fixture_name}: the object calls {sym}:\n{undefined}"
+            );
+        }
+    }
 }

@@ -14,7 +14,9 @@ use inkwell::values::{
     Operand,
 };
 
-use klaraptor_passes::inject::{instrument_file, InjectError, InjectReport, InjectTarget};
+use klaraptor_passes::inject::{
+    instrument_file, instrument_file_with, InjectError, InjectOptions, InjectReport, InjectTarget,
+};
 
 /// The repository root (the parent of the `passes` crate).
 pub fn repo_root() -> PathBuf {
@@ -57,6 +59,18 @@ pub fn run(
 ) -> Result<(InjectReport, PathBuf), InjectError> {
     let out = scratch(test).join(name);
     let report = instrument_file(&fixture(name), &out, targets)?;
+    Ok((report, out))
+}
+
+/// [`run`] with options.
+pub fn run_with(
+    test: &str,
+    name: &str,
+    targets: &[InjectTarget],
+    options: InjectOptions,
+) -> Result<(InjectReport, PathBuf), InjectError> {
+    let out = scratch(test).join(name);
+    let report = instrument_file_with(&fixture(name), &out, targets, options)?;
     Ok((report, out))
 }
 
@@ -247,6 +261,18 @@ fn read_select<'c>(m: &Module<'c>, call: InstructionValue<'c>) -> Select<'c> {
 /// Every push in the module that is tested and branched on as clang does, with its stub
 /// and the selects before it.
 pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
+    // Host functions registered for kernels (`__cudaRegisterFunction(h, @fn, …)`).
+    let mut registered = std::collections::HashSet::new();
+    for f in m.get_functions() {
+        for i in instructions(f) {
+            if callee_name(i).as_deref() == Some("__cudaRegisterFunction") {
+                if let BasicValueEnum::PointerValue(p) = op(i, 1) {
+                    registered.insert(p.get_name().to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    let is_stub = |n: &str| n.contains("__device_stub__") || registered.contains(n);
     let mut out = Vec::new();
     for f in m.get_functions() {
         let insts = instructions(f);
@@ -265,7 +291,8 @@ pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
                 i = x.get_previous_instruction();
             }
             // The stub: the first call in the block the push's `icmp`/`br` goes to on
-            // success that is not a runtime or LLVM call.
+            // success that is a registered host function or a `__device_stub__`, else the
+            // first that is not a runtime or LLVM call.
             // A push not followed by that test is not a launch clang emits: skipped.
             let cmp = insts[k + 1];
             if cmp.get_opcode() != InstructionOpcode::ICmp
@@ -286,6 +313,16 @@ pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
             };
             let mut stub_call = None;
             let mut i = success.get_first_instruction();
+            while let Some(x) = i {
+                if callee_name(x).is_some_and(|n| is_stub(&n)) {
+                    stub_call = Some(x);
+                    break;
+                }
+                i = x.get_next_instruction();
+            }
+            let mut i = success
+                .get_first_instruction()
+                .filter(|_| stub_call.is_none());
             while let Some(x) = i {
                 if callee_name(x).is_some_and(|n| {
                     !n.starts_with("llvm.") && !n.starts_with("__cuda") && n != "klaraptor_select"
