@@ -17,8 +17,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$root"
 out=.dev/validate
 target="${CARGO_TARGET_DIR:-$root/target}"
-CARGO_TARGET_DIR="$target" cargo build --release --locked \
-  -p klaraptor --bin klaraptor --bin klaraptor-cc -p klaraptor-collector
+CARGO_TARGET_DIR="$target" cargo build --release --locked -p klaraptor --bin klaraptor --bin klaraptor-cc
+CARGO_TARGET_DIR="$target" cargo build --release --locked -p klaraptor-collector --lib
 rm -rf "$out"
 mkdir -p "$out"
 cp "$target/release/klaraptor" "$target/release/libklaraptor_collector.so" "$out/"
