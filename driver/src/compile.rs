@@ -24,8 +24,11 @@ use klaraptor_passes::frontend::{self, Analysis, FrontendError, Outcome};
 
 use klaraptor_passes::inject::InjectReport;
 
-use crate::instrument::{compile_unit, needs_runtime, write_prepared_copy, HostTools, Unit};
-use crate::nvcc_args::{self, Arg, CommandLine, KlOption, Phase, Role};
+use crate::instrument::{
+    compile_unit, compile_unit_clang, needs_runtime, write_prepared_copy, CudaTools, HostTools,
+    Unit,
+};
+use crate::nvcc_args::{self, Arg, Backend, ClangFlags, CommandLine, KlOption, Phase, Role};
 use crate::toolchain::Toolchain;
 
 /// An invocation of `klaraptor-cc`, split into the nvcc that runs and its arguments.
@@ -249,12 +252,18 @@ impl Invocation {
             for (src, _) in analyses {
                 eprintln!(
                     "klaraptor-cc: warning: {}: launches are not instrumented in this mode ({}); \
-                     kernels keep the program's own launch dimensions",
+                     kernels keep the program's own launch dimensions{}",
                     src.display(),
                     if self.view.rdc() {
                         "relocatable device code".to_string()
                     } else {
                         format!("{phase:?}")
+                    },
+                    if self.cl.backend() == Backend::Clang {
+                        ", and nvcc builds it (--kl-backend=clang applies to instrumented \
+                         compiles only)"
+                    } else {
+                        ""
                     }
                 );
             }
@@ -275,6 +284,19 @@ impl Invocation {
     fn compile_instrumented(&self, analyses: &[(PathBuf, Analysis)], work: &Path) -> Result<i32> {
         let tools = HostTools::discover();
         let link = self.view.phase() != Phase::Compile;
+        // With the clang backend: the user's options translated for clang-19 (or the first
+        // one it cannot honour, before anything is written), and ptxas and fatbinary.
+        let clang = match self.cl.backend() {
+            Backend::Nvcc => None,
+            Backend::Clang => match self.clang_backend() {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("klaraptor-cc: error: {e:#}");
+                    eprintln!("klaraptor-cc: stopped before compiling; no output was written");
+                    return Ok(1);
+                }
+            },
+        };
         let mut objects: Vec<(PathBuf, PathBuf)> = Vec::new();
         for (i, (src, a)) in analyses.iter().enumerate() {
             for s in &a.specs {
@@ -313,15 +335,28 @@ impl Invocation {
                 work: work.join(format!("tu{i}")),
             };
             let deps = deps_file.as_deref().map(|f| (f, target.as_str()));
-            match compile_unit(
-                &self.toolchain.nvcc,
-                &tools,
-                &self.view,
-                &unit,
-                &object,
-                deps,
-                self.verbose(),
-            ) {
+            let built = match &clang {
+                None => compile_unit(
+                    &self.toolchain.nvcc,
+                    &tools,
+                    &self.view,
+                    &unit,
+                    &object,
+                    deps,
+                    self.verbose(),
+                ),
+                Some((cuda, flags)) => compile_unit_clang(
+                    cuda,
+                    &tools,
+                    &self.view,
+                    flags,
+                    &unit,
+                    &object,
+                    deps,
+                    self.verbose(),
+                ),
+            };
+            match built {
                 Ok(report) => self.report(src, a, &report),
                 Err(e) => {
                     eprintln!("klaraptor-cc: error: {}: {e:#}", src.display());
@@ -366,6 +401,36 @@ impl Invocation {
         Ok(status.code().unwrap_or(1))
     }
 
+    /// What the clang backend needs: the CUDA tools and the user's options translated.
+    fn clang_backend(&self) -> Result<(CudaTools, ClangFlags)> {
+        let flags = nvcc_args::clang_flags(&self.view)?;
+        let cuda = CudaTools {
+            root: self.toolchain.cuda_root(),
+            ptxas: self.toolchain.cuda_tool("ptxas")?,
+            fatbinary: self.toolchain.cuda_tool("fatbinary")?,
+        };
+        let archs: Vec<String> = flags
+            .targets
+            .iter()
+            .map(|t| {
+                let mut codes: Vec<String> = t.sass.iter().map(|s| format!("sm_{s}")).collect();
+                if t.ptx {
+                    codes.push(format!("compute_{}", t.arch));
+                }
+                format!("compute_{} -> {}", t.arch, codes.join(", "))
+            })
+            .collect();
+        self.say(format!(
+            "clang backend: clang-19 builds the CUDA against {}; device code: {}",
+            cuda.root.display(),
+            archs.join("; ")
+        ));
+        for i in &flags.ignored {
+            self.say(format!("clang backend: ignoring {i}"));
+        }
+        Ok((cuda, flags))
+    }
+
     /// The instrumented link (link.rs) of `args`, an nvcc link command reading `inputs`.
     fn link(&self, args: Vec<String>, inputs: Vec<PathBuf>, work: &Path) -> Result<i32> {
         let output = self
@@ -397,6 +462,11 @@ impl Invocation {
     fn report(&self, src: &Path, a: &Analysis, r: &InjectReport) {
         for (k, f) in &r.instrumented {
             self.say(format!("instrumented a launch of {k} in {f}"));
+        }
+        for (k, stub) in &r.rerouted {
+            self.say(format!(
+                "clang backend: the stub {stub} of {k} launches through __cudaLaunchKernel"
+            ));
         }
         for l in &r.refused {
             eprintln!(

@@ -1,13 +1,32 @@
-//! The instrumented compile of one annotated translation unit, to one host object:
+//! The instrumented compile of one annotated translation unit, to one host object.
+//!
+//! With the nvcc backend (the default):
 //!
 //! ```text
 //! nvcc -cuda -ccbin clang++-19 <user flags> copy.cu -o host.ii     (device code embedded as nvcc built it)
-//! clang++-19 -S -emit-llvm -O<user> host.ii -o host.ll
+//! clang++-19 -S -emit-llvm -O0 host.ii -o host.ll                   (unoptimised: see compile_unit)
 //! IO-builder pass: klaraptor_select() before each annotated launch -> host.inst.bc
-//! clang++-19 -c host.inst.bc -o host.o
+//! clang++-19 -c -O<user> host.inst.bc -o host.o
 //! cc -c kernels.c -o kernels.o                                      (descriptors: grid formulas, constraints)
 //! ld -r host.o kernels.o -o <object>                                (one object: -c then a separate link works)
 //! ```
+//!
+//! With `--kl-backend=clang` ([`compile_unit_clang`]), clang-19 compiles the CUDA itself:
+//!
+//! ```text
+//! for each virtual architecture XX:
+//!   clang++-19 -x cuda --cuda-device-only --cuda-gpu-arch=sm_XX -S copy.cu -o dev.sm_XX.ptx
+//!   ptxas -arch=sm_YY dev.sm_XX.ptx -o dev.sm_YY.cubin              (for each real architecture YY)
+//! fatbinary --create=dev.fatbin --image3=kind=elf,sm=YY,… --image3=kind=ptx,sm=XX,…
+//! clang++-19 -x cuda --cuda-host-only -Xclang -fcuda-include-gpubinary -Xclang dev.fatbin
+//!            -S -emit-llvm copy.cu -o host.ll                       (host code, registration, the fatbinary)
+//! IO-builder pass (clang's stubs also launch through __cudaLaunchKernel) -> host.inst.bc
+//! then as above: clang++-19 -c, cc kernels.c, ld -r
+//! ```
+//!
+//! clang-19's own driver cannot make the fatbinary with CUDA 13: it calls `fatbinary
+//! --image=profile=…`, an option CUDA 13's fatbinary no longer has (it takes `--image3`), so
+//! the backend runs ptxas and fatbinary itself.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,7 +36,7 @@ use klaraptor_passes::frontend::Analysis;
 use klaraptor_passes::inject::{self, InjectReport, InjectTarget};
 
 use crate::codegen;
-use crate::nvcc_args::{Arg, CommandLine, Role};
+use crate::nvcc_args::{Arg, ClangFlags, CommandLine, Role};
 
 /// The tools besides nvcc.
 #[derive(Debug, Clone)]
@@ -196,20 +215,34 @@ pub fn compile_unit(
         verbose,
         "clang++-19 (host object)",
     )?;
+    let hash = crate::linkspec::code_hash(
+        &std::fs::read_to_string(&ii).with_context(|| format!("reading {}", ii.display()))?,
+    );
+    finish_object(tools, unit, &host_o, &hash, object, verbose)?;
+    Ok(report)
+}
 
+/// Joins the instrumented host object with the kernels' descriptors and link specs into
+/// `object` (written atomically).
+fn finish_object(
+    tools: &HostTools,
+    unit: &Unit,
+    host_o: &Path,
+    hash: &str,
+    object: &Path,
+    verbose: bool,
+) -> Result<()> {
+    let w = &unit.work;
     let inc = w.join("include");
     std::fs::create_dir_all(&inc)?;
     std::fs::write(inc.join("klaraptor.h"), codegen::KLARAPTOR_H)?;
     let desc_c = w.join("kernels.c");
-    let hash = crate::linkspec::code_hash(
-        &std::fs::read_to_string(&ii).with_context(|| format!("reading {}", ii.display()))?,
-    );
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let link_specs: Vec<_> = unit
         .analysis
         .specs
         .iter()
-        .flat_map(|s| crate::linkspec::LinkSpec::from_spec(s, &hash, &cwd))
+        .flat_map(|s| crate::linkspec::LinkSpec::from_spec(s, hash, &cwd))
         .collect();
     std::fs::write(
         &desc_c,
@@ -234,7 +267,7 @@ pub fn compile_unit(
     let r = run(
         Command::new(&tools.ld)
             .arg("-r")
-            .arg(&host_o)
+            .arg(host_o)
             .arg(&desc_o)
             .arg("-o")
             .arg(&tmp),
@@ -246,7 +279,265 @@ pub fn compile_unit(
     }
     r?;
     std::fs::rename(&tmp, object).with_context(|| format!("writing {}", object.display()))?;
+    Ok(())
+}
+
+/// The CUDA toolkit's tools the clang backend runs besides clang++-19.
+#[derive(Debug, Clone)]
+pub struct CudaTools {
+    /// The toolkit root (`--cuda-path`: `bin/ptxas`, `include/`, `nvvm/libdevice/`).
+    pub root: PathBuf,
+    pub ptxas: PathBuf,
+    pub fatbinary: PathBuf,
+}
+
+/// Empty stand-ins for two headers clang-19's CUDA wrapper includes and CUDA 13 no longer
+/// has (texture references are gone; nothing of them is used).
+const CLANG_MISSING_HEADERS: &[&str] = &["texture_fetch_functions.h", "curand_mtgp32_kernel.h"];
+
+/// Runs a step of the clang backend; on failure says which step and what to do (the tool's
+/// own diagnostics are on stderr already).
+fn run_step(cmd: &mut Command, verbose: bool, what: &str, source: &Path) -> Result<()> {
+    run(cmd, verbose, what).with_context(|| {
+        format!(
+            "the clang backend could not build {} (see the messages above); build it with the \
+             nvcc backend (without --kl-backend=clang)",
+            source.display()
+        )
+    })
+}
+
+/// The instrumented compile with clang-19 compiling the CUDA itself (see the module docs).
+/// `flags` is the translation of the user's options ([`crate::nvcc_args::clang_flags`]).
+#[allow(clippy::too_many_arguments)]
+pub fn compile_unit_clang(
+    cuda: &CudaTools,
+    tools: &HostTools,
+    view: &CommandLine,
+    flags: &ClangFlags,
+    unit: &Unit,
+    object: &Path,
+    deps: Option<(&Path, &str)>,
+    verbose: bool,
+) -> Result<InjectReport> {
+    let w = &unit.work;
+    let copy = write_prepared_copy(unit.source, unit.analysis, w)?;
+    let dir = unit
+        .source
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let stubs = w.join("clang-cuda-stubs");
+    std::fs::create_dir_all(&stubs)?;
+    for h in CLANG_MISSING_HEADERS {
+        std::fs::write(stubs.join(h), "")?;
+    }
+    let cuda_front = |cmd: &mut Command| {
+        cmd.args(["-x", "cuda"])
+            .arg(format!("--cuda-path={}", cuda.root.display()))
+            // clang-19 knows CUDA up to 12.5 and says so; CUDA 13's headers work.
+            .args([
+                "-Wno-unknown-cuda-version",
+                "-Wno-unused-command-line-argument",
+            ])
+            .arg("-isystem")
+            .arg(&stubs);
+        // CCCL (libcu++, CUB, Thrust), where nvcc finds it (nvcc.profile).
+        let cccl = cuda.root.join("include/cccl");
+        if cccl.is_dir() {
+            cmd.arg("-isystem").arg(cccl);
+        }
+        cmd.arg("-iquote").arg(dir).args(&flags.both);
+    };
+
+    // Device code: PTX per virtual architecture, a cubin per real one, one fatbinary.
+    let mut images = Vec::new();
+    for t in &flags.targets {
+        let ptx = w.join(format!("dev.sm_{}.ptx", t.arch));
+        let mut cmd = Command::new(&tools.clang);
+        cuda_front(&mut cmd);
+        cmd.args(["--cuda-device-only", "-S"])
+            .arg(format!("--cuda-gpu-arch=sm_{}", t.arch))
+            .args(&flags.device)
+            .arg(&copy)
+            .arg("-o")
+            .arg(&ptx);
+        run_step(
+            &mut cmd,
+            verbose,
+            &format!("clang++-19 (device code for sm_{})", t.arch),
+            unit.source,
+        )?;
+        for sm in &t.sass {
+            let cubin = w.join(format!("dev.sm_{sm}.cubin"));
+            run_step(
+                Command::new(&cuda.ptxas)
+                    .arg(format!("-arch=sm_{sm}"))
+                    .arg("-m64")
+                    .args(&flags.ptxas)
+                    .arg(&ptx)
+                    .arg("-o")
+                    .arg(&cubin),
+                verbose,
+                &format!("ptxas (sm_{sm})"),
+                unit.source,
+            )?;
+            images.push(format!(
+                "--image3=kind=elf,sm={sm},file={}",
+                cubin.display()
+            ));
+        }
+        if t.ptx {
+            images.push(format!(
+                "--image3=kind=ptx,sm={},file={}",
+                t.arch,
+                ptx.display()
+            ));
+        }
+    }
+    let fatbin = w.join("dev.fatbin");
+    run_step(
+        Command::new(&cuda.fatbinary)
+            .arg("-64")
+            .arg(format!("--create={}", fatbin.display()))
+            .args(&flags.fatbinary)
+            .args(&images),
+        verbose,
+        "fatbinary",
+        unit.source,
+    )?;
+
+    // Host code, with the fatbinary embedded and registered, as IR the pass can read: not
+    // optimised yet (the inliner would fold the launch stubs into their callers), but with
+    // the user's -O level's front-end semantics (macros, inlining hints, TBAA) when it is
+    // above 0, so that the codegen below optimises as a plain clang build would.
+    let ll = w.join("host.ll");
+    let opt = view.values(Role::Optimize).last().unwrap_or("0");
+    let mut cmd = Command::new(&tools.clang);
+    cuda_front(&mut cmd);
+    cmd.args(["--cuda-host-only", "-S", "-emit-llvm"]);
+    for t in &flags.targets {
+        cmd.arg(format!("--cuda-gpu-arch=sm_{}", t.arch));
+    }
+    cmd.args(&flags.host)
+        .args(["-Xclang", "-fcuda-include-gpubinary", "-Xclang"])
+        .arg(&fatbin);
+    if opt == "0" {
+        cmd.args(["-O0", "-Xclang", "-disable-O0-optnone"]);
+    } else {
+        cmd.arg(format!("-O{opt}"))
+            .args(["-Xclang", "-disable-llvm-passes"]);
+    }
+    if let Some((file, target)) = deps {
+        let nonsystem = view.args.iter().any(|a| {
+            matches!(a, Arg::Flag { spec, .. } if spec.long == "generate-nonsystem-dependencies-with-compile")
+        });
+        cmd.arg(if nonsystem { "-MMD" } else { "-MD" })
+            .arg("-MF")
+            .arg(file)
+            .arg("-MT")
+            .arg(target);
+        if view.has(Role::DepsPhony) {
+            cmd.arg("-MP");
+        }
+    }
+    cmd.arg(&copy).arg("-o").arg(&ll);
+    run_step(&mut cmd, verbose, "clang++-19 (host code)", unit.source)?;
+    if let Some((file, _)) = deps {
+        // The stand-in headers live in this temporary directory: a dependency on them
+        // would make the next `make` look for files that are gone.
+        drop_dependencies_under(file, &stubs)?;
+    }
+
+    let bc = w.join("host.inst.bc");
+    let report = inject::instrument_file_with(
+        &ll,
+        &bc,
+        &targets(unit.analysis),
+        inject::InjectOptions {
+            clang_stubs_via_launch_entry: true,
+        },
+    )
+    .with_context(|| format!("instrumenting the launches of {}", unit.source.display()))?;
+    let host_o = w.join("host.o");
+    run_step(
+        Command::new(&tools.clang)
+            .args(["-c", "-Wno-unused-command-line-argument"])
+            .args(host_codegen_flags(view))
+            .arg(&bc)
+            .arg("-o")
+            .arg(&host_o),
+        verbose,
+        "clang++-19 (host object)",
+        unit.source,
+    )?;
+    let bytes = std::fs::read(&fatbin).with_context(|| format!("reading {}", fatbin.display()))?;
+    let mut text = String::with_capacity(bytes.len() * 2 + 32);
+    text.push_str("clang-19 device code\n");
+    for b in bytes {
+        text.push_str(&format!("{b:02x}"));
+    }
+    let hash = crate::linkspec::code_hash(&text);
+    finish_object(tools, unit, &host_o, &hash, object, verbose)?;
     Ok(report)
+}
+
+/// Removes from the make dependency file `file` every prerequisite under `dir` (and the
+/// phony rules `-MP` wrote for them). Paths keep their escapes (`\ ` for a space).
+fn drop_dependencies_under(file: &Path, dir: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let dir = dir.display().to_string().replace(' ', "\\ ");
+    let under = |w: &str| w.starts_with(&dir);
+    let mut out = String::new();
+    // One rule per logical line (continuations joined), words split at unescaped spaces.
+    for rule in text.replace("\\\n", " ").lines() {
+        let mut words = Vec::new();
+        let mut cur = String::new();
+        let mut chars = rule.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    cur.push(c);
+                    if let Some(n) = chars.next() {
+                        cur.push(n);
+                    }
+                }
+                c if c.is_whitespace() => {
+                    if !cur.is_empty() {
+                        words.push(std::mem::take(&mut cur));
+                    }
+                }
+                c => cur.push(c),
+            }
+        }
+        if !cur.is_empty() {
+            words.push(cur);
+        }
+        let Some(first) = words.first() else {
+            out.push('\n');
+            continue;
+        };
+        if first.strip_suffix(':').is_some_and(under) {
+            continue;
+        }
+        let kept: Vec<&str> = words
+            .iter()
+            .skip(1)
+            .map(String::as_str)
+            .filter(|w| !under(w))
+            .collect();
+        out.push_str(first);
+        if !kept.is_empty() {
+            out.push(' ');
+            out.push_str(&kept.join(" \\\n  "));
+        }
+        out.push('\n');
+    }
+    if out != text {
+        std::fs::write(file, out).with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(())
 }
 
 /// Writes the source the compiler sees into `dir`: the user's text with klaraptor's pragma
@@ -273,4 +564,26 @@ pub fn needs_runtime(path: &Path) -> bool {
     };
     let needle = inject::SELECT_FN.as_bytes();
     bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dependencies_under_a_directory_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x.d");
+        std::fs::write(
+            &f,
+            "x.o: x.cu /tmp/kl\\ 1/stubs/a.h \\\n  inc/my\\ header.h /tmp/kl\\ 1/stubs/b.h \\\n  \
+             /usr/include/stdio.h\n\n/tmp/kl\\ 1/stubs/a.h:\n\ninc/my\\ header.h:\n",
+        )
+        .unwrap();
+        drop_dependencies_under(&f, Path::new("/tmp/kl 1/stubs")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&f).unwrap(),
+            "x.o: x.cu \\\n  inc/my\\ header.h \\\n  /usr/include/stdio.h\n\n\ninc/my\\ header.h:\n"
+        );
+    }
 }

@@ -47,6 +47,20 @@ pub struct NotFound {
     prefix: String,
 }
 
+/// A CUDA tool that is not beside nvcc.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the clang backend needs {tool} from the CUDA toolkit of {}, and there is none at {}\n  \
+     = help: install the whole toolkit (scripts/setup does), or point KLARAPTOR_NVCC at an nvcc \
+     whose bin/ holds ptxas and fatbinary",
+    nvcc.display(), path.display()
+)]
+pub struct MissingTool {
+    tool: String,
+    path: PathBuf,
+    nvcc: PathBuf,
+}
+
 /// The project prefix: `.toolchain/` of the checkout this binary was built from, or of the
 /// checkout around the executable (`target/<profile>/klaraptor-cc`).
 pub fn project_prefixes() -> Vec<PathBuf> {
@@ -116,6 +130,21 @@ impl Toolchain {
             .ok_or_else(|| NotFound {
                 prefix: prefixes[0].join("cuda/bin").display().to_string(),
             })
+    }
+
+    /// A tool of the CUDA installation nvcc belongs to (`<root>/bin/<name>`): ptxas and
+    /// fatbinary for the clang backend.
+    pub fn cuda_tool(&self, name: &str) -> Result<PathBuf, MissingTool> {
+        let p = self.cuda_root().join("bin").join(name);
+        if is_executable(&p) {
+            Ok(p)
+        } else {
+            Err(MissingTool {
+                tool: name.to_string(),
+                path: p,
+                nvcc: self.nvcc.clone(),
+            })
+        }
     }
 
     /// The CUDA installation nvcc belongs to (`<root>/bin/nvcc`).
