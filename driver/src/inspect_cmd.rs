@@ -107,9 +107,9 @@ pub fn inspect(target: &Path) -> Result<()> {
         );
         let tf = &p.time_fit;
         outln!(
-            "  time calibration: {:.4} x model + {:.4} µs per block per SM (median error on {} profiled launches {} -> {})",
+            "  time calibration: {:.4} x model + {:.3} µs per launch (median error on {} profiled launches {} -> {})",
             tf.scale,
-            tf.block_cost_us,
+            tf.overhead_us,
             tf.samples,
             pct(Some(tf.model_median_rel_error)),
             pct(Some(tf.median_rel_error))

@@ -45,6 +45,38 @@ pub struct LinkSpec {
     pub build_dir: PathBuf,
 }
 
+/// The data sizes a kernel is profiled at: the annotation's sizes, and, for a kernel of two
+/// or more data parameters, one more size per parameter that is the largest annotated value
+/// of that parameter with every other parameter at its smallest.
+///
+/// Annotated sizes usually grow together (`64, 128, (256, 192), 256`), so from them alone the
+/// fit cannot tell `M·N` from `N²` or from `N`: the launch totals of a kernel over an
+/// `M × N` domain then extrapolate to a run at `3001 × 128` wrongly by the ratio of the two.
+/// The added sizes vary one parameter at a time; they are small in every other parameter (their
+/// sum of sizes stays below the largest annotated size's, so the fit trains on them instead
+/// of holding them back as extrapolation points), which keeps the extra profiling cheap.
+pub fn profile_design(sizes: &[Vec<i64>]) -> Vec<Vec<i64>> {
+    let mut out: Vec<Vec<i64>> = sizes.to_vec();
+    let d = sizes.first().map_or(0, Vec::len);
+    if d < 2 || sizes.iter().any(|s| s.len() != d) {
+        return out;
+    }
+    let lo: Vec<i64> = (0..d)
+        .map(|i| sizes.iter().map(|s| s[i]).min().unwrap_or(0))
+        .collect();
+    let hi: Vec<i64> = (0..d)
+        .map(|i| sizes.iter().map(|s| s[i]).max().unwrap_or(0))
+        .collect();
+    for i in 0..d {
+        let mut p = lo.clone();
+        p[i] = hi[i];
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
 impl LinkSpec {
     /// The link specs of `spec` (one per instantiation).
     pub fn from_spec(spec: &KernelSpec, code_hash: &str, build_dir: &Path) -> Vec<LinkSpec> {
@@ -61,7 +93,7 @@ impl LinkSpec {
                 profile_sizes: spec
                     .profile
                     .as_ref()
-                    .map(|p| p.sizes.clone())
+                    .map(|p| profile_design(&p.sizes))
                     .unwrap_or_default(),
                 code_hash: code_hash.to_string(),
                 annotated_at: spec.annotated_at.to_string(),
@@ -185,6 +217,27 @@ pub fn code_hash(host_translation: &str) -> String {
 mod tests {
     use super::*;
     use std::process::Command;
+
+    #[test]
+    fn design_adds_one_size_per_parameter() {
+        let given = vec![vec![64, 64], vec![128, 128], vec![256, 192], vec![256, 256]];
+        let d = profile_design(&given);
+        assert_eq!(&d[..4], &given[..]);
+        assert_eq!(&d[4..], &[vec![256, 64], vec![64, 256]]);
+        // One data parameter, or ragged input: the annotation's sizes as they are.
+        let one = vec![vec![64], vec![128]];
+        assert_eq!(profile_design(&one), one);
+        let three = profile_design(&[vec![64, 64, 64], vec![256, 128, 192], vec![256, 256, 256]]);
+        assert_eq!(
+            &three[3..],
+            &[vec![256, 64, 64], vec![64, 256, 64], vec![64, 64, 256]]
+        );
+        // Sizes already present are not repeated.
+        assert_eq!(
+            profile_design(&[vec![8, 1], vec![1, 8], vec![8, 8]]).len(),
+            3
+        );
+    }
 
     fn spec(mangled: &str, run: Option<&str>) -> LinkSpec {
         LinkSpec {

@@ -150,6 +150,47 @@ pub fn usable<'a>(spec: &LinkSpec, entry: &'a Entry) -> Vec<(&'a Sample, &'a Cou
         .collect()
 }
 
+/// Threads a launch of `block` at `sizes` runs, over the threads of the kernel's domain (the
+/// grid formula evaluated at a block of one thread): 1 when the blocks tile the domain,
+/// more when the last blocks overhang it. `None` when the formula cannot be evaluated.
+pub fn overhang(spec: &LinkSpec, sizes: &[i64], block: [u32; 3]) -> Option<f64> {
+    let labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
+    let mut launched = 1.0;
+    let mut domain = 1.0;
+    for (i, g) in spec.grid.iter().enumerate().take(3) {
+        let e = klaraptor_passes::expr::parse_int(g, &labels).ok()?;
+        let env = |b: [u32; 3]| -> Vec<(&str, i64)> {
+            let mut v: Vec<(&str, i64)> =
+                labels.iter().copied().zip(sizes.iter().copied()).collect();
+            v.extend([
+                ("bx", i64::from(b[0])),
+                ("by", i64::from(b[1])),
+                ("bz", i64::from(b[2])),
+            ]);
+            v
+        };
+        let at = e.eval(env(block).as_slice()).ok()?;
+        let one = e.eval(env([1, 1, 1]).as_slice()).ok()?;
+        if at < 1 || one < 1 {
+            return None;
+        }
+        launched *= at as f64 * f64::from(block[i]);
+        domain *= one as f64;
+    }
+    Some(launched / domain)
+}
+
+/// Samples whose blocks overhang the domain by more than this are left out of the fits of
+/// launch totals: their idle threads (which only test a bound and exit) add a
+/// shape-dependent amount that is large at the small profiling sizes and vanishes at the
+/// run sizes, and that the degree search would otherwise trade against the real data
+/// dependence (with two or more data parameters it then picks, e.g., a function of one of
+/// them only).
+pub const MAX_FIT_OVERHANG: f64 = 1.25;
+
+/// Fewest samples within [`MAX_FIT_OVERHANG`] the fits use by themselves.
+pub const MIN_TILED_SAMPLES: usize = 16;
+
 /// Fits every metric of [`METRICS`] over the entry's samples (totals and ratios, see the
 /// module documentation). `shapes` are the candidate
 /// block shapes the functions will be evaluated on.
@@ -158,7 +199,18 @@ pub fn fit_all(
     entry: &Entry,
     shapes: &[[u32; 3]],
 ) -> Result<BTreeMap<String, RationalFn>> {
-    let samples = usable(spec, entry);
+    let all = usable(spec, entry);
+    let tiled: Vec<_> = all
+        .iter()
+        .copied()
+        .filter(|(s, _)| overhang(spec, &s.sizes, s.block).is_none_or(|o| o <= MAX_FIT_OVERHANG))
+        .collect();
+    // Too few tiled samples (a kernel profiled only at sizes below its blocks): all of them.
+    let samples = if tiled.len() >= MIN_TILED_SAMPLES {
+        tiled
+    } else {
+        all
+    };
     if samples.len() < 4 {
         bail!(
             "kernel {}: the profile has {} usable samples (of {}); at least 4 are needed to fit",

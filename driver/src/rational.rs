@@ -65,16 +65,20 @@ pub struct RationalProgram {
     pub time_fit: TimeFit,
 }
 
-/// `predicted = scale · model + block_cost_us · ceil(blocks / SMs)`, fitted at build time by
-/// least squares in relative error over the profile's samples (measured time against the
-/// model's time for the same launch). The model has no term for the cost of starting and
-/// retiring a block; at the profile sizes, where launches take microseconds, it shows
-/// clearly, and it is what separates 64- from 512-thread blocks of a streaming kernel at
-/// any size. `scale` absorbs what the model's absolute time misses uniformly (caches).
+/// `predicted = scale · model + overhead_us`, fitted at build time by least squares in
+/// relative error over the profile's samples (measured time against the model's time for the
+/// same launch). `overhead_us` is what every launch costs besides its kernel's work (the
+/// launch itself, a few microseconds): at the small profiling sizes it is most of the measured
+/// time, and a fit without it would turn it into a large `scale`. Neither term changes the
+/// ranking (the same for every shape, or a positive factor): they make the predicted
+/// microseconds (the runtime's log, `klaraptor explain`) comparable with measured ones.
+/// Earlier versions fitted a per-block cost here; the model has its own block-dispatch
+/// bound now (klaraptor-model, `block_dispatch_cycles`), measured by the calibration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimeFit {
     pub scale: f64,
-    pub block_cost_us: f64,
+    #[serde(default)]
+    pub overhead_us: f64,
     /// Samples it was fitted on, and the median relative error of the calibrated time on
     /// them (of the raw model's time, for comparison).
     pub samples: usize,
@@ -86,7 +90,7 @@ impl Default for TimeFit {
     fn default() -> Self {
         TimeFit {
             scale: 1.0,
-            block_cost_us: 0.0,
+            overhead_us: 0.0,
             samples: 0,
             median_rel_error: f64::NAN,
             model_median_rel_error: f64::NAN,
@@ -95,17 +99,16 @@ impl Default for TimeFit {
 }
 
 impl TimeFit {
-    /// The calibrated time of a launch of `blocks` blocks whose model time is `model_us`.
-    pub fn apply(&self, model_us: f64, blocks: u64, sm_count: u32) -> f64 {
-        let per_sm = blocks.div_ceil(u64::from(sm_count.max(1))) as f64;
-        self.scale * model_us + self.block_cost_us * per_sm
+    /// The calibrated time of a launch whose model time is `model_us`.
+    pub fn apply(&self, model_us: f64) -> f64 {
+        self.scale * model_us + self.overhead_us
     }
 
-    /// Fits on (model µs, blocks per SM, measured µs) triples.
-    pub fn fit(points: &[(f64, f64, f64)]) -> TimeFit {
-        let pts: Vec<&(f64, f64, f64)> = points
+    /// Fits on (model µs, measured µs) pairs.
+    pub fn fit(points: &[(f64, f64)]) -> TimeFit {
+        let pts: Vec<&(f64, f64)> = points
             .iter()
-            .filter(|(t, b, y)| t.is_finite() && *t > 0.0 && b.is_finite() && *y > 0.0)
+            .filter(|(t, y)| t.is_finite() && *t > 0.0 && *y > 0.0)
             .collect();
         let median = |mut v: Vec<f64>| -> f64 {
             if v.is_empty() {
@@ -117,7 +120,7 @@ impl TimeFit {
         let err = |a: f64, c: f64| {
             median(
                 pts.iter()
-                    .map(|(t, b, y)| ((a * t + c * b) - y).abs() / y)
+                    .map(|(t, y)| ((a * t + c) - y).abs() / y)
                     .collect(),
             )
         };
@@ -130,10 +133,10 @@ impl TimeFit {
                 ..TimeFit::default()
             };
         }
-        // Weighted normal equations for rows (t/y, b/y) · (a, c) = 1.
+        // Weighted normal equations for rows (t/y, 1/y) · (a, c) = 1.
         let (mut s11, mut s12, mut s22, mut r1, mut r2) = (0.0, 0.0, 0.0, 0.0, 0.0);
-        for (t, b, y) in &pts {
-            let (u, v) = (t / y, b / y);
+        for (t, y) in &pts {
+            let (u, v) = (t / y, 1.0 / y);
             s11 += u * u;
             s12 += u * v;
             s22 += v * v;
@@ -147,18 +150,17 @@ impl TimeFit {
             (f64::NAN, f64::NAN)
         };
         if !(a.is_finite() && c.is_finite() && a > 0.0 && c >= 0.0) {
-            // One term only: the scale alone, else the block cost alone.
+            // The scale alone (no overhead), else the raw model.
             let a1 = r1 / s11;
-            let c1 = r2 / s22;
-            if a1.is_finite() && a1 > 0.0 && (!c1.is_finite() || err(a1, 0.0) <= err(0.0, c1)) {
-                (a, c) = (a1, 0.0);
+            (a, c) = if a1.is_finite() && a1 > 0.0 {
+                (a1, 0.0)
             } else {
-                (a, c) = (1.0, 0.0);
-            }
+                (1.0, 0.0)
+            };
         }
         TimeFit {
             scale: a,
-            block_cost_us: c,
+            overhead_us: c,
             samples: pts.len(),
             median_rel_error: err(a, c),
             model_median_rel_error: raw,
@@ -340,7 +342,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         c_name,
         time_fit: TimeFit::default(),
     };
-    let points: Vec<(f64, f64, f64)> = usable
+    let points: Vec<(f64, f64)> = usable
         .iter()
         .map(|(smp, c)| {
             let m = prog.metrics_at(&smp.sizes, smp.block, smp.grid);
@@ -351,9 +353,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
                 smem_per_block: prog.smem_per_block,
             };
             let t = predict(&prog.device, &launch, &m).time_us;
-            let blocks = u64::from(smp.grid[0]) * u64::from(smp.grid[1]) * u64::from(smp.grid[2]);
-            let per_sm = blocks.div_ceil(u64::from(prog.device.sm_count.max(1))) as f64;
-            (t, per_sm, c.time_ms * 1000.0)
+            (t, c.time_ms * 1000.0)
         })
         .collect();
     prog.time_fit = TimeFit::fit(&points);
@@ -466,8 +466,7 @@ impl RationalProgram {
                 continue;
             }
             let model_us = p.time_us;
-            let blocks = u64::from(g[0]) * u64::from(g[1]) * u64::from(g[2]);
-            p.time_us = self.time_fit.apply(model_us, blocks, self.device.sm_count);
+            p.time_us = self.time_fit.apply(model_us);
             out.push(Ranked {
                 block: b,
                 grid: g,
@@ -634,8 +633,8 @@ impl RationalProgram {
         c.push_str("}\n\n");
         let _ = writeln!(
             c,
-            "/* The entry point the runtime calls (klaraptor_model.select). */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  double best = INFINITY;\n  int best_i = -1;\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double blocks_per_sm = (double)(((uint64_t)g[0] * g[1] * g[2] + kl_dev.sm_count - 1) / kl_dev.sm_count);\n    const double t = {:?} * p.time_us + {:?} * blocks_per_sm;\n    if (!(t == t) || t == INFINITY) continue;\n    if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n    if (t <= best * (1.0 + 1e-9)) {{\n      /* A tie: more threads, then larger bx, then larger by. */\n      const uint32_t *o = kl_candidates[best_i];\n      const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n      if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n    }}\n  }}\n  if (best_i < 0) return 1;\n  block[0] = kl_candidates[best_i][0]; block[1] = kl_candidates[best_i][1]; block[2] = kl_candidates[best_i][2];\n  if (predicted_us) *predicted_us = best;\n  return 0;\n}}\n",
-            self.regs_per_thread, self.smem_per_block, self.time_fit.scale, self.time_fit.block_cost_us
+            "/* The entry point the runtime calls (klaraptor_model.select). */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  double best = INFINITY;\n  int best_i = -1;\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double t = {:?} * p.time_us + {:?};\n    if (!(t == t) || t == INFINITY) continue;\n    if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n    if (t <= best * (1.0 + 1e-9)) {{\n      /* A tie: more threads, then larger bx, then larger by. */\n      const uint32_t *o = kl_candidates[best_i];\n      const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n      if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n    }}\n  }}\n  if (best_i < 0) return 1;\n  block[0] = kl_candidates[best_i][0]; block[1] = kl_candidates[best_i][1]; block[2] = kl_candidates[best_i][2];\n  if (predicted_us) *predicted_us = best;\n  return 0;\n}}\n",
+            self.regs_per_thread, self.smem_per_block, self.time_fit.scale, self.time_fit.overhead_us
         );
         let _ = writeln!(
             c,
@@ -708,4 +707,38 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, RationalProgram)>> {
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+#[cfg(test)]
+mod time_fit_tests {
+    use super::TimeFit;
+
+    #[test]
+    fn recovers_scale_and_overhead() {
+        // measured = 0.5 · model + 6 µs (a launch overhead that dominates small launches)
+        let pts: Vec<(f64, f64)> = [1.0, 2.0, 4.0, 8.0, 30.0, 100.0]
+            .iter()
+            .map(|&m| (m, 0.5 * m + 6.0))
+            .collect();
+        let f = TimeFit::fit(&pts);
+        assert!((f.scale - 0.5).abs() < 1e-9, "{f:?}");
+        assert!((f.overhead_us - 6.0).abs() < 1e-9, "{f:?}");
+        assert!(f.median_rel_error < 1e-9);
+        assert!(f.model_median_rel_error > 0.1);
+        assert!((f.apply(10.0) - 11.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_negative_overhead_falls_back_to_the_scale_alone() {
+        // measured = 2 · model − 1: the two-term fit wants a negative overhead.
+        let pts: Vec<(f64, f64)> = [1.0, 2.0, 3.0, 5.0]
+            .iter()
+            .map(|&m| (m, 2.0 * m - 1.0))
+            .collect();
+        let f = TimeFit::fit(&pts);
+        assert_eq!(f.overhead_us, 0.0);
+        assert!(f.scale > 1.0 && f.scale < 2.0, "{f:?}");
+        // Too few points: the raw model.
+        assert_eq!(TimeFit::fit(&pts[..2]).scale, 1.0);
+    }
 }

@@ -64,6 +64,7 @@ pub const C_MODEL: &str = r##"/*
 #define KL_LIMIT_EXCEEDS_LIMITS 9
 #define KL_LIMIT_EXCEEDS_REGISTERS 10
 #define KL_LIMIT_EXCEEDS_SHARED_MEMORY 11
+#define KL_LIMIT_BLOCK_DISPATCH 12
 
 /* Carveout preference for kl_occupancy: the driver's default (largest shared memory). */
 #define KL_CARVEOUT_DEFAULT (-1)
@@ -99,6 +100,7 @@ typedef struct kl_device {
     double dram_bandwidth_gbs;
     double issue_cycles;        /* per warp instruction, per warp scheduler */
     double shared_issue_cycles; /* per shared-memory warp instruction, per scheduler */
+    double block_dispatch_cycles; /* between two blocks one SM starts */
 } kl_device;
 
 /* One launch: shared memory is static + dynamic bytes per block. */
@@ -293,6 +295,7 @@ static const char *kl_limiter_name(int code)
     case KL_LIMIT_EXCEEDS_LIMITS: return "launch exceeds device limits";
     case KL_LIMIT_EXCEEDS_REGISTERS: return "block exceeds register limit";
     case KL_LIMIT_EXCEEDS_SHARED_MEMORY: return "block exceeds shared memory limit";
+    case KL_LIMIT_BLOCK_DISPATCH: return "block dispatch";
     default: return "unknown";
     }
 }
@@ -426,7 +429,7 @@ KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl
     kl_wave last, first;
     uint64_t threads, blocks, a, sms, wpb, per_wave, waves, rest, last_blocks_on_sm, last_sms;
     uint64_t first_blocks_on_sm;
-    double cycles;
+    double cycles, dispatch;
     int i, limiter;
 
     for (i = 0; i < 3; i++) {
@@ -482,6 +485,11 @@ KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl
         limiter = KL_LIMIT_TOO_FEW_BLOCKS;
     } else {
         limiter = KL_LIMIT_OCCUPANCY_WARPS + (occ.limiter - KL_OCC_WARPS);
+    }
+    dispatch = (double)kl_div_ceil(blocks, sms) * d->block_dispatch_cycles;
+    if (dispatch > cycles) {
+        cycles = dispatch;
+        limiter = KL_LIMIT_BLOCK_DISPATCH;
     }
     out->cycles = cycles;
     out->time_us = cycles / d->sm_clock_mhz;
@@ -608,6 +616,7 @@ pub fn device_to_c(dev: &Device, ident: &str) -> String {
     o.push_str(&fig("dram_bandwidth_gbs", &c.dram_bandwidth_gbs));
     o.push_str(&fig("issue_cycles", &c.issue_cycles));
     o.push_str(&fig("shared_issue_cycles", &c.shared_issue_cycles));
+    o.push_str(&fig("block_dispatch_cycles", &c.block_dispatch_cycles));
     o.push_str("};\n");
     o
 }

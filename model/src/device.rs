@@ -127,6 +127,10 @@ pub struct SharedMemory {
 /// - `issue_cycles`: cycles one warp scheduler (SM sub-partition) needs per warp instruction.
 /// - `shared_issue_cycles`: cycles per shared-memory warp instruction, per sub-partition,
 ///   when all sub-partitions use the SM's one shared-memory pipe (conflict-free accesses).
+/// - `block_dispatch_cycles`: SM cycles between two blocks one SM starts when blocks do no
+///   work (the block scheduler's rate: launching, starting and retiring a block), measured
+///   with an empty kernel of many one-warp blocks. Device descriptions written before this
+///   figure existed read it as the architecture table's estimate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     pub mem_latency_cycles: Figure,
@@ -136,6 +140,18 @@ pub struct Calibration {
     pub dram_bandwidth_gbs: Figure,
     pub issue_cycles: Figure,
     pub shared_issue_cycles: Figure,
+    #[serde(default = "default_block_dispatch")]
+    pub block_dispatch_cycles: Figure,
+}
+
+/// The estimate of [`Calibration::block_dispatch_cycles`] where nothing was measured: about
+/// 80 ns per block per SM at 1.98 GHz, what the exhaustive sweeps of the accuracy study show
+/// for blocks of 8 to 64 threads on the H200 (`bench/results/accuracy-h200-*`); other
+/// architectures have no measurement.
+pub const BLOCK_DISPATCH_ESTIMATE_CYCLES: f64 = 160.0;
+
+fn default_block_dispatch() -> Figure {
+    Figure::table(BLOCK_DISPATCH_ESTIMATE_CYCLES)
 }
 
 /// Measured calibration figures; a `None` keeps the device's current figure. Field names
@@ -157,6 +173,8 @@ pub struct Measured {
     pub issue_cycles: Option<f64>,
     #[serde(default)]
     pub shared_issue_cycles: Option<f64>,
+    #[serde(default)]
+    pub block_dispatch_cycles: Option<f64>,
 }
 
 /// Everything occupancy and the model need to know about one GPU.
@@ -570,6 +588,7 @@ impl Device {
                 // One conflict-free shared-memory warp access per SM per cycle, shared by
                 // the four sub-partitions.
                 shared_issue_cycles: Figure::table(4.0),
+                block_dispatch_cycles: default_block_dispatch(),
             },
         }
     }
@@ -643,7 +662,7 @@ impl Device {
     /// Replaces the calibration figures that `m` has (source `calibration`).
     pub fn with_calibration(mut self, m: &Measured) -> Result<Device, DeviceError> {
         let c = &mut self.calibration;
-        let pairs: [(&mut Figure, Option<f64>); 7] = [
+        let pairs: [(&mut Figure, Option<f64>); 8] = [
             (&mut c.mem_latency_cycles, m.mem_latency_cycles),
             (&mut c.l2_latency_cycles, m.l2_latency_cycles),
             (
@@ -657,6 +676,7 @@ impl Device {
             (&mut c.dram_bandwidth_gbs, m.dram_bandwidth_gbs),
             (&mut c.issue_cycles, m.issue_cycles),
             (&mut c.shared_issue_cycles, m.shared_issue_cycles),
+            (&mut c.block_dispatch_cycles, m.block_dispatch_cycles),
         ];
         for (fig, v) in pairs {
             if let Some(value) = v {
@@ -794,7 +814,7 @@ impl Device {
             ("memory_clock_mhz", self.memory_clock_mhz),
         ];
         let c = &self.calibration;
-        let figures: [(&str, &Figure); 7] = [
+        let figures: [(&str, &Figure); 8] = [
             ("calibration.mem_latency_cycles", &c.mem_latency_cycles),
             ("calibration.l2_latency_cycles", &c.l2_latency_cycles),
             (
@@ -808,6 +828,10 @@ impl Device {
             ("calibration.dram_bandwidth_gbs", &c.dram_bandwidth_gbs),
             ("calibration.issue_cycles", &c.issue_cycles),
             ("calibration.shared_issue_cycles", &c.shared_issue_cycles),
+            (
+                "calibration.block_dispatch_cycles",
+                &c.block_dispatch_cycles,
+            ),
         ];
         let all = positive_f
             .into_iter()

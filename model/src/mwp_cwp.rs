@@ -87,6 +87,15 @@
 //! fractional `Rep = G / (A·S)`, which charged a quarter-full GPU a quarter of a wave and
 //! let idle SMs count as working.
 //!
+//! # Block dispatch \[K\]
+//!
+//! An SM starts (and retires) blocks at a bounded rate, whatever they do: with `G` blocks on
+//! `S` SMs the launch takes at least `ceil(G / S)·block_dispatch_cycles`. The total is the
+//! larger of that and the waves' cycles (limiter `block dispatch`). It is what makes blocks
+//! of 64 threads or fewer slow on a large grid even when every warp has little to do: on the
+//! H200 a 4096² stencil takes 165 µs with 64-thread blocks and 72 µs with 256-thread ones,
+//! while the waves' cycles are the same.
+//!
 //! # Inputs out of range
 //!
 //! The metrics come from rational functions that may leave their physical range when
@@ -156,6 +165,9 @@ pub enum Limiter {
     ExceedsRegisters,
     /// One block needs more shared memory than a block may have.
     ExceedsSharedMemory,
+    /// The SMs cannot start blocks faster: blocks so small or short that the block
+    /// scheduler's rate ([`crate::Calibration::block_dispatch_cycles`]) bounds the time.
+    BlockDispatch,
 }
 
 impl Limiter {
@@ -173,6 +185,7 @@ impl Limiter {
             Limiter::ExceedsLimits => 9,
             Limiter::ExceedsRegisters => 10,
             Limiter::ExceedsSharedMemory => 11,
+            Limiter::BlockDispatch => 12,
         }
     }
 
@@ -190,6 +203,7 @@ impl Limiter {
             Limiter::ExceedsLimits => "launch exceeds device limits",
             Limiter::ExceedsRegisters => "block exceeds register limit",
             Limiter::ExceedsSharedMemory => "block exceeds shared memory limit",
+            Limiter::BlockDispatch => "block dispatch",
         }
     }
 
@@ -451,7 +465,7 @@ pub fn predict(dev: &Device, launch: &Launch, m: &WarpMetrics) -> Prediction {
     } else {
         (last.cycles, last, last_blocks_on_sm)
     };
-    let limiter = if blocks < sms {
+    let mut limiter = if blocks < sms {
         Limiter::TooFewBlocks
     } else {
         match first.regime {
@@ -462,6 +476,12 @@ pub fn predict(dev: &Device, launch: &Launch, m: &WarpMetrics) -> Prediction {
             Regime::FewWarps => Limiter::Occupancy(occ.limiter),
         }
     };
+    let mut cycles = cycles;
+    let dispatch = blocks.div_ceil(sms) as f64 * dev.calibration.block_dispatch_cycles.value;
+    if dispatch > cycles {
+        cycles = dispatch;
+        limiter = Limiter::BlockDispatch;
+    }
     Prediction {
         cycles,
         time_us: cycles / dev.sm_clock_mhz,
@@ -506,6 +526,31 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn block_dispatch_bounds_many_small_blocks() {
+        let mut d = h100();
+        d.calibration.block_dispatch_cycles.value = 160.0;
+        // A warp with next to nothing to do: 32-thread blocks, 4000 per SM.
+        let tiny = WarpMetrics {
+            inst: 4.0,
+            ..WarpMetrics::default()
+        };
+        let blocks = 4000 * d.sm_count;
+        let p = predict(&d, &launch(32, blocks), &tiny);
+        assert_eq!(p.limiter, Limiter::BlockDispatch);
+        assert!((p.cycles - 4000.0 * 160.0).abs() < 1e-6);
+        // The same work in 256-thread blocks: an eighth of the blocks, an eighth of the bound.
+        let q = predict(&d, &launch(256, blocks / 8), &tiny);
+        assert!(q.cycles >= 500.0 * 160.0 - 1e-6);
+        assert!(q.cycles < p.cycles);
+        // Without the figure (0), the bound disappears.
+        d.calibration.block_dispatch_cycles.value = 0.0;
+        assert_ne!(
+            predict(&d, &launch(32, blocks), &tiny).limiter,
+            Limiter::BlockDispatch
+        );
     }
 
     // Hand derivation for the sm_90 table (480-cycle DRAM latency, 4-cycle coalesced

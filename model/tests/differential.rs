@@ -76,6 +76,7 @@ fn random_device(rng: &mut Rng, i: usize) -> Device {
     c.dram_bandwidth_gbs.value = rng.log_uniform(50.0, 10_000.0);
     c.issue_cycles.value = rng.log_uniform(0.1, 8.0);
     c.shared_issue_cycles.value = rng.log_uniform(0.25, 32.0);
+    c.block_dispatch_cycles.value = rng.log_uniform(10.0, 2000.0);
     d.validate("random").unwrap();
     d
 }
@@ -332,7 +333,7 @@ fn c_model_equals_rust_model_on_random_inputs() {
     );
 
     let (mut bitwise, mut worst, mut launchable) = (0usize, 0.0f64, 0usize);
-    let mut by_limiter = [0usize; 12];
+    let mut by_limiter = [0usize; 13];
     for (i, (c, line)) in cases.iter().zip(&lines).enumerate() {
         let d = &devs[c.dev];
         let f: Vec<&str> = line.splitn(18, ' ').collect();
@@ -419,7 +420,7 @@ fn c_model_equals_rust_model_on_random_inputs() {
         "differential: {CASES} cases ({launchable} launchable), {bitwise} bit-identical, \
          worst relative difference {worst:e}"
     );
-    eprintln!("cases per limiter code (1..=11): {:?}", &by_limiter[1..]);
+    eprintln!("cases per limiter code (1..=12): {:?}", &by_limiter[1..]);
     // The random inputs must exercise every branch of the model, not only its refusals.
     for (code, n) in by_limiter.iter().enumerate().skip(1) {
         assert!(*n >= 20, "limiter code {code} reached only {n} times");

@@ -82,6 +82,11 @@ __global__ void spin(long long cycles, unsigned *sink) {
   if (x == 0x12345678u) sink[0] = x;
 }
 
+// Does nothing unless `flag` (never set): a block that only starts and retires.
+__global__ void empty_block(const unsigned *flag, unsigned *sink) {
+  if (flag[0] == 0xdeadbeefu) sink[0] = blockIdx.x ^ threadIdx.x;
+}
+
 // Writes a buffer: evicts whatever the L2 held before.
 __global__ void scrub(unsigned *buf, size_t n, unsigned v) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -990,6 +995,36 @@ int main(int argc, char **argv) {
                       "2 x MemoryClockRate x GlobalMemoryBusWidth / 8 (the driver's figures)"});
     CK(cudaFree(a));
     CK(cudaFree(c));
+  }
+
+  // ---- block dispatch ----------------------------------------------------------------
+  std::fprintf(stderr, "calibrate: block dispatch\n");
+  {
+    const double mhz = std::isfinite(sm_mhz) ? sm_mhz : d.attr("ClockRate", 0) / 1000.0;
+    unsigned *flag = nullptr;
+    CK(cudaMalloc(&flag, sizeof(unsigned)));
+    CK(cudaMemset(flag, 0, sizeof(unsigned)));
+    const long long per_sm = 4000;
+    const int blocks = (int)(per_sm * b.sms);
+    // Cycles between two blocks one SM starts, for blocks of `threads` threads.
+    auto per_block = [&](int threads) {
+      std::vector<double> reps;
+      b.time_ms([&] { empty_block<<<blocks, threads>>>(flag, b.sink); });  // warm-up
+      for (int r = 0; r < 15; ++r)
+        reps.push_back(
+            b.time_ms([&] { empty_block<<<blocks, threads>>>(flag, b.sink); }) * 1e3 * mhz /
+            (double)per_sm);
+      std::sort(reps.begin(), reps.end());
+      return reps[reps.size() / 2];
+    };
+    const double c32 = per_block(32);
+    extras.push_back({"block_dispatch_cycles", c32,
+                      "empty kernel, " + std::to_string(per_sm) +
+                          " one-warp blocks per SM: event time x SM clock / blocks per SM; "
+                          "median of 15"});
+    extras.push_back({"block_dispatch_cycles_256", per_block(256),
+                      "the same with 256-thread blocks (for reference)"});
+    CK(cudaFree(flag));
   }
 
   const double elapsed =

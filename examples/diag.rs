@@ -1,0 +1,54 @@
+//! Prints, for one kernel of a study at one size, every shape's measured time (from a
+//! recorded sweep) beside the rational program's prediction and metrics.
+//! cargo run --release --example diag -- <manifest.json> <records dir> <size,size..>
+
+use anyhow::{Context, Result};
+use klaraptor::rational::RationalProgram;
+use klaraptor_profiler::record::Sample;
+
+fn main() -> Result<()> {
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    let prog: RationalProgram = serde_json::from_str(&std::fs::read_to_string(&a[0])?)?;
+    let dir = std::path::Path::new(&a[1]);
+    let size: Vec<i64> = a[2].split(',').map(|s| s.parse().unwrap()).collect();
+    let tsv = std::fs::read_to_string(dir.join("kernels.tsv"))?;
+    let stem = tsv
+        .lines()
+        .find(|l| l.split('\t').nth(1) == Some(prog.mangled.as_str()))
+        .context("kernel not in records")?
+        .split('\t')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut measured = std::collections::BTreeMap::new();
+    for l in std::fs::read_to_string(dir.join(format!("{stem}.jsonl")))?.lines() {
+        let s: Sample = match serde_json::from_str(l) {
+            Ok(s) => s,
+            Err(_) => continue,
+        };
+        if s.sizes == size {
+            if let Some(c) = s.counters {
+                measured.insert(s.block, c.time_ms * 1000.0);
+            }
+        }
+    }
+    let ranked = prog.rank(&size)?;
+    let best = measured.values().cloned().fold(f64::INFINITY, f64::min);
+    println!(
+        "{} at {:?}: scale {:.3} block {:.3}",
+        prog.kernel, size, prog.time_fit.scale, prog.time_fit.overhead_us
+    );
+    println!("rank block        meas_us  ratio   pred_us  model_us  mwp   cwp  w/sm  inst  gld  gst  s_ld  s_st  dram/w  lim");
+    for (i, r) in ranked.iter().enumerate() {
+        let m = measured.get(&r.block).copied().unwrap_or(f64::NAN);
+        let x = &r.metrics;
+        println!(
+            "{:3} {:>4}x{:<4} {:9.2} {:5.2} {:9.2} {:9.2} {:5.1} {:5.1} {:4} {:5.0} {:4.1} {:4.1} {:5.1} {:5.1} {:7.0} {}",
+            i + 1, r.block[0], r.block[1], m, best / m, r.prediction.time_us, r.model_us,
+            r.prediction.mwp, r.prediction.cwp, r.prediction.active_warps_per_sm,
+            x.inst, x.gld_inst, x.gst_inst, x.gld_sectors_per_req, x.gst_sectors_per_req, x.dram_bytes,
+            r.prediction.limiter.name()
+        );
+    }
+    Ok(())
+}

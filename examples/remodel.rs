@@ -1,0 +1,68 @@
+//! Rebuilds the rational programs of a built study from its profile database with the
+//! current model code, in place: for every `<study>/<program>/models/*.json` manifest, the
+//! entry of the same kernel, device-code hash and device is read from the database and the
+//! program rebuilt and rewritten (C and manifest). The accuracy report then ranks with the
+//! new programs (`accuracy-report report` without a choice phase uses the manifests), which
+//! replays a recorded exhaustive sweep against a changed model without a GPU.
+//!
+//! cargo run --release --example remodel -- <study dir> <profile db>
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use klaraptor::linkspec::LinkSpec;
+use klaraptor::rational::{self, RationalProgram};
+use klaraptor_profiler::db::ProfileDb;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (study, db) = match args.as_slice() {
+        [s, d] => (PathBuf::from(s), PathBuf::from(d)),
+        _ => anyhow::bail!("usage: remodel <study dir> <profile db>"),
+    };
+    let db = ProfileDb::open(&db)?;
+    let mut n = 0;
+    for prog_dir in std::fs::read_dir(&study)? {
+        let models = prog_dir?.path().join("models");
+        if !models.is_dir() {
+            continue;
+        }
+        for (path, old) in rational::load_dir(&models)? {
+            let spec = spec_of(&old);
+            let entry = db
+                .get(&old.mangled, &old.provenance.code_hash, &old.device.name)?
+                .with_context(|| format!("{}: no profile entry", path.display()))?;
+            let new = rational::build(&spec, &entry, &models)
+                .with_context(|| format!("rebuilding {}", path.display()))?;
+            new.write(&models)?;
+            println!(
+                "{}\t{}\tscale {:.3} overhead {:.3} µs\tmedian rel err {:.3} (model {:.3})",
+                path.display(),
+                new.kernel,
+                new.time_fit.scale,
+                new.time_fit.overhead_us,
+                new.time_fit.median_rel_error,
+                new.time_fit.model_median_rel_error
+            );
+            n += 1;
+        }
+    }
+    eprintln!("rebuilt {n} programs");
+    Ok(())
+}
+
+fn spec_of(p: &RationalProgram) -> LinkSpec {
+    LinkSpec {
+        name: p.kernel.clone(),
+        mangled: p.mangled.clone(),
+        data: p.data.clone(),
+        dim: p.dim,
+        grid: p.grid.clone(),
+        block: p.block.clone(),
+        profile_run: None,
+        profile_sizes: Vec::new(),
+        code_hash: p.provenance.code_hash.clone(),
+        annotated_at: String::new(),
+        build_dir: PathBuf::new(),
+    }
+}
