@@ -603,3 +603,33 @@ fn a_translation_unit_clang_cannot_build_says_why() {
         "klaraptor_select"
     ));
 }
+
+/// `--default-stream per-thread`: the stubs launch through the per-thread entry points
+/// (`__cudaLaunchKernel_ptsz`, falling back to `cudaLaunchKernel_ptsz`), as nvcc's do.
+#[test]
+fn per_thread_default_stream() {
+    let d = sample_project();
+    let o = kcc(
+        d.path(),
+        &[
+            "--kl-backend=clang",
+            "--default-stream",
+            "per-thread",
+            "-arch=sm_90",
+            "-c",
+            "mm.cu",
+            "-o",
+            "mm.o",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mm = symbols(&d.path().join("mm.o"));
+    for sym in [
+        "__cudaLaunchKernel_ptsz",
+        "cudaLaunchKernel_ptsz",
+        "__cudaGetKernel",
+    ] {
+        assert!(has_symbol(&mm, "U", sym), "U {sym}:\n{mm}");
+    }
+    assert!(!has_symbol(&mm, "U", "cudaLaunchKernel"), "{mm}");
+}

@@ -336,10 +336,7 @@ pub fn compile_unit_clang(
         cmd.args(["-x", "cuda"])
             .arg(format!("--cuda-path={}", cuda.root.display()))
             // clang-19 knows CUDA up to 12.5 and says so; CUDA 13's headers work.
-            .args([
-                "-Wno-unknown-cuda-version",
-                "-Wno-unused-command-line-argument",
-            ])
+            .arg("-Wno-unknown-cuda-version")
             .arg("-isystem")
             .arg(&stubs);
         // CCCL (libcu++, CUB, Thrust), where nvcc finds it (nvcc.profile).

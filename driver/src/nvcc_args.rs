@@ -1026,8 +1026,7 @@ pub fn clang_flags(cl: &CommandLine) -> Result<ClangFlags, ClangFlagError> {
     });
     let device_debug = cl.has(DeviceDebug);
     if device_debug {
-        out.device
-            .extend(["-O0", "-g", "--cuda-noopt-device-debug"].map(String::from));
+        out.device.extend(["-O0", "-g"].map(String::from));
         out.ptxas
             .extend(["-g", "--dont-merge-basicblocks", "--return-at-end"].map(String::from));
         out.fatbinary.push("-g".into());
@@ -1121,12 +1120,16 @@ pub fn clang_flags(cl: &CommandLine) -> Result<ClangFlags, ClangFlagError> {
                 "ftemplate-backtrace-limit" => {
                     out.both.push(format!("-ftemplate-backtrace-limit={v}"))
                 }
+                // As nvcc: the runtime API's per-thread entry points for the host code
+                // (the macro), and the stubs' launches through cudaLaunchKernel_ptsz (a
+                // cc1 option: clang-19's driver passes -fgpu-default-stream for HIP only).
                 "default-stream" if v == "per-thread" => {
-                    out.both.push("-fgpu-default-stream=per-thread".into())
+                    out.both
+                        .push("-DCUDA_API_PER_THREAD_DEFAULT_STREAM=1".into());
+                    out.host
+                        .extend(["-Xclang", "-fgpu-default-stream=per-thread"].map(String::from));
                 }
-                "default-stream" if v == "legacy" || v == "null" => {
-                    out.both.push("-fgpu-default-stream=legacy".into())
-                }
+                "default-stream" if v == "legacy" => {}
                 "ftz" if v == "true" => out.device.push("-fgpu-flush-denormals-to-zero".into()),
                 "ftz" if v == "false" => out.device.push("-fno-gpu-flush-denormals-to-zero".into()),
                 "fmad" if v == "true" => out.device.push("-ffp-contract=fast".into()),
@@ -1316,11 +1319,20 @@ mod clang_flag_tests {
                 "-include",
                 "pre.h",
                 "-std=c++17",
-                "-fgpu-default-stream=per-thread",
+                "-DCUDA_API_PER_THREAD_DEFAULT_STREAM=1",
                 "-w"
             ]
         );
-        assert_eq!(f.host, ["-g", "-fPIC", "-Wall"]);
+        assert_eq!(
+            f.host,
+            [
+                "-g",
+                "-fPIC",
+                "-Wall",
+                "-Xclang",
+                "-fgpu-default-stream=per-thread"
+            ]
+        );
         assert_eq!(
             f.device,
             [
@@ -1344,7 +1356,7 @@ mod clang_flag_tests {
     #[test]
     fn device_debug() {
         let f = flags("-G -lineinfo -c x.cu").unwrap();
-        assert_eq!(f.device, ["-O0", "-g", "--cuda-noopt-device-debug"]);
+        assert_eq!(f.device, ["-O0", "-g"]);
         assert_eq!(
             f.ptxas,
             ["-g", "--dont-merge-basicblocks", "--return-at-end"]
