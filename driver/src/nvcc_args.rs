@@ -1129,7 +1129,8 @@ pub fn clang_flags(cl: &CommandLine) -> Result<ClangFlags, ClangFlagError> {
                     out.host
                         .extend(["-Xclang", "-fgpu-default-stream=per-thread"].map(String::from));
                 }
-                "default-stream" if v == "legacy" => {}
+                // nvcc 13 takes "null" as a deprecated spelling of "legacy".
+                "default-stream" if v == "legacy" || v == "null" => {}
                 "ftz" if v == "true" => out.device.push("-fgpu-flush-denormals-to-zero".into()),
                 "ftz" if v == "false" => out.device.push("-fno-gpu-flush-denormals-to-zero".into()),
                 "fmad" if v == "true" => out.device.push("-ffp-contract=fast".into()),
@@ -1409,6 +1410,7 @@ mod clang_flag_tests {
             "-m64",
             "-x cu",
             "-rdc=false",
+            "--default-stream null",
         ] {
             flags(&format!("{line} -c x.cu")).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
