@@ -4,34 +4,24 @@
 
 use anyhow::{Context, Result};
 use klaraptor::rational::RationalProgram;
-use klaraptor_profiler::record::Sample;
+use klaraptor::validate;
 
 fn main() -> Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let prog: RationalProgram = serde_json::from_str(&std::fs::read_to_string(&a[0])?)?;
     let dir = std::path::Path::new(&a[1]);
     let size: Vec<i64> = a[2].split(',').map(|s| s.parse().unwrap()).collect();
-    let tsv = std::fs::read_to_string(dir.join("kernels.tsv"))?;
-    let stem = tsv
-        .lines()
-        .find(|l| l.split('\t').nth(1) == Some(prog.mangled.as_str()))
-        .context("kernel not in records")?
-        .split('\t')
-        .next()
-        .unwrap()
-        .to_string();
-    let mut measured = std::collections::BTreeMap::new();
-    for l in std::fs::read_to_string(dir.join(format!("{stem}.jsonl")))?.lines() {
-        let s: Sample = match serde_json::from_str(l) {
-            Ok(s) => s,
-            Err(_) => continue,
-        };
-        if s.sizes == size {
-            if let Some(c) = s.counters {
-                measured.insert(s.block, c.time_ms * 1000.0);
-            }
-        }
-    }
+    let sweeps = validate::read_records(dir)?;
+    let sweep = sweeps
+        .iter()
+        .find(|w| w.id == prog.mangled)
+        .context("kernel not in records")?;
+    let measured: std::collections::BTreeMap<[u32; 3], f64> = sweep
+        .samples
+        .iter()
+        .filter(|s| s.sizes == size && s.error.is_none())
+        .filter_map(|s| s.counters.as_ref().map(|c| (s.block, c.time_ms * 1000.0)))
+        .collect();
     let ranked = prog.rank(&size)?;
     let best = measured.values().cloned().fold(f64::INFINITY, f64::min);
     println!(

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
-use klaraptor::rational;
-use klaraptor_profiler::record::Sample;
+use klaraptor::{rational, validate};
 
 fn main() -> Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
@@ -41,25 +40,15 @@ fn main() -> Result<()> {
         xs.sort();
         for (_, prog) in rational::load_dir(&models)? {
             for rec in &xs {
-                let Ok(tsv) = std::fs::read_to_string(rec.join("kernels.tsv")) else {
+                let sweeps = validate::read_records(rec)?;
+                let Some(sweep) = sweeps.iter().find(|w| w.id == prog.mangled) else {
                     continue;
                 };
-                let Some(stem) = tsv
-                    .lines()
-                    .find(|l| l.split('\t').nth(1) == Some(prog.mangled.as_str()))
-                    .and_then(|l| l.split('\t').next())
-                else {
-                    continue;
-                };
-                let text = std::fs::read_to_string(rec.join(format!("{stem}.jsonl")))?;
                 let mut by_size: BTreeMap<Vec<i64>, BTreeMap<[u32; 3], f64>> = BTreeMap::new();
-                for l in text.lines() {
-                    let Ok(s) = serde_json::from_str::<Sample>(l) else {
-                        continue;
-                    };
-                    if let (Some(c), None) = (s.counters, s.error) {
+                for s in &sweep.samples {
+                    if let (Some(c), None) = (&s.counters, &s.error) {
                         by_size
-                            .entry(s.sizes)
+                            .entry(s.sizes.clone())
                             .or_default()
                             .insert(s.block, c.time_ms);
                     }

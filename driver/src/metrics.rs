@@ -26,6 +26,7 @@ use anyhow::{bail, Context, Result};
 use klaraptor_fitting::{
     fit, fit_degrees, DegreeBounds, Domain, FitOptions, FitProblem, RationalFn, Variable,
 };
+use klaraptor_passes::expr::{self, IntExpr};
 use klaraptor_profiler::record::{Counters, Entry, Sample};
 
 use crate::linkspec::LinkSpec;
@@ -150,33 +151,28 @@ pub fn usable<'a>(spec: &LinkSpec, entry: &'a Entry) -> Vec<(&'a Sample, &'a Cou
         .collect()
 }
 
-/// Threads a launch of `block` at `sizes` runs, over the threads of the kernel's domain (the
-/// grid formula evaluated at a block of one thread): 1 when the blocks tile the domain,
-/// more when the last blocks overhang it. `None` when the formula cannot be evaluated.
-pub fn overhang(spec: &LinkSpec, sizes: &[i64], block: [u32; 3]) -> Option<f64> {
-    let labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
-    let mut launched = 1.0;
+/// Threads a sample's launch ran (its recorded grid × block), over the threads of the
+/// kernel's domain (`grid`, the kernel's parsed grid formula, evaluated at a block of one
+/// thread): 1 when the blocks tile the domain, more when the last blocks overhang it. `None`
+/// when the formula cannot be evaluated at the sample's sizes.
+pub fn overhang(spec: &LinkSpec, grid: &[IntExpr], s: &Sample) -> Option<f64> {
+    let mut env: Vec<(&str, i64)> = spec
+        .data
+        .iter()
+        .map(String::as_str)
+        .zip(s.sizes.iter().copied())
+        .collect();
+    env.extend([("bx", 1), ("by", 1), ("bz", 1)]);
     let mut domain = 1.0;
-    for (i, g) in spec.grid.iter().enumerate().take(3) {
-        let e = klaraptor_passes::expr::parse_int(g, &labels).ok()?;
-        let env = |b: [u32; 3]| -> Vec<(&str, i64)> {
-            let mut v: Vec<(&str, i64)> =
-                labels.iter().copied().zip(sizes.iter().copied()).collect();
-            v.extend([
-                ("bx", i64::from(b[0])),
-                ("by", i64::from(b[1])),
-                ("bz", i64::from(b[2])),
-            ]);
-            v
-        };
-        let at = e.eval(env(block).as_slice()).ok()?;
-        let one = e.eval(env([1, 1, 1]).as_slice()).ok()?;
-        if at < 1 || one < 1 {
-            return None;
+    for e in grid.iter().take(3) {
+        match e.eval(env.as_slice()) {
+            Ok(v) if v >= 1 => domain *= v as f64,
+            _ => return None,
         }
-        launched *= at as f64 * f64::from(block[i]);
-        domain *= one as f64;
     }
+    let launched: f64 = (0..3)
+        .map(|i| f64::from(s.grid[i]) * f64::from(s.block[i]))
+        .product();
     Some(launched / domain)
 }
 
@@ -200,10 +196,20 @@ pub fn fit_all(
     shapes: &[[u32; 3]],
 ) -> Result<BTreeMap<String, RationalFn>> {
     let all = usable(spec, entry);
+    let labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
+    // (A formula that does not parse was refused before; without one nothing is left out.)
+    let grid: Vec<IntExpr> = spec
+        .grid
+        .iter()
+        .map(|g| expr::parse_int(g, &labels))
+        .collect::<Result<_, _>>()
+        .unwrap_or_default();
     let tiled: Vec<_> = all
         .iter()
         .copied()
-        .filter(|(s, _)| overhang(spec, &s.sizes, s.block).is_none_or(|o| o <= MAX_FIT_OVERHANG))
+        .filter(|(s, _)| {
+            grid.is_empty() || overhang(spec, &grid, s).is_none_or(|o| o <= MAX_FIT_OVERHANG)
+        })
         .collect();
     // Too few tiled samples (a kernel profiled only at sizes below its blocks): all of them.
     let samples = if tiled.len() >= MIN_TILED_SAMPLES {
