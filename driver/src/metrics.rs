@@ -28,6 +28,7 @@ use klaraptor_fitting::{
 };
 use klaraptor_passes::expr::{self, IntExpr};
 use klaraptor_profiler::record::{Counters, Entry, Sample};
+use serde::{Deserialize, Serialize};
 
 use crate::linkspec::LinkSpec;
 
@@ -187,14 +188,12 @@ pub const MAX_FIT_OVERHANG: f64 = 1.25;
 /// Fewest samples within [`MAX_FIT_OVERHANG`] the fits use by themselves.
 pub const MIN_TILED_SAMPLES: usize = 16;
 
-/// Fits every metric of [`METRICS`] over the entry's samples (totals and ratios, see the
-/// module documentation). `shapes` are the candidate
-/// block shapes the functions will be evaluated on.
-pub fn fit_all(
+/// The samples the fits use: the usable ones whose blocks tile the domain within
+/// [`MAX_FIT_OVERHANG`], or all usable ones when fewer than [`MIN_TILED_SAMPLES`] do.
+pub fn fit_samples<'a>(
     spec: &LinkSpec,
-    entry: &Entry,
-    shapes: &[[u32; 3]],
-) -> Result<BTreeMap<String, RationalFn>> {
+    entry: &'a Entry,
+) -> Result<Vec<(&'a Sample, &'a Counters)>> {
     let all = usable(spec, entry);
     let labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
     // (A formula that does not parse was refused before; without one nothing is left out.)
@@ -225,6 +224,18 @@ pub fn fit_all(
             entry.samples.len()
         );
     }
+    Ok(samples)
+}
+
+/// Fits every metric of [`METRICS`] over the entry's samples (totals and ratios, see the
+/// module documentation). `shapes` are the candidate
+/// block shapes the functions will be evaluated on.
+pub fn fit_all(
+    spec: &LinkSpec,
+    entry: &Entry,
+    shapes: &[[u32; 3]],
+) -> Result<BTreeMap<String, RationalFn>> {
+    let samples = fit_samples(spec, entry)?;
     let vars = variables(spec);
     let nblock = usize::from(spec.dim.clamp(1, 3));
     let points: Vec<Vec<f64>> = samples
@@ -277,6 +288,150 @@ pub fn fit_all(
         out.insert(name.to_string(), f);
     }
     Ok(out)
+}
+
+/// The box of threads a block's first warp covers: `min(bx, 32)` threads along x, then as
+/// many rows along y as fit in 32 threads (at most `by`), then layers along z. Threads are
+/// numbered x first, so every full warp of a block of power-of-two dimensions covers a box of
+/// this shape, and the coalescing of an access whose address is affine in the thread index
+/// (how many 32-byte sectors one warp request touches) depends on the block only through it:
+/// 4x128 and 4x16 blocks both make warps of 4 columns × 8 rows.
+pub fn warp_footprint(block: [u32; 3]) -> [u32; 3] {
+    let wx = block[0].clamp(1, 32);
+    let wy = block[1].clamp(1, (32 / wx).max(1));
+    let wz = block[2].clamp(1, (32 / (wx * wy)).max(1));
+    [wx, wy, wz]
+}
+
+/// The sectors-per-request ratios of the blocks of one warp footprint, as functions of the
+/// data sizes alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FootprintRatios {
+    pub footprint: [u32; 3],
+    /// `None`: no request of that kind was measured with this footprint; the global fit
+    /// stands.
+    pub gld_sectors_per_req: Option<RatioFit>,
+    pub gst_sectors_per_req: Option<RatioFit>,
+}
+
+/// A fitted ratio and the range its measurements spanned: the ratio tends to a limit as the
+/// sizes grow, and the function is held within what was measured rather than let run off
+/// with its extrapolation (a degree-1 rational function whose pole sits past the profiled
+/// sizes would).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RatioFit {
+    pub f: RationalFn,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl FootprintRatios {
+    /// The fitted ratios, by metric name ([`METRICS`]).
+    pub fn fits(&self) -> impl Iterator<Item = (&'static str, &RatioFit)> {
+        [
+            ("gld_sectors_per_req", &self.gld_sectors_per_req),
+            ("gst_sectors_per_req", &self.gst_sectors_per_req),
+        ]
+        .into_iter()
+        .filter_map(|(n, f)| f.as_ref().map(|f| (n, f)))
+    }
+}
+
+impl RatioFit {
+    /// The ratio at these data sizes.
+    pub fn eval(&self, data: &[f64]) -> f64 {
+        self.f.eval(data).clamp(self.min, self.max)
+    }
+}
+
+/// Fits the sectors-per-request ratios per warp footprint ([`warp_footprint`]), for every
+/// footprint of `shapes` that the profile sampled at two sizes or more.
+///
+/// Coalescing is a step function of the block: 4 sectors per request from 8 columns up, 8 at
+/// 4 columns, 16 at 2, 32 at 1 for a row-major 2-D access. One smooth function of the block
+/// dimensions over all shapes cannot follow the steps and smears them (on the H200 the
+/// global fit of jacobi2d's copy predicted 7.0 sectors for 4x128 blocks, which make 8, and
+/// 4.2 for 32x8, which make 4), and the model then sees little difference between shapes
+/// whose times differ by 60 %. Within one footprint the ratio depends on the data sizes only
+/// (boundary and alignment effects), smoothly. A footprint without such a fit keeps the
+/// global one.
+pub fn fit_ratios_by_footprint(
+    spec: &LinkSpec,
+    entry: &Entry,
+    shapes: &[[u32; 3]],
+) -> Result<Vec<FootprintRatios>> {
+    let samples = fit_samples(spec, entry)?;
+    let mut wanted: Vec<[u32; 3]> = shapes.iter().map(|b| warp_footprint(*b)).collect();
+    wanted.sort();
+    wanted.dedup();
+    let vars: Vec<Variable> = spec.data.iter().map(Variable::data).collect();
+    let mut out = Vec::new();
+    for fp in wanted {
+        let group: Vec<_> = samples
+            .iter()
+            .filter(|(s, _)| warp_footprint(s.block) == fp)
+            .collect();
+        let ratio = |which: fn(&Counters) -> (u64, u64)| {
+            let rows: Vec<(Vec<f64>, f64)> = group
+                .iter()
+                .filter_map(|(s, c)| {
+                    let (sectors, requests) = which(c);
+                    (requests > 0).then(|| {
+                        let x = s.sizes.iter().map(|&v| v as f64).collect();
+                        (x, sectors as f64 / requests as f64)
+                    })
+                })
+                .collect();
+            fit_ratio(&vars, &rows)
+        };
+        let fits = FootprintRatios {
+            footprint: fp,
+            gld_sectors_per_req: ratio(|c| (c.gld_sectors, c.gld_requests))
+                .with_context(|| format!("kernel {}: fitting load sectors", spec.name))?,
+            gst_sectors_per_req: ratio(|c| (c.gst_sectors, c.gst_requests))
+                .with_context(|| format!("kernel {}: fitting store sectors", spec.name))?,
+        };
+        if fits.gld_sectors_per_req.is_some() || fits.gst_sectors_per_req.is_some() {
+            out.push(fits);
+        }
+    }
+    Ok(out)
+}
+
+/// One ratio of one footprint as a function of the data sizes: a constant when the rows
+/// hold fewer than three sizes, else a rational function of degree at most one in each size
+/// (the ratio tends to its interior value as boundary effects fade). `None` without rows.
+fn fit_ratio(vars: &[Variable], rows: &[(Vec<f64>, f64)]) -> Result<Option<RatioFit>> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let min = rows.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    let max = rows.iter().map(|r| r.1).fold(f64::NEG_INFINITY, f64::max);
+    let held = |f: RationalFn| Some(RatioFit { f, min, max });
+    let problem = FitProblem {
+        vars: vars.to_vec(),
+        points: rows.iter().map(|r| r.0.clone()).collect(),
+        values: rows.iter().map(|r| r.1).collect(),
+        domain: Domain::Grid {
+            shapes: Vec::new(),
+            data: vec![[1.0, DATA_BOUND]; vars.len()],
+        },
+    };
+    let zeros = DegreeBounds::zeros(vars.len());
+    let mut distinct: Vec<&Vec<f64>> = problem.points.iter().collect();
+    distinct.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    distinct.dedup();
+    if distinct.len() >= 3 {
+        let ones = DegreeBounds::uniform(vars.len(), 1);
+        let mut o = FitOptions::new(ones.clone(), ones);
+        o.den_max_total_degree = 1;
+        if let Ok(f) = fit(&problem, &o) {
+            return Ok(held(f));
+        }
+    }
+    let mut constant = FitOptions::new(zeros.clone(), zeros.clone());
+    constant.value_floor = Some(1e-6);
+    Ok(held(fit_degrees(&problem, &zeros, &zeros, &constant)?))
 }
 
 #[cfg(test)]
@@ -399,5 +554,78 @@ mod tests {
         let (b0, g0, c0) = mm_row(0);
         assert_eq!(want0[0] * warps(b0, g0), c0.inst_executed as f64);
         assert_eq!(want35[0] * warps(b, g), c.inst_executed as f64);
+    }
+
+    #[test]
+    fn warp_footprints() {
+        assert_eq!(warp_footprint([4, 128, 1]), [4, 8, 1]);
+        assert_eq!(warp_footprint([4, 16, 1]), [4, 8, 1]);
+        assert_eq!(warp_footprint([32, 8, 1]), [32, 1, 1]);
+        assert_eq!(warp_footprint([1024, 1, 1]), [32, 1, 1]);
+        assert_eq!(warp_footprint([1, 64, 1]), [1, 32, 1]);
+        assert_eq!(warp_footprint([2, 2, 64]), [2, 2, 8]);
+        // A block smaller than a warp is its own footprint.
+        assert_eq!(warp_footprint([4, 2, 1]), [4, 2, 1]);
+        assert_eq!(warp_footprint([96, 1, 1]), [32, 1, 1]);
+    }
+
+    /// jacobi2d's copy kernel as profiled on the H200 (committed entry, 2026-11-22): the
+    /// per-footprint fits give the sectors per request the layout makes, 4 for warps 8
+    /// columns wide or more, 8 for 4 columns, 16 for 2, 32 for 1, at a size 8x the largest
+    /// profiled, and stay within the measured range far beyond it.
+    #[test]
+    fn ratios_by_footprint_follow_the_steps_of_coalescing() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+            "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z13jacobi2d_copyPfPKfi-d74a5b006d8f83bf.toml",
+        );
+        let entry: Entry = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let spec = LinkSpec {
+            name: "jacobi2d_copy".into(),
+            mangled: "_Z13jacobi2d_copyPfPKfi".into(),
+            data: vec!["N".into()],
+            dim: 2,
+            grid: vec!["ceil(N, bx)".into(), "ceil(N, by)".into()],
+            block: vec![],
+            profile_run: None,
+            profile_sizes: vec![],
+            code_hash: "d74a5b006d8f83bf".into(),
+            annotated_at: String::new(),
+            build_dir: Default::default(),
+        };
+        let shapes = crate::rational::candidates(2);
+        let fits = fit_ratios_by_footprint(&spec, &entry, &shapes).unwrap();
+        let at = |fp: [u32; 3], n: f64| {
+            let r = fits.iter().find(|r| r.footprint == fp).unwrap();
+            (
+                r.gld_sectors_per_req.as_ref().unwrap().eval(&[n]),
+                r.gst_sectors_per_req.as_ref().unwrap().eval(&[n]),
+            )
+        };
+        for (fp, want) in [
+            ([32, 1, 1], 4.0),
+            ([16, 2, 1], 4.0),
+            ([8, 4, 1], 4.0),
+            ([4, 8, 1], 8.0),
+            ([2, 16, 1], 16.0),
+            ([1, 32, 1], 32.0),
+        ] {
+            for n in [2048.0, 1e7] {
+                let (ld, st) = at(fp, n);
+                assert!(
+                    (ld / want - 1.0).abs() < 0.04,
+                    "{fp:?} at {n}: {ld} load sectors"
+                );
+                assert!(
+                    (st / want - 1.0).abs() < 0.04,
+                    "{fp:?} at {n}: {st} store sectors"
+                );
+            }
+        }
+        // Every candidate of full warps has its footprint's fit (the plan samples every
+        // width); blocks of fewer threads that the plan did not sample keep the global fit.
+        for b in shapes.into_iter().filter(|b| b[0] * b[1] * b[2] >= 32) {
+            let fp = warp_footprint(b);
+            assert!(fits.iter().any(|r| r.footprint == fp), "{b:?}: {fp:?}");
+        }
     }
 }

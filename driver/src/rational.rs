@@ -63,6 +63,10 @@ pub struct RationalProgram {
     /// The model's time calibrated against the profile's measured times.
     #[serde(default)]
     pub time_fit: TimeFit,
+    /// The sectors-per-request ratios per warp footprint, which replace the global ratio
+    /// fits for the shapes of those footprints ([`metrics::fit_ratios_by_footprint`]).
+    #[serde(default)]
+    pub ratios_by_footprint: Vec<metrics::FootprintRatios>,
 }
 
 /// `predicted = scale · model + overhead_us`, fitted at build time by least squares in
@@ -304,6 +308,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         );
     }
     let fitted = metrics::fit_all(spec, entry, &cands)?;
+    let ratios_by_footprint = metrics::fit_ratios_by_footprint(spec, entry, &cands)?;
     let usable = metrics::usable(spec, entry);
     let regs = usable
         .iter()
@@ -341,6 +346,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         },
         c_name,
         time_fit: TimeFit::default(),
+        ratios_by_footprint,
     };
     let points: Vec<(f64, f64)> = usable
         .iter()
@@ -403,7 +409,23 @@ impl RationalProgram {
                 .map(|f| f.eval(&x).max(0.0))
                 .unwrap_or(0.0);
         }
-        let v = metrics::per_warp_of(&v, b, g);
+        let fp = metrics::warp_footprint(b);
+        if let Some(r) = self.ratios_by_footprint.iter().find(|r| r.footprint == fp) {
+            for (name, f) in r.fits() {
+                if let Some(i) = METRICS.iter().position(|m| *m == name) {
+                    v[i] = f.eval(&x[..data.len()]).max(0.0);
+                }
+            }
+        }
+        let mut v = metrics::per_warp_of(&v, b, g);
+        // The work belongs to the warps inside the kernel's domain: those of blocks that
+        // overhang it test a bound and exit (module doc of metrics.rs).
+        let busy = self.busy_fraction(data, b, g);
+        for (i, x) in v.iter_mut().enumerate() {
+            if metrics::is_total(i) {
+                *x /= busy;
+            }
+        }
         WarpMetrics {
             inst: v[0],
             gld_inst: v[1],
@@ -413,6 +435,34 @@ impl RationalProgram {
             gld_sectors_per_req: v[5],
             gst_sectors_per_req: v[6],
             dram_bytes: v[7],
+        }
+    }
+
+    /// The share of a launch's threads inside the kernel's domain (the grid formula at a
+    /// block of one thread): 1 when the blocks tile it, less when the last blocks overhang.
+    pub fn busy_fraction(&self, data: &[i64], b: [u32; 3], g: [u32; 3]) -> f64 {
+        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
+        labels.extend(expr::BLOCK_VARS);
+        let Ok(grid) = parse_grid(&self.grid, &labels) else {
+            return 1.0;
+        };
+        let env = FullEnv {
+            labels: &self.data,
+            data,
+            block: [1, 1, 1],
+        };
+        let mut domain = 1.0;
+        for e in grid.iter().take(3) {
+            match e.eval(&env) {
+                Ok(v) if v >= 1 => domain *= v as f64,
+                _ => return 1.0,
+            }
+        }
+        let launched: f64 = (0..3).map(|i| f64::from(g[i]) * f64::from(b[i])).product();
+        if launched > 0.0 {
+            (domain / launched).clamp(1e-6, 1.0)
+        } else {
+            1.0
         }
     }
 
@@ -475,7 +525,20 @@ impl RationalProgram {
                 model_us,
             });
         }
-        out.sort_by(better);
+        // The choice is the C program's scan over the candidates in their order (a tie
+        // within a relative 1e-9 is not transitive, so no sort can promise it); the rest
+        // follow by predicted time, then the same tie-break.
+        let pick = choose(&out);
+        let chosen = pick.map(|i| out.remove(i));
+        out.sort_by(|a, b| {
+            a.prediction
+                .time_us
+                .total_cmp(&b.prediction.time_us)
+                .then_with(|| prefer(a, b))
+        });
+        if let Some(c) = chosen {
+            out.insert(0, c);
+        }
         Ok(out)
     }
 
@@ -546,6 +609,17 @@ impl RationalProgram {
             c.push_str(&f.to_c(&format!("kl_fit_{name}"))?);
             c.push('\n');
         }
+        for (k, r) in self.ratios_by_footprint.iter().enumerate() {
+            for (name, f) in r.fits() {
+                let _ = writeln!(
+                    c,
+                    "/* {name} of warps of {}x{}x{} threads, held to [{:?}, {:?}] */",
+                    r.footprint[0], r.footprint[1], r.footprint[2], f.min, f.max
+                );
+                c.push_str(&f.f.to_c(&format!("kl_fit_{name}_w{k}"))?);
+                c.push('\n');
+            }
+        }
         // Candidates.
         let _ = writeln!(
             c,
@@ -615,20 +689,48 @@ impl RationalProgram {
         }
         let args = args.join(", ");
         let _ = vars;
-        c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n\n");
+        c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n");
+        c.push_str("static double kl_clamp(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }\n\n");
         c.push_str("/* The per-warp metrics at data for block launched as grid (the fits take log2 of the\n * block dimensions): fitted launch totals\n * divided by the launch's warps (warp-level counts also by its lane occupancy),\n * fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
-        c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n");
+        c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n  /* the share of the launch's threads inside the kernel's domain (the grid formula at a\n   * block of one thread): the work belongs to them (busy_fraction in rational.rs) */\n  double busy = 1.0;\n  {\n    static const uint32_t one[3] = {1, 1, 1};\n    uint32_t dom[3];\n    if (kl_grid(data, one, dom) == 0) {\n      double domain = 1.0, launched = 1.0;\n      domain *= (double)dom[0]; domain *= (double)dom[1]; domain *= (double)dom[2];\n      launched *= (double)grid[0] * (double)block[0];\n      launched *= (double)grid[1] * (double)block[1];\n      launched *= (double)grid[2] * (double)block[2];\n      if (launched > 0.0) {\n        busy = domain / launched;\n        busy = busy < 1e-6 ? 1e-6 : busy > 1.0 ? 1.0 : busy;\n      }\n    }\n  }\n");
         for (i, name) in METRICS.iter().enumerate() {
             if metrics::is_warp_count(i) {
                 let _ = writeln!(
                     c,
-                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / lanes / warps;"
+                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / lanes / warps / busy;"
                 );
             } else if metrics::is_total(i) {
-                let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / warps;");
+                let _ = writeln!(
+                    c,
+                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / warps / busy;"
+                );
             } else {
                 let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args}));");
             }
+        }
+        if !self.ratios_by_footprint.is_empty() {
+            let dargs: Vec<String> = (0..self.data.len())
+                .map(|i| format!("(double)data[{i}]"))
+                .collect();
+            let dargs = dargs.join(", ");
+            c.push_str("  /* sectors per request by warp footprint (metrics.rs: warp_footprint) */\n  {\n    const uint32_t wx = block[0] < 1 ? 1 : block[0] > 32 ? 32 : block[0];\n    const uint32_t cy = 32 / wx < 1 ? 1 : 32 / wx;\n    const uint32_t wy = block[1] < 1 ? 1 : block[1] > cy ? cy : block[1];\n    const uint32_t cz = 32 / (wx * wy) < 1 ? 1 : 32 / (wx * wy);\n    const uint32_t wz = block[2] < 1 ? 1 : block[2] > cz ? cz : block[2];\n");
+            for (k, r) in self.ratios_by_footprint.iter().enumerate() {
+                let [x, y, z] = r.footprint;
+                let _ = writeln!(
+                    c,
+                    "    {}if (wx == {x} && wy == {y} && wz == {z}) {{",
+                    if k == 0 { "" } else { "else " }
+                );
+                for (name, f) in r.fits() {
+                    let _ = writeln!(
+                        c,
+                        "      m->{name} = kl_nonneg(kl_clamp(kl_fit_{name}_w{k}({dargs}), {:?}, {:?}));",
+                        f.min, f.max
+                    );
+                }
+                c.push_str("    }\n");
+            }
+            c.push_str("  }\n");
         }
         c.push_str("}\n\n");
         let _ = writeln!(
@@ -648,19 +750,41 @@ impl RationalProgram {
 }
 
 /// The ranking order of candidates (see the module documentation).
-pub fn better(a: &Ranked, b: &Ranked) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    let (ta, tb) = (a.prediction.time_us, b.prediction.time_us);
-    let tie = (ta - tb).abs() <= 1e-9 * ta.max(tb);
-    if !tie {
-        return ta.partial_cmp(&tb).unwrap_or(Ordering::Equal);
-    }
+/// The tie-break between two shapes: more threads per block, then larger bx, then larger
+/// by (`Less` when `a` is preferred).
+fn prefer(a: &Ranked, b: &Ranked) -> std::cmp::Ordering {
     let threads =
         |r: &Ranked| u64::from(r.block[0]) * u64::from(r.block[1]) * u64::from(r.block[2]);
     threads(b)
         .cmp(&threads(a))
         .then(b.block[0].cmp(&a.block[0]))
         .then(b.block[1].cmp(&a.block[1]))
+}
+
+/// The index of the chosen shape, scanning `r` in order exactly as the generated C's
+/// `kl_select` does: a shape faster by more than a relative 1e-9 replaces the best; one
+/// within it replaces the best when [`prefer`]red, lowering the best time only when faster.
+pub fn choose(r: &[Ranked]) -> Option<usize> {
+    let mut best = f64::INFINITY;
+    let mut best_i: Option<usize> = None;
+    for (i, x) in r.iter().enumerate() {
+        let t = x.prediction.time_us;
+        let Some(bi) = best_i else {
+            best = t;
+            best_i = Some(i);
+            continue;
+        };
+        if t < best * (1.0 - 1e-9) {
+            best = t;
+            best_i = Some(i);
+        } else if t <= best * (1.0 + 1e-9) && prefer(x, &r[bi]) == std::cmp::Ordering::Less {
+            if t < best {
+                best = t;
+            }
+            best_i = Some(i);
+        }
+    }
+    best_i
 }
 
 /// Compiles a program written by [`RationalProgram::write`] in `dir`; returns the object.

@@ -71,7 +71,6 @@ pub const C_MODEL: &str = r##"/*
 
 #define KL_SECTOR_BYTES 32.0
 #define KL_COALESCED_SECTORS 4.0
-#define KL_UNCOAL_PER_MW 32.0
 #define KL_METRIC_CAP 1e30
 
 /* One GPU (model/src/device.rs documents every field; device_to_c writes these). */
@@ -315,10 +314,14 @@ typedef struct kl_wave {
     int regime;
 } kl_wave;
 
-static double kl_uncoalesced_fraction(double sectors)
+/* 128-byte lines touched by one warp request of mean sectors s (mwp_cwp.rs: lines_per_request) */
+static double kl_lines_per_request(double s)
 {
-    double w = (sectors - KL_COALESCED_SECTORS) / (KL_UNCOAL_PER_MW - KL_COALESCED_SECTORS);
-    return kl_min(kl_max(w, 0.0), 1.0);
+    if (s <= KL_COALESCED_SECTORS)
+        return 1.0;
+    if (s >= 2.0 * KL_COALESCED_SECTORS)
+        return s;
+    return 1.0 + (s - KL_COALESCED_SECTORS) * (2.0 * KL_COALESCED_SECTORS - 1.0) / KL_COALESCED_SECTORS;
 }
 
 static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, kl_per_warp *k)
@@ -331,28 +334,27 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, kl_per_wa
     double s_st = kl_clean(m->gst_sectors_per_req);
     double dram = kl_clean(m->dram_bytes);
     double mem_insts = gld + gst;
-    double uncoal = gld * kl_uncoalesced_fraction(s_ld) + gst * kl_uncoalesced_fraction(s_st);
-    double coal = kl_max(mem_insts - uncoal, 0.0);
-    double w_uncoal, w_coal, requested, h, mem_ld, dep_uncoal, mem_l_coal, mem_l_uncoal;
+    double l_ld = kl_lines_per_request(s_ld);
+    double l_st = kl_lines_per_request(s_st);
+    /* caches: the share h of the requests that reaches DRAM */
+    double needed = KL_SECTOR_BYTES * (gld * kl_min(s_ld, KL_COALESCED_SECTORS)
+                                       + gst * kl_min(s_st, KL_COALESCED_SECTORS));
+    double h = needed > 0.0 ? kl_min(dram / needed, 1.0) : 1.0;
+    double mem_ld = h * d->mem_latency_cycles + (1.0 - h) * d->l2_latency_cycles;
+    double dep_coal = d->departure_delay_coalesced_cycles;
+    double dep_line = d->departure_delay_uncoalesced_cycles;
+    double mem_l_ld = mem_ld + (l_ld - 1.0) * dep_line;
+    double mem_l_st = mem_ld + (l_st - 1.0) * dep_line;
 
+    k->mem_cycles = gld * mem_l_ld + gst * mem_l_st;
     if (mem_insts > 0.0) {
-        w_uncoal = uncoal / mem_insts;
-        w_coal = 1.0 - w_uncoal;
+        k->mem_l = k->mem_cycles / mem_insts;
+        k->departure = (gld * (dep_coal + (l_ld - 1.0) * dep_line)
+                        + gst * (dep_coal + (l_st - 1.0) * dep_line)) / mem_insts;
     } else {
-        w_uncoal = 0.0;
-        w_coal = 1.0;
+        k->mem_l = mem_ld;
+        k->departure = dep_coal;
     }
-    /* caches: fraction h of the requested sectors reaches DRAM */
-    requested = KL_SECTOR_BYTES * (gld * s_ld + gst * s_st);
-    h = requested > 0.0 ? kl_min(dram / requested, 1.0) : 1.0;
-    mem_ld = h * d->mem_latency_cycles + (1.0 - h) * d->l2_latency_cycles;
-    dep_uncoal = d->departure_delay_uncoalesced_cycles;
-    mem_l_coal = mem_ld;
-    mem_l_uncoal = mem_ld + (KL_UNCOAL_PER_MW - 1.0) * dep_uncoal;
-    k->mem_l = w_coal * mem_l_coal + w_uncoal * mem_l_uncoal;
-    k->departure = KL_UNCOAL_PER_MW * w_uncoal * dep_uncoal
-                   + w_coal * d->departure_delay_coalesced_cycles;
-    k->mem_cycles = coal * mem_l_coal + uncoal * mem_l_uncoal;
     k->comp_cycles = d->issue_cycles * (inst - shared) + d->shared_issue_cycles * shared;
     k->bytes_per_req = mem_insts > 0.0 ? dram / mem_insts : 0.0;
     k->mem_insts = mem_insts;

@@ -11,28 +11,36 @@
 //! fitted by the lead from hardware counters): warp instructions, global load/store and
 //! shared instructions, barriers, L1TEX sectors per global load/store request, DRAM bytes.
 //!
-//! # Coalescing (Uncoal_per_mw and the weights) \[K\]
+//! # Coalescing (Uncoal_per_mw) \[K\]
 //!
-//! A warp request for 4 bytes per thread, perfectly coalesced, touches 4 sectors of 32 bytes;
-//! a fully diverged one touches 32 (one per thread). Hong & Kim class each memory instruction
-//! as coalesced (one memory transaction) or uncoalesced (`Uncoal_per_mw` transactions, each
-//! departing `Departure_del_uncoal` after the previous). The counters give only the *mean*
-//! sectors per request, `s`. We read it as the one mixture of the two extremes with that
-//! mean: a fraction `w = clamp((s − 4) / (32 − 4), 0, 1)` of the requests is fully diverged
-//! (`Uncoal_per_mw = 32` transactions, one per sector) and the rest coalesced. Then, with
-//! `gld`, `gst` the load and store instructions and `w_ld`, `w_st` their fractions,
-//! `Uncoal_insts = gld·w_ld + gst·w_st`, `Coal_insts = gld + gst − Uncoal_insts`, and the
-//! weights are the instruction fractions `W_uncoal = Uncoal_insts / Mem_insts`,
-//! `W_coal = 1 − W_uncoal` (\[HK\]). `s ≤ 4` (broadcasts, narrow accesses) counts as coalesced:
-//! fewer bytes, but the same one departure.
+//! Hong & Kim class each memory instruction as coalesced (one memory transaction) or
+//! uncoalesced (`Uncoal_per_mw` transactions, each departing `Departure_del_uncoal` after the
+//! previous). What departs one at a time is a 128-byte line (one L1 tag look-up, one L2
+//! request): on the H200 a request of 4 sectors in one line departs every 1.1 cycles, one of
+//! 32 sectors in 32 lines every 32 cycles (calibration). The counters give the mean sectors
+//! per request `s`; the lines it touches are `L(s) = 1` for `s ≤ 4` (4-byte accesses of
+//! one line, or narrower ones), `L(s) = s` for `s ≥ 8` (a warp spread over rows touches one
+//! sector per line: 8 rows of 4 columns make 8 sectors in 8 lines), linear in between. A
+//! request is then `Uncoal_per_mw = L` transactions, with
+//! `Mem_L_kind = Mem_LD + (L − 1)·Departure_del_uncoal` and
+//! `Departure_kind = Departure_del_coal + (L − 1)·Departure_del_uncoal`
+//! (`= Departure_del_coal` when coalesced), per kind (loads, stores). `Mem_cycles =
+//! gld·Mem_L_ld + gst·Mem_L_st`; `Mem_L` and `Departure` are their means over the memory
+//! instructions. This replaces our earlier reading of `s` as a mixture of fully coalesced and
+//! fully diverged requests, which charged a warp of 4 columns × 8 rows a seventh of a
+//! diverged request where it costs 8 lines: on the H200 such blocks make jacobi2d's copy 60 %
+//! slower than 32-wide ones, and the mixture predicted them 1 % slower.
 //!
 //! # Caches \[K\]
 //!
-//! The original charges every memory instruction the DRAM latency. The DRAM bytes per warp
-//! tell how much of the requested traffic (`32 · (gld·s_ld + gst·s_st)` bytes) reaches DRAM:
-//! `h = min(1, dram_bytes / requested)`, and the latency of one request is
-//! `Mem_LD = h·mem_latency + (1 − h)·l2_latency`. The bandwidth limit uses the DRAM bytes a
-//! memory instruction really moves, `Load_bytes_per_warp = dram_bytes / Mem_insts`.
+//! The original charges every memory instruction the DRAM latency. A request waits for its
+//! slowest line, so it waits for DRAM when the bytes it needs come from DRAM, however many
+//! of its sectors the L2 serves. The bytes a request needs are those of a coalesced one,
+//! `32·min(s, 4)` (a row-spread request fetches whole sectors and uses part of each; its
+//! neighbours use the rest, from the L2); so `h = min(1, dram_bytes / (32·(gld·min(s_ld, 4) +
+//! gst·min(s_st, 4))))`, and `Mem_LD = h·mem_latency + (1 − h)·l2_latency`. The bandwidth
+//! limit uses the DRAM bytes a memory instruction really moves, `Load_bytes_per_warp =
+//! dram_bytes / Mem_insts`.
 //!
 //! # Sub-partitions \[K\]
 //!
@@ -45,10 +53,8 @@
 //!
 //! # Per-warp costs
 //!
-//! - `Mem_L_Coal = Mem_LD`; `Mem_L_Uncoal = Mem_LD + (Uncoal_per_mw − 1)·Departure_del_uncoal`;
-//!   `Mem_L = W_coal·Mem_L_Coal + W_uncoal·Mem_L_Uncoal` \[HK\].
-//! - `Departure_delay = Uncoal_per_mw·W_uncoal·Departure_del_uncoal + W_coal·Departure_del_coal` \[HK\].
-//! - `Mem_cycles = Coal_insts·Mem_L_Coal + Uncoal_insts·Mem_L_Uncoal` \[HK\].
+//! - `Mem_L`, `Departure_delay` and `Mem_cycles` per kind of request as above (\[HK\]'s
+//!   equations with `Uncoal_per_mw` measured per request instead of one weighted mixture).
 //! - `Comp_cycles = issue_cycles·(inst − shared_inst) + shared_issue_cycles·shared_inst`:
 //!   every instruction, memory ones included, takes an issue slot \[HK\]; shared-memory
 //!   instructions count as compute at their own cost \[D\].
@@ -109,8 +115,6 @@ use crate::occupancy::{occupancy, Occupancy, OccupancyLimiter};
 pub const SECTOR_BYTES: f64 = 32.0;
 /// Sectors of a perfectly coalesced 4-byte-per-thread warp request.
 pub const COALESCED_SECTORS: f64 = 4.0;
-/// Sectors (transactions) of a fully diverged warp request: `Uncoal_per_mw`.
-pub const UNCOAL_PER_MW: f64 = 32.0;
 /// The largest metric value the model takes (fits can produce anything).
 pub const METRIC_CAP: f64 = 1e30;
 
@@ -289,10 +293,16 @@ fn max2(a: f64, b: f64) -> f64 {
     }
 }
 
-/// Fraction of fully diverged requests in the mixture with mean `sectors` (module doc).
-fn uncoalesced_fraction(sectors: f64) -> f64 {
-    let w = (sectors - COALESCED_SECTORS) / (UNCOAL_PER_MW - COALESCED_SECTORS);
-    min2(max2(w, 0.0), 1.0)
+/// The 128-byte lines one warp request touches, from its mean 32-byte sectors `s` (module
+/// doc): one up to 4 sectors, one per sector from 8 on, linear in between.
+fn lines_per_request(s: f64) -> f64 {
+    if s <= COALESCED_SECTORS {
+        1.0
+    } else if s >= 2.0 * COALESCED_SECTORS {
+        s
+    } else {
+        1.0 + (s - COALESCED_SECTORS) * (2.0 * COALESCED_SECTORS - 1.0) / COALESCED_SECTORS
+    }
 }
 
 fn per_warp(dev: &Device, m: &WarpMetrics) -> PerWarp {
@@ -306,29 +316,31 @@ fn per_warp(dev: &Device, m: &WarpMetrics) -> PerWarp {
     let dram = clean(m.dram_bytes);
 
     let mem_insts = gld + gst;
-    let uncoal = gld * uncoalesced_fraction(s_ld) + gst * uncoalesced_fraction(s_st);
-    let coal = max2(mem_insts - uncoal, 0.0);
-    let (w_uncoal, w_coal) = if mem_insts > 0.0 {
-        let w = uncoal / mem_insts;
-        (w, 1.0 - w)
-    } else {
-        (0.0, 1.0)
-    };
-
-    let requested = SECTOR_BYTES * (gld * s_ld + gst * s_st);
-    let h = if requested > 0.0 {
-        min2(dram / requested, 1.0)
+    // Lines per request and the cost of each kind of request [K].
+    let (l_ld, l_st) = (lines_per_request(s_ld), lines_per_request(s_st));
+    let needed =
+        SECTOR_BYTES * (gld * min2(s_ld, COALESCED_SECTORS) + gst * min2(s_st, COALESCED_SECTORS));
+    let h = if needed > 0.0 {
+        min2(dram / needed, 1.0)
     } else {
         1.0
     };
     let mem_ld = h * c.mem_latency_cycles.value + (1.0 - h) * c.l2_latency_cycles.value;
-    let dep_uncoal = c.departure_delay_uncoalesced_cycles.value;
-    let mem_l_coal = mem_ld;
-    let mem_l_uncoal = mem_ld + (UNCOAL_PER_MW - 1.0) * dep_uncoal;
-    let mem_l = w_coal * mem_l_coal + w_uncoal * mem_l_uncoal;
-    let departure =
-        UNCOAL_PER_MW * w_uncoal * dep_uncoal + w_coal * c.departure_delay_coalesced_cycles.value;
-    let mem_cycles = coal * mem_l_coal + uncoal * mem_l_uncoal;
+    let dep_coal = c.departure_delay_coalesced_cycles.value;
+    let dep_line = c.departure_delay_uncoalesced_cycles.value;
+    let mem_l_ld = mem_ld + (l_ld - 1.0) * dep_line;
+    let mem_l_st = mem_ld + (l_st - 1.0) * dep_line;
+    let mem_cycles = gld * mem_l_ld + gst * mem_l_st;
+    let (mem_l, departure) = if mem_insts > 0.0 {
+        (
+            mem_cycles / mem_insts,
+            (gld * (dep_coal + (l_ld - 1.0) * dep_line)
+                + gst * (dep_coal + (l_st - 1.0) * dep_line))
+                / mem_insts,
+        )
+    } else {
+        (mem_ld, dep_coal)
+    };
     let comp_cycles = c.issue_cycles.value * (inst - shared) + c.shared_issue_cycles.value * shared;
     let bytes_per_req = if mem_insts > 0.0 {
         dram / mem_insts
@@ -660,14 +672,15 @@ mod tests {
     }
 
     #[test]
-    fn sector_mixture_and_uncoalesced_cost() {
-        assert_eq!(uncoalesced_fraction(4.0), 0.0);
-        assert_eq!(uncoalesced_fraction(1.0), 0.0);
-        assert_eq!(uncoalesced_fraction(18.0), 0.5);
-        assert_eq!(uncoalesced_fraction(32.0), 1.0);
-        assert_eq!(uncoalesced_fraction(64.0), 1.0);
+    fn lines_per_request_and_uncoalesced_cost() {
+        assert_eq!(lines_per_request(1.0), 1.0);
+        assert_eq!(lines_per_request(4.0), 1.0);
+        assert_eq!(lines_per_request(6.0), 4.5);
+        assert_eq!(lines_per_request(8.0), 8.0);
+        assert_eq!(lines_per_request(32.0), 32.0);
         let d = h100();
-        // Half the loads diverged: Mem_L = 480 + 0.5 × 31, Departure = 0.5 × 32 + 0.5 × 4.
+        // 18 lines per load (18 sectors): Mem_L = 480 + 17 × 1, Departure = 4 + 17 × 1. The
+        // DRAM bytes cover the 128 bytes the request needs: every request waits for DRAM.
         let m = WarpMetrics {
             inst: 10.0,
             gld_inst: 1.0,
@@ -676,9 +689,29 @@ mod tests {
             ..WarpMetrics::default()
         };
         let k = per_warp(&d, &m);
-        assert!(close(k.mem_l, 480.0 + 15.5));
-        assert!(close(k.departure, 16.0 + 2.0));
-        assert!(close(k.mem_cycles, 0.5 * 480.0 + 0.5 * 511.0));
+        assert!(close(k.mem_l, 480.0 + 17.0));
+        assert!(close(k.departure, 4.0 + 17.0));
+        assert!(close(k.mem_cycles, 497.0));
+        // Uncoalesced sectors served by the L2 do not make a request faster than DRAM: the
+        // same DRAM bytes with 4 or 8 sectors per request give the same latency.
+        let four = per_warp(
+            &d,
+            &WarpMetrics {
+                gld_sectors_per_req: 4.0,
+                dram_bytes: 128.0,
+                ..m
+            },
+        );
+        let eight = per_warp(
+            &d,
+            &WarpMetrics {
+                gld_sectors_per_req: 8.0,
+                dram_bytes: 128.0,
+                ..m
+            },
+        );
+        assert!(close(four.mem_l, 480.0));
+        assert!(close(eight.mem_l, 480.0 + 7.0));
         // More sectors per request never makes a launch faster.
         let mut last = 0.0;
         for s in [1.0, 4.0, 8.0, 16.0, 24.0, 32.0] {
