@@ -76,6 +76,7 @@ pub struct RationalProgram {
 /// time, and a fit without it would turn it into a large `scale`. Neither term changes the
 /// ranking (the same for every shape, or a positive factor): they make the predicted
 /// microseconds (the runtime's log, `klaraptor explain`) comparable with measured ones.
+/// The fit also chooses the kernel's memory-level parallelism (`mlp`), which does.
 /// Earlier versions fitted a per-block cost here; the model has its own block-dispatch
 /// bound now (klaraptor-model, `block_dispatch_cycles`), measured by the calibration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,6 +89,12 @@ pub struct TimeFit {
     pub samples: usize,
     pub median_rel_error: f64,
     pub model_median_rel_error: f64,
+    /// Global requests a warp keeps in flight together (klaraptor-model's
+    /// `WarpMetrics::mlp`), chosen with the calibration ([`fit_time`]): unlike the scale and
+    /// the overhead, it changes the ranking. 0 in manifests written before it existed, which
+    /// the model reads as 1.
+    #[serde(default)]
+    pub mlp: f64,
 }
 
 impl Default for TimeFit {
@@ -98,6 +105,7 @@ impl Default for TimeFit {
             samples: 0,
             median_rel_error: f64::NAN,
             model_median_rel_error: f64::NAN,
+            mlp: 1.0,
         }
     }
 }
@@ -168,6 +176,7 @@ impl TimeFit {
             samples: pts.len(),
             median_rel_error: err(a, c),
             model_median_rel_error: raw,
+            mlp: 1.0,
         }
     }
 }
@@ -348,22 +357,53 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         time_fit: TimeFit::default(),
         ratios_by_footprint,
     };
-    let points: Vec<(f64, f64)> = usable
-        .iter()
-        .map(|(smp, c)| {
-            let m = prog.metrics_at(&smp.sizes, smp.block, smp.grid);
-            let launch = Launch {
-                block: smp.block,
-                grid: smp.grid,
-                regs_per_thread: prog.regs_per_thread,
-                smem_per_block: prog.smem_per_block,
-            };
-            let t = predict(&prog.device, &launch, &m).time_us;
-            (t, c.time_ms * 1000.0)
-        })
-        .collect();
-    prog.time_fit = TimeFit::fit(&points);
+    prog.time_fit = fit_time(&prog, &usable);
     Ok(prog)
+}
+
+/// Requests in flight per warp the build tries ([`TimeFit::mlp`]).
+pub const MLP_CANDIDATES: [f64; 5] = [1.0, 2.0, 4.0, 8.0, 16.0];
+
+/// Fits the time calibration and the warps' memory-level parallelism on the profile's
+/// measured times: for each candidate of [`MLP_CANDIDATES`], in increasing order, the
+/// model's times of the profiled launches are calibrated ([`TimeFit::fit`]); a larger one
+/// replaces the kept one only when it lowers the median relative error by more than a tenth
+/// (within that, the simpler explanation stands).
+fn fit_time(
+    prog: &RationalProgram,
+    usable: &[(
+        &klaraptor_profiler::record::Sample,
+        &klaraptor_profiler::record::Counters,
+    )],
+) -> TimeFit {
+    let mut prog = prog.clone();
+    let mut best: Option<TimeFit> = None;
+    for mlp in MLP_CANDIDATES {
+        prog.time_fit.mlp = mlp;
+        let points: Vec<(f64, f64)> = usable
+            .iter()
+            .map(|(smp, c)| {
+                let m = prog.metrics_at(&smp.sizes, smp.block, smp.grid);
+                let launch = Launch {
+                    block: smp.block,
+                    grid: smp.grid,
+                    regs_per_thread: prog.regs_per_thread,
+                    smem_per_block: prog.smem_per_block,
+                };
+                let t = predict(&prog.device, &launch, &m).time_us;
+                (t, c.time_ms * 1000.0)
+            })
+            .collect();
+        let mut f = TimeFit::fit(&points);
+        f.mlp = mlp;
+        if best
+            .as_ref()
+            .is_none_or(|b| f.median_rel_error < 0.9 * b.median_rel_error)
+        {
+            best = Some(f);
+        }
+    }
+    best.unwrap_or_default()
 }
 
 struct BlockEnv([u32; 3]);
@@ -435,6 +475,7 @@ impl RationalProgram {
             gld_sectors_per_req: v[5],
             gst_sectors_per_req: v[6],
             dram_bytes: v[7],
+            mlp: self.time_fit.mlp,
         }
     }
 
@@ -708,6 +749,11 @@ impl RationalProgram {
                 let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args}));");
             }
         }
+        let _ = writeln!(
+            c,
+            "  m->mlp = {:?}; /* requests a warp keeps in flight together (fitted on the profile's times) */",
+            self.time_fit.mlp
+        );
         if !self.ratios_by_footprint.is_empty() {
             let dargs: Vec<String> = (0..self.data.len())
                 .map(|i| format!("(double)data[{i}]"))

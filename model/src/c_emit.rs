@@ -118,6 +118,7 @@ typedef struct kl_metrics {
     double sync_inst;
     double gld_sectors_per_req, gst_sectors_per_req; /* 4 = coalesced, 32 = diverged */
     double dram_bytes;
+    double mlp; /* global requests one warp keeps in flight together (1: one at a time) */
 } kl_metrics;
 
 typedef struct kl_occupancy_result {
@@ -343,6 +344,7 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, kl_per_wa
     double mem_ld = h * d->mem_latency_cycles + (1.0 - h) * d->l2_latency_cycles;
     double dep_coal = d->departure_delay_coalesced_cycles;
     double dep_line = d->departure_delay_uncoalesced_cycles;
+    double g;
     double mem_l_ld = mem_ld + (l_ld - 1.0) * dep_line;
     double mem_l_st = mem_ld + (l_st - 1.0) * dep_line;
 
@@ -356,6 +358,15 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, kl_per_wa
         k->departure = dep_coal;
     }
     k->comp_cycles = d->issue_cycles * (inst - shared) + d->shared_issue_cycles * shared;
+    /* requests in flight together: a group of g departs back to back and waits once */
+    g = kl_min(kl_max(kl_clean(m->mlp), 1.0), kl_max(mem_insts, 1.0));
+    if (g > 1.0) {
+        double mem_l_g = k->mem_l + (g - 1.0) * k->departure;
+        mem_insts = mem_insts / g;
+        k->mem_l = mem_l_g;
+        k->departure = g * k->departure;
+        k->mem_cycles = mem_insts * mem_l_g;
+    }
     k->bytes_per_req = mem_insts > 0.0 ? dram / mem_insts : 0.0;
     k->mem_insts = mem_insts;
     k->sync_inst = kl_clean(m->sync_inst);

@@ -176,6 +176,11 @@ fn random_case(rng: &mut Rng, devs: &[Device]) -> Case {
         gld_sectors_per_req: sectors(rng),
         gst_sectors_per_req: sectors(rng),
         dram_bytes: metric(rng),
+        mlp: match rng.range(0, 4) {
+            0 => 1.0,
+            1 => rng.range(2, 17) as f64,
+            _ => metric(rng),
+        },
     };
     Case {
         dev,
@@ -224,14 +229,14 @@ int main(void)
     kl_launch l;
     uint32_t occ_threads;
     int carveout;
-    uint64_t mb[8];
+    uint64_t mb[9];
     while (scanf("%u %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32
                  " %" SCNu32 " %" SCNu32 " %" SCNu32 " %d"
                  " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
-                 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
+                 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
                  &dev, &l.block[0], &l.block[1], &l.block[2], &l.grid[0], &l.grid[1],
                  &l.grid[2], &l.regs_per_thread, &l.smem_per_block, &occ_threads, &carveout,
-                 &mb[0], &mb[1], &mb[2], &mb[3], &mb[4], &mb[5], &mb[6], &mb[7]) == 19) {
+                 &mb[0], &mb[1], &mb[2], &mb[3], &mb[4], &mb[5], &mb[6], &mb[7], &mb[8]) == 20) {
         kl_metrics m;
         kl_occupancy_result o;
         kl_prediction p;
@@ -245,6 +250,7 @@ int main(void)
         m.gld_sectors_per_req = from_bits(mb[5]);
         m.gst_sectors_per_req = from_bits(mb[6]);
         m.dram_bytes = from_bits(mb[7]);
+        m.mlp = from_bits(mb[8]);
         kl_occupancy(d, occ_threads, l.regs_per_thread, l.smem_per_block, carveout, &o);
         rc = kl_predict(d, &l, &m, &p);
         printf("%" PRIu32 " %" PRIu32 " %" PRIu32 " %d %" PRIu32 " %" PRIu32 " %" PRIu32
@@ -293,7 +299,7 @@ fn c_model_equals_rust_model_on_random_inputs() {
         let m = &c.metrics;
         writeln!(
             input,
-            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             c.dev,
             l.block[0],
             l.block[1],
@@ -312,7 +318,8 @@ fn c_model_equals_rust_model_on_random_inputs() {
             m.sync_inst.to_bits(),
             m.gld_sectors_per_req.to_bits(),
             m.gst_sectors_per_req.to_bits(),
-            m.dram_bytes.to_bits()
+            m.dram_bytes.to_bits(),
+            m.mlp.to_bits()
         )
         .unwrap();
     }
