@@ -71,6 +71,7 @@ pub const C_MODEL: &str = r##"/*
 
 #define KL_SECTOR_BYTES 32.0
 #define KL_COALESCED_SECTORS 4.0
+#define KL_ELEMENT_BYTES 4.0
 #define KL_METRIC_CAP 1e30
 
 /* One GPU (model/src/device.rs documents every field; device_to_c writes these). */
@@ -325,7 +326,7 @@ static double kl_lines_per_request(double s)
     return 1.0 + (s - KL_COALESCED_SECTORS) * (2.0 * KL_COALESCED_SECTORS - 1.0) / KL_COALESCED_SECTORS;
 }
 
-static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, kl_per_warp *k)
+static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double lanes, kl_per_warp *k)
 {
     double inst = kl_max(kl_clean(m->inst), 1.0);
     double gld = kl_clean(m->gld_inst);
@@ -338,8 +339,9 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, kl_per_wa
     double l_ld = kl_lines_per_request(s_ld);
     double l_st = kl_lines_per_request(s_st);
     /* caches: the share h of the requests that reaches DRAM */
-    double needed = KL_SECTOR_BYTES * (gld * kl_min(s_ld, KL_COALESCED_SECTORS)
-                                       + gst * kl_min(s_st, KL_COALESCED_SECTORS));
+    double useful = KL_ELEMENT_BYTES * lanes;
+    double needed = gld * kl_min(KL_SECTOR_BYTES * s_ld, useful)
+                    + gst * kl_min(KL_SECTOR_BYTES * s_st, useful);
     double h = needed > 0.0 ? kl_min(dram / needed, 1.0) : 1.0;
     double mem_ld = h * d->mem_latency_cycles + (1.0 - h) * d->l2_latency_cycles;
     double dep_coal = d->departure_delay_coalesced_cycles;
@@ -466,7 +468,7 @@ KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl
         }
         return kl_unlaunchable(out, KL_LIMIT_EXCEEDS_LIMITS);
     }
-    kl_per_warp_costs(d, m, &k);
+    kl_per_warp_costs(d, m, (double)(threads < 32 ? threads : 32), &k);
     blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
     a = occ.blocks_per_sm;
     sms = d->sm_count;

@@ -35,11 +35,14 @@
 //!
 //! The original charges every memory instruction the DRAM latency. A request waits for its
 //! slowest line, so it waits for DRAM when the bytes it needs come from DRAM, however many
-//! of its sectors the L2 serves. The bytes a request needs are those of a coalesced one,
-//! `32·min(s, 4)` (a row-spread request fetches whole sectors and uses part of each; its
-//! neighbours use the rest, from the L2); so `h = min(1, dram_bytes / (32·(gld·min(s_ld, 4) +
-//! gst·min(s_st, 4))))`, and `Mem_LD = h·mem_latency + (1 − h)·l2_latency`. The bandwidth
-//! limit uses the DRAM bytes a memory instruction really moves, `Load_bytes_per_warp =
+//! of its sectors the L2 serves; and requests of neighbouring warps for the same sector
+//! wait for the same fetch. The bytes a request needs are `min(32·s, 4·lanes)`: its sectors,
+//! but no more than its active lanes use at 4 bytes each ([`ELEMENT_BYTES`]; a row-spread
+//! request fetches whole sectors and uses part of each, its neighbours use the rest; a
+//! one-thread warp uses 4 bytes of its sector). So `h = min(1, dram_bytes / Σ needed)` over
+//! the warp's requests, and `Mem_LD = h·mem_latency + (1 − h)·l2_latency`: only requests
+//! for data that a warp already brought in earlier count as L2 hits. The bandwidth limit
+//! uses the DRAM bytes a memory instruction really moves, `Load_bytes_per_warp =
 //! dram_bytes / Mem_insts`.
 //!
 //! # Requests in flight together (memory-level parallelism) \[K\]
@@ -122,6 +125,9 @@
 use crate::device::Device;
 use crate::occupancy::{occupancy, Occupancy, OccupancyLimiter};
 
+/// Bytes one thread's access is taken to use (4: `float`, `int`), for the bytes a request
+/// needs from memory.
+pub const ELEMENT_BYTES: f64 = 4.0;
 /// Bytes of one L1TEX sector.
 pub const SECTOR_BYTES: f64 = 32.0;
 /// Sectors of a perfectly coalesced 4-byte-per-thread warp request.
@@ -320,7 +326,7 @@ fn lines_per_request(s: f64) -> f64 {
     }
 }
 
-fn per_warp(dev: &Device, m: &WarpMetrics) -> PerWarp {
+fn per_warp(dev: &Device, m: &WarpMetrics, lanes: f64) -> PerWarp {
     let c = &dev.calibration;
     let inst = max2(clean(m.inst), 1.0);
     let gld = clean(m.gld_inst);
@@ -333,8 +339,8 @@ fn per_warp(dev: &Device, m: &WarpMetrics) -> PerWarp {
     let mem_insts = gld + gst;
     // Lines per request and the cost of each kind of request [K].
     let (l_ld, l_st) = (lines_per_request(s_ld), lines_per_request(s_st));
-    let needed =
-        SECTOR_BYTES * (gld * min2(s_ld, COALESCED_SECTORS) + gst * min2(s_st, COALESCED_SECTORS));
+    let useful = ELEMENT_BYTES * lanes;
+    let needed = gld * min2(SECTOR_BYTES * s_ld, useful) + gst * min2(SECTOR_BYTES * s_st, useful);
     let h = if needed > 0.0 {
         min2(dram / needed, 1.0)
     } else {
@@ -479,7 +485,8 @@ pub fn predict(dev: &Device, launch: &Launch, m: &WarpMetrics) -> Prediction {
             _ => Limiter::ExceedsLimits,
         });
     }
-    let k = per_warp(dev, m);
+    let lanes = threads.min(32) as f64;
+    let k = per_warp(dev, m, lanes);
     let blocks = u64::from(launch.grid[0]) * u64::from(launch.grid[1]) * u64::from(launch.grid[2]);
     let a = u64::from(occ.blocks_per_sm);
     let sms = u64::from(dev.sm_count);
@@ -708,7 +715,7 @@ mod tests {
             mlp: 4.0,
             ..WarpMetrics::default()
         };
-        let k = per_warp(&d, &m);
+        let k = per_warp(&d, &m, 32.0);
         assert!(close(k.mem_insts, 2.0));
         assert!(close(k.mem_l, 480.0 + 3.0 * 4.0));
         assert!(close(k.departure, 16.0));
@@ -716,10 +723,10 @@ mod tests {
         // 1 (or 0, the default, or NaN) is Hong & Kim's one request at a time; more in flight
         // than the warp has requests is the warp's requests.
         for mlp in [1.0, 0.0, f64::NAN] {
-            let k = per_warp(&d, &WarpMetrics { mlp, ..m });
+            let k = per_warp(&d, &WarpMetrics { mlp, ..m }, 32.0);
             assert!(close(k.mem_cycles, 8.0 * 480.0), "{mlp}");
         }
-        let all = per_warp(&d, &WarpMetrics { mlp: 64.0, ..m });
+        let all = per_warp(&d, &WarpMetrics { mlp: 64.0, ..m }, 32.0);
         assert!(close(all.mem_insts, 1.0) && close(all.mem_l, 480.0 + 7.0 * 4.0));
         // A lone warp per scheduler finishes sooner with its loads overlapped.
         let one = predict(&d, &launch(32, 132), &WarpMetrics { mlp: 1.0, ..m });
@@ -749,7 +756,7 @@ mod tests {
             dram_bytes: 18.0 * 32.0,
             ..WarpMetrics::default()
         };
-        let k = per_warp(&d, &m);
+        let k = per_warp(&d, &m, 32.0);
         assert!(close(k.mem_l, 480.0 + 17.0));
         assert!(close(k.departure, 4.0 + 17.0));
         assert!(close(k.mem_cycles, 497.0));
@@ -762,6 +769,7 @@ mod tests {
                 dram_bytes: 128.0,
                 ..m
             },
+            32.0,
         );
         let eight = per_warp(
             &d,
@@ -770,9 +778,23 @@ mod tests {
                 dram_bytes: 128.0,
                 ..m
             },
+            32.0,
         );
         assert!(close(four.mem_l, 480.0));
         assert!(close(eight.mem_l, 480.0 + 7.0));
+        // A one-thread warp needs 4 bytes per request: its 32-byte sector, shared with the
+        // warps of the neighbouring threads, is fetched once from DRAM for all of them, and
+        // each of them waits for it.
+        let one = per_warp(
+            &d,
+            &WarpMetrics {
+                gld_sectors_per_req: 1.0,
+                dram_bytes: 4.0,
+                ..m
+            },
+            1.0,
+        );
+        assert!(close(one.mem_l, 480.0));
         // More sectors per request never makes a launch faster.
         let mut last = 0.0;
         for s in [1.0, 4.0, 8.0, 16.0, 24.0, 32.0] {
@@ -797,7 +819,7 @@ mod tests {
             dram_bytes: 64.0, // a quarter of the 256 requested bytes
             ..WarpMetrics::default()
         };
-        let k = per_warp(&d, &m);
+        let k = per_warp(&d, &m, 32.0);
         assert!(close(k.mem_l, 0.25 * 480.0 + 0.75 * 260.0));
         assert!(close(k.bytes_per_req, 32.0));
     }
@@ -827,7 +849,7 @@ mod tests {
             b.cycles - a.cycles
         );
         // Shared instructions cost their own issue cycles: 280 × 1 + 20 × 4.
-        assert!(close(per_warp(&d, &base).comp_cycles, 280.0 + 80.0));
+        assert!(close(per_warp(&d, &base, 32.0).comp_cycles, 280.0 + 80.0));
     }
 
     #[test]

@@ -234,6 +234,76 @@ pub fn occupancy_with_carveout(
     }
 }
 
+/// The block size `cudaOccupancyMaxPotentialBlockSize` suggests for a kernel
+/// ([`max_potential_block_size`]), and what it achieves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PotentialBlockSize {
+    /// Threads per block (1-D).
+    pub block_size: u32,
+    /// Resident blocks per SM at that size.
+    pub blocks_per_sm: u32,
+    /// `block_size × blocks_per_sm`: the occupancy the search maximises.
+    pub threads_per_sm: u32,
+    /// `blocks_per_sm × sm_count`: the smallest grid that fills every SM at that occupancy
+    /// (the API's `minGridSize`).
+    pub min_grid_size: u32,
+}
+
+/// The block size `cudaOccupancyMaxPotentialBlockSize(&minGrid, &block, kernel, 0, 0)`
+/// returns (no dynamic shared memory beyond `smem_per_block`, no block-size limit), computed
+/// with [`occupancy`] instead of the driver; `None` when no block size can launch (the API
+/// then returns block 0).
+///
+/// What this relies on, from the CUDA runtime's documentation of the function (the comment
+/// of `cudaOccupancyMaxPotentialBlockSizeVariableSMemWithFlags` in `cuda_runtime.h`, which
+/// the plain form calls, and the driver API's `cuOccupancyMaxPotentialBlockSize`): it
+/// "returns … a suggested grid / block size pair that achieves the best potential occupancy
+/// (i.e. the maximum number of active warps with the smallest number of blocks)". The header's
+/// inline search makes that precise, and is what is reproduced here (rules, not its code):
+/// - the block sizes tried are the multiples of the warp size (the search granularity) from
+///   the largest block the kernel may have down to one warp; the largest is the device's
+///   `max_threads_per_block` (with no limit given, the kernel's own `maxThreadsPerBlock`
+///   attribute, which `__launch_bounds__` or its registers may lower, bounds it too: a size
+///   over the register limit gets 0 blocks from [`occupancy`], so it never wins; a
+///   `__launch_bounds__` limit is not known here). When that largest size is not a multiple
+///   of the warp size it is tried itself first, then the multiples below it;
+/// - the occupancy of a size is `size × resident blocks per SM` threads (the API's
+///   `cudaOccupancyMaxActiveBlocksPerMultiprocessor`, which [`occupancy`] equals on the
+///   H200, `tests/occupancy_replay.rs`);
+/// - the sizes are tried from the largest down and a size replaces the best only with
+///   strictly more threads, so among equal occupancies the largest block wins (the fewest
+///   blocks); stopping early once the SM is full, as the header does, changes nothing.
+///
+/// `smem_per_block` is the block's shared memory: the kernel's static shared memory plus the
+/// dynamic amount the launch would pass as `dynamicSMemSize` (the same for every size).
+pub fn max_potential_block_size(
+    dev: &Device,
+    regs_per_thread: u32,
+    smem_per_block: u32,
+) -> Option<PotentialBlockSize> {
+    let warp = dev.warp_size.max(1);
+    let limit = dev.max_threads_per_block;
+    let mut best: Option<PotentialBlockSize> = None;
+    // The limit itself, then every multiple of the warp size below it, largest first.
+    let below = (1..=(limit.saturating_sub(1) / warp)).rev().map(|k| k * warp);
+    for size in std::iter::once(limit).chain(below) {
+        if size == 0 {
+            continue;
+        }
+        let blocks = occupancy(dev, size, regs_per_thread, smem_per_block).blocks_per_sm;
+        let threads = u64::from(size) * u64::from(blocks);
+        if threads > best.map_or(0, |b| u64::from(b.threads_per_sm)) {
+            best = Some(PotentialBlockSize {
+                block_size: size,
+                blocks_per_sm: blocks,
+                threads_per_sm: u32::try_from(threads).unwrap_or(UNLIMITED),
+                min_grid_size: blocks.saturating_mul(dev.sm_count),
+            });
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,6 +453,131 @@ mod tests {
         assert_eq!(occupancy(&t, 512, 32, 0).blocks_per_sm, 2);
         // sm_89: 24 blocks: 32-thread blocks -> 24.
         assert_eq!(occupancy(&sm(8, 9), 32, 32, 0).blocks_per_sm, 24);
+    }
+
+    #[test]
+    fn potential_block_size_by_hand() {
+        let d = sm(9, 0);
+        let at = |regs, smem| max_potential_block_size(&d, regs, smem).unwrap();
+        // 32 regs: 1024 threads take 2 blocks by warps and registers (64 warps): the SM is
+        // full at the first size tried.
+        let p = at(32, 0);
+        assert_eq!((p.block_size, p.blocks_per_sm, p.threads_per_sm), (1024, 2, 2048));
+        assert_eq!(p.min_grid_size, 2 * 132);
+        // 40 regs (1280/warp): 12 warps per sub-partition, 48 per SM = 1536 threads. 1024
+        // threads (32 warps) fit once: 1024. 768 (24 warps) fit twice: 1536, the most any
+        // size reaches; 512 × 3 and 384 × 4 tie with it, and the largest block wins.
+        let p = at(40, 0);
+        assert_eq!((p.block_size, p.blocks_per_sm, p.threads_per_sm), (768, 2, 1536));
+        // 33 regs round to the same 1280 per warp.
+        assert_eq!(at(33, 0).block_size, 768);
+        // 64 regs (2048/warp): 32 warps per SM; 1024 threads fit once, nothing does better.
+        assert_eq!(at(64, 0).block_size, 1024);
+        // 72 regs (2304/warp): 7 warps per sub-partition, 28 per SM; 896 threads (28 warps)
+        // fit once (64512 registers), 928 do not launch.
+        let p = at(72, 0);
+        assert_eq!((p.block_size, p.threads_per_sm), (896, 896));
+        // 255 regs (8192/warp): 8 warps per SM, and more than 8 warps do not launch: 256.
+        let p = at(255, 0);
+        assert_eq!((p.block_size, p.blocks_per_sm, p.min_grid_size), (256, 1, 132));
+        // Shared memory: 150000 B + 1 KiB reserved -> 151040 B, one block per SM: every
+        // size gives its own size, so 1024.
+        let p = at(16, 150_000);
+        assert_eq!((p.block_size, p.blocks_per_sm), (1024, 1));
+        // 60000 B -> 61056 B per block, 3 per SM: 1024 × 2 (warps) = 2048 still wins.
+        assert_eq!(at(16, 60_000).block_size, 1024);
+        // 110000 B -> 111104 B, 2 per SM: 1024 × 2 = 2048.
+        assert_eq!(at(16, 110_000).threads_per_sm, 2048);
+        // 256 regs are over the per-thread limit: no size launches (the API returns 0).
+        assert_eq!(max_potential_block_size(&d, 256, 0), None);
+        // So is more shared memory than a block may opt in to.
+        assert_eq!(max_potential_block_size(&d, 16, 232_449), None);
+    }
+
+    #[test]
+    fn potential_block_size_ties_and_limits() {
+        // sm_86: 1536 threads per SM. 1024 threads fit once (1024), 768 twice (1536), as do
+        // 512 × 3 and 384 × 4 ...: the largest of the ties, 768.
+        let a = sm(8, 6);
+        let p = max_potential_block_size(&a, 32, 0).unwrap();
+        assert_eq!((p.block_size, p.blocks_per_sm), (768, 2));
+        // A largest block that is not a multiple of the warp size is tried itself: 1000
+        // threads (32 warps) fit twice on sm_90, 2000 threads, more than 992 × 2.
+        let mut odd = sm(9, 0);
+        odd.max_threads_per_block = 1000;
+        let p = max_potential_block_size(&odd, 32, 0).unwrap();
+        assert_eq!((p.block_size, p.threads_per_sm), (1000, 2000));
+        // With 40 regs the same device does better below: 768 × 2.
+        assert_eq!(max_potential_block_size(&odd, 40, 0).unwrap().block_size, 768);
+    }
+
+    /// The search applied to the API's own answers: for every kernel of the H200 sweep
+    /// (`tests/fixtures/occupancy-h200.csv`, answers of
+    /// `cudaOccupancyMaxActiveBlocksPerMultiprocessor` at every multiple of 32 up to 1024,
+    /// default carveout, no dynamic shared memory), the block size with the most resident
+    /// threads, the largest on ties, equals [`max_potential_block_size`] on the device the
+    /// sweep's header describes. This checks the occupancy at every size the search visits
+    /// and the sizes it visits, over registers 10..255 and static shared memory up to 48 KiB
+    /// (the tie rule itself is the documented one on both sides).
+    #[test]
+    fn potential_block_size_from_the_h200_sweep() {
+        use std::collections::BTreeMap;
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/occupancy-h200.csv");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (the committed H200 sweep)", path.display()));
+        let mut attrs = BTreeMap::new();
+        // (kernel, regs, static smem, max dyn smem) -> block size -> blocks
+        type Key = (String, u32, u32, String);
+        let mut answers: BTreeMap<Key, BTreeMap<u32, u32>> = BTreeMap::new();
+        for (i, l) in text.lines().enumerate() {
+            if let Some(a) = l.strip_prefix("# attr ") {
+                let mut it = a.split_whitespace();
+                let (n, v) = (it.next().unwrap(), it.next().unwrap().parse::<i64>().unwrap());
+                attrs.insert(n.to_string(), v);
+                continue;
+            }
+            if l.starts_with('#') || l.starts_with("kernel,") || l.trim().is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), 9, "{}:{}", path.display(), i + 1);
+            let num = |j: usize| f[j].parse::<i64>().unwrap();
+            // The default carveout and no dynamic shared memory: what the search asks.
+            if num(4) != -1 || num(6) != 0 {
+                continue;
+            }
+            let blocks = if num(7) == 0 { num(8) as u32 } else { 0 };
+            answers
+                .entry((f[0].into(), num(1) as u32, num(2) as u32, f[3].into()))
+                .or_default()
+                .insert(num(5) as u32, blocks);
+        }
+        let dev = Device::from_attributes(&attrs).unwrap();
+        assert_eq!((dev.max_threads_per_block, dev.warp_size), (1024, 32));
+        let mut checked = 0;
+        for ((kernel, regs, smem, _), by_size) in &answers {
+            let sizes: Vec<u32> = (1..=32).map(|k| 32 * k).collect();
+            assert!(
+                sizes.iter().all(|s| by_size.contains_key(s)),
+                "{kernel}: the sweep lacks a multiple of 32"
+            );
+            let mut api: Option<(u32, u64)> = None;
+            for &s in sizes.iter().rev() {
+                let t = u64::from(s) * u64::from(by_size[&s]);
+                if t > api.map_or(0, |(_, bt)| bt) {
+                    api = Some((s, t));
+                }
+            }
+            let ours = max_potential_block_size(&dev, *regs, *smem);
+            assert_eq!(
+                ours.map(|p| (p.block_size, u64::from(p.threads_per_sm))),
+                api,
+                "{kernel} ({regs} regs, {smem} B static shared memory)"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 20, "only {checked} kernels in the sweep");
     }
 
     #[test]
