@@ -1,7 +1,8 @@
 //! `klaraptor validate` without a GPU: its analysis of real runs made on an NVIDIA H200
 //! (tests/fixtures/validate-h200-2026-11-22: exhaustive sweeps and decision logs of the
 //! PolyBench gemm and atax samples) against binaries built here by klaraptor-cc from the
-//! committed H200 profiles, checked against the records themselves; and the errors a user
+//! committed H200 profiles, checked against the records themselves (and the occupancy
+//! baseline against the block size the CUDA API returned in the study); and the errors a user
 //! meets (not a klaraptor-cc binary, no profiling variant, no GPU, …).
 
 mod common;
@@ -178,7 +179,36 @@ fn check_case(j: &Value, program: &str, job: &str, kernel: &str, sizes: &[i64], 
     let d = record(j, job, kernel, "default");
     assert_eq!(block(d), own);
     assert_eq!(d["ratio"].as_f64(), Some(tbest / times[&own]));
-    for r in [opt, k, d] {
+    // The occupancy baseline: the block size cudaOccupancyMaxPotentialBlockSize returns,
+    // computed by klaraptor from the registers the records report (32 for gemm and atax_aty,
+    // 29 for atax_ax, no shared memory). The API itself returned 1024 for all three in the
+    // study on this H200 (bench/results/accuracy-h200-2026-11-22-d.json). gemm is 2-D: the
+    // fastest measured power-of-two shape of 1024 threads.
+    let o = record(j, job, kernel, "occupancy");
+    let want = if kernel == "gemm" {
+        let f: Vec<([u32; 3], f64)> = times
+            .iter()
+            .filter(|(b, _)| b[0] * b[1] == 1024 && b[2] == 1)
+            .map(|(b, t)| (*b, *t))
+            .collect();
+        assert_eq!(f.len(), 11, "gemm: the 2-D factorisations of 1024 measured");
+        f.into_iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap().0
+    } else {
+        [1024, 1, 1]
+    };
+    assert_eq!(block(o), want, "{kernel} {job}: {o}");
+    assert_eq!(o["time_ms"].as_f64(), Some(times[&want]));
+    assert_eq!(o["ratio"].as_f64(), Some(tbest / times[&want]));
+    let how = o["how"].as_str().unwrap();
+    let regs = if kernel == "atax_ax" { 29 } else { 32 };
+    assert!(
+        how.starts_with(&format!(
+            "cudaOccupancyMaxPotentialBlockSize computed by klaraptor ({regs} registers/thread \
+             and 0 B shared memory/block from the sweep's records, NVIDIA H200 limits): block 1024"
+        )),
+        "{how}"
+    );
+    for r in [opt, k, d, o] {
         for (l, v) in r["sizes"].as_object().unwrap().values().zip(sizes) {
             assert_eq!(l.as_i64(), Some(*v));
         }
@@ -239,6 +269,23 @@ fn gemm_and_atax_runs_on_the_h200() {
     assert!(out.contains("NI=1000 NJ=1000 NK=1000"), "{out}");
     assert!(out.contains("66/66"), "{out}");
     assert!(out.contains("geometric mean"), "{out}");
+    let head = out.lines().find(|l| l.starts_with("run ")).unwrap();
+    let cols: Vec<&str> = head.split_whitespace().collect();
+    assert_eq!(
+        cols,
+        [
+            "run",
+            "kernel",
+            "sizes",
+            "shapes",
+            "optimum",
+            "klaraptor",
+            "default",
+            "occupancy",
+            "spearman"
+        ]
+    );
+    assert!(out.contains("\noccupancy  geometric mean"), "{out}");
     let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(j["device"], "NVIDIA H200");
     assert_eq!(j["runs"][0]["args"], "1000 1000 1000");
@@ -258,6 +305,10 @@ fn gemm_and_atax_runs_on_the_h200() {
         .as_f64()
         .unwrap();
     assert!((summary("klaraptor") - k).abs() < 1e-12);
+    let o = record(&j, "run1", "gemm", "occupancy")["ratio"]
+        .as_f64()
+        .unwrap();
+    assert!((summary("occupancy") - o).abs() < 1e-12);
 
     let json = tmp.path().join("atax.json");
     let o = validate(&[

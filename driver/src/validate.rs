@@ -10,7 +10,10 @@
 //! - **klaraptor**: the shape the instrumented build chose (its `KLARAPTOR_LOG` line), or the
 //!   rational program's first-ranked shape where no run logged one;
 //! - **default**: the program's own shape;
-//! - **occupancy** (the study only): the block `cudaOccupancyMaxPotentialBlockSize` suggests.
+//! - **occupancy**: the block `cudaOccupancyMaxPotentialBlockSize` suggests: in the study the
+//!   API's own answer (the sample harness calls it on the GPU), in `klaraptor validate`
+//!   computed by klaraptor's occupancy calculator ([`computed_occupancy_pick`]); for a 2-D or
+//!   3-D kernel its best factorisation ([`occupancy_shape`]).
 //!
 //! The ratio of a method is optimum time / method time (1 = optimal); Spearman's rank
 //! correlation of the rational program's predicted times with the measured ones, over the
@@ -256,6 +259,122 @@ pub fn decision_pick(d: &Decision, first: Option<[u32; 3]>, run: &str) -> Pick {
         k.flag = Some(format!("klaraptor did not choose: {}", d.source));
     }
     k
+}
+
+/// What the study calls the occupancy API in its `how` texts.
+pub const OCCUPANCY_API: &str = "cudaOccupancyMaxPotentialBlockSize";
+
+/// The shape the occupancy baseline stands for, from the 1-D block size `n` the occupancy
+/// API returns (`source` names where `n` came from, the start of the returned text): `n`
+/// itself for a 1-D kernel; otherwise the candidates are powers of two, so `n` is rounded
+/// down to a power of two `p` and, of the power-of-two shapes with `p` threads in the
+/// kernel's dimensions, the one the sweep measured fastest is taken (the "best
+/// factorisation": the most favourable reading of the baseline). The accuracy study and
+/// `klaraptor validate` both use this rule.
+pub fn occupancy_shape(
+    dim: u8,
+    n: u32,
+    measured: &BTreeMap<[u32; 3], f64>,
+    source: &str,
+) -> (Option<[u32; 3]>, String) {
+    if n == 0 {
+        return (None, "the occupancy API returned block 0".into());
+    }
+    if dim <= 1 {
+        return (Some([n, 1, 1]), format!("{source}: block {n}"));
+    }
+    let p = 1u32 << (31 - n.leading_zeros());
+    let mut best: Option<([u32; 3], f64)> = None;
+    let mut count = 0;
+    for (b, &t) in measured {
+        let threads = u64::from(b[0]) * u64::from(b[1]) * u64::from(b[2]);
+        let fits = threads == u64::from(p)
+            && b.iter().all(|&v| v.is_power_of_two())
+            && (dim >= 3 || b[2] == 1);
+        if fits {
+            count += 1;
+            if best.is_none_or(|(_, bt)| t < bt) {
+                best = Some((*b, t));
+            }
+        }
+    }
+    let rounded = if p == n {
+        String::new()
+    } else {
+        format!(" → {p} (the largest power of two ≤ {n}: candidates are powers of two)")
+    };
+    match best {
+        Some((b, _)) => (
+            Some(b),
+            format!(
+                "{source}: block {n}{rounded}; the fastest of its {count} measured {dim}-D \
+                 factorisations"
+            ),
+        ),
+        None => (
+            None,
+            format!("{source}: block {n}{rounded}; none of its factorisations was measured"),
+        ),
+    }
+}
+
+/// The occupancy baseline where no harness called the API (`klaraptor validate`): the block
+/// size `cudaOccupancyMaxPotentialBlockSize(…, 0, 0)` returns, computed by
+/// [`klaraptor_model::max_potential_block_size`] (which rests on the occupancy calculator
+/// that equals `cudaOccupancyMaxActiveBlocksPerMultiprocessor` on the H200) for the device
+/// of `manifest`, then read as a shape by [`occupancy_shape`]. The kernel's registers per
+/// thread and shared memory per block are those the sweep's records report for the swept
+/// code (`samples`: the most over them; static plus the dynamic shared memory the launches
+/// passed), else the rational program's.
+pub fn computed_occupancy_pick<'a>(
+    manifest: &RationalProgram,
+    dim: u8,
+    measured: &BTreeMap<[u32; 3], f64>,
+    samples: impl IntoIterator<Item = &'a Sample>,
+) -> Pick {
+    let counted: Vec<(u32, u32)> = samples
+        .into_iter()
+        .filter_map(|s| s.counters.as_ref())
+        .map(|c| {
+            (
+                c.regs_per_thread,
+                c.smem_static.saturating_add(c.smem_dynamic),
+            )
+        })
+        .collect();
+    let (regs, smem, from) = match counted
+        .iter()
+        .copied()
+        .reduce(|a, b| (a.0.max(b.0), a.1.max(b.1)))
+    {
+        Some((r, m)) => (r, m, "the sweep's records"),
+        None => (
+            manifest.regs_per_thread,
+            manifest.smem_per_block,
+            "the rational program",
+        ),
+    };
+    let dev = &manifest.device;
+    let inputs = format!(
+        "{regs} registers/thread and {smem} B shared memory/block from {from}, {} limits",
+        dev.name
+    );
+    let mut p = Pick::default();
+    match klaraptor_model::max_potential_block_size(dev, regs, smem) {
+        Some(x) => {
+            let source = format!("{OCCUPANCY_API} computed by klaraptor ({inputs})");
+            let (b, how) = occupancy_shape(dim, x.block_size, measured, &source);
+            p.block = b;
+            p.how = how;
+        }
+        None => {
+            p.how = format!(
+                "{OCCUPANCY_API} computed by klaraptor ({inputs}): no block size can launch \
+                 (the API returns block 0)"
+            )
+        }
+    }
+    p
 }
 
 /// `AxBxC`.
@@ -759,6 +878,117 @@ mod tests {
         let methods: Vec<&str> = recs.iter().map(|r| r.method).collect();
         assert_eq!(methods, ["optimum", "klaraptor", "default"]);
         assert_eq!(recs[1].sizes["N"], 100);
+    }
+
+    #[test]
+    fn occupancy_rule() {
+        let mut m = BTreeMap::new();
+        m.insert([1024, 1, 1], 3.0);
+        m.insert([512, 1, 1], 2.0);
+        m.insert([256, 2, 1], 1.5);
+        m.insert([32, 16, 1], 1.0);
+        m.insert([16, 32, 1], 1.2);
+        m.insert([32, 32, 1], 0.5);
+        // Not a power of two: never a factorisation.
+        m.insert([30, 1, 1], 0.1);
+        // 1-D: the block itself, in the study's words.
+        let (b, how) = occupancy_shape(1, 768, &m, OCCUPANCY_API);
+        assert_eq!(b, Some([768, 1, 1]));
+        assert_eq!(how, "cudaOccupancyMaxPotentialBlockSize: block 768");
+        // 2-D, a power of two: the fastest of its factorisations.
+        let (b, how) = occupancy_shape(2, 512, &m, OCCUPANCY_API);
+        assert_eq!(b, Some([32, 16, 1]));
+        assert_eq!(
+            how,
+            "cudaOccupancyMaxPotentialBlockSize: block 512; the fastest of its 4 measured 2-D \
+             factorisations"
+        );
+        // Not a power of two: rounded down.
+        let (b, how) = occupancy_shape(2, 768, &m, "computed");
+        assert_eq!(b, Some([32, 16, 1]));
+        assert!(how.starts_with("computed: block 768 → 512"), "{how}");
+        let (b, how) = occupancy_shape(2, 64, &m, OCCUPANCY_API);
+        assert_eq!(b, None);
+        assert!(how.contains("none of its factorisations"));
+        // 3-D kernels may use z; 2-D ones may not.
+        m.insert([8, 8, 8], 0.2);
+        assert_eq!(occupancy_shape(3, 512, &m, "x").0, Some([8, 8, 8]));
+        assert_eq!(occupancy_shape(2, 512, &m, "x").0, Some([32, 16, 1]));
+        assert_eq!(occupancy_shape(2, 0, &m, OCCUPANCY_API).0, None);
+    }
+
+    /// klaraptor's `cudaOccupancyMaxPotentialBlockSize` against the API's own answers: the
+    /// accuracy study on the H200 recorded, per kernel, the block size the sample harness got
+    /// from the API (bench/results/accuracy-h200-2026-11-22-d.json, records of method
+    /// "occupancy"); the kernels' registers per thread and static shared memory are in their
+    /// committed H200 profiles (samples/klaraptor-profiles), the device's limits in
+    /// model/devices/nvidia-h200.toml.
+    #[test]
+    fn computed_block_size_equals_the_api_in_the_h200_study() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let study = root.join("bench/results/accuracy-h200-2026-11-22-d.json");
+        let recs: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(&study).unwrap()).unwrap();
+        let prefix = format!("{OCCUPANCY_API}: block ");
+        let mut api: BTreeMap<String, u32> = BTreeMap::new();
+        for r in recs.iter().filter(|r| r["method"] == "occupancy") {
+            let how = r["how"].as_str().unwrap();
+            let n: u32 = how
+                .strip_prefix(&prefix)
+                .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("{}: no block size in {how:?}", study.display()));
+            let k = r["kernel"].as_str().unwrap().to_string();
+            let before = api.insert(k.clone(), n);
+            assert!(before.is_none_or(|b| b == n), "{k}: two API answers");
+        }
+        let dev =
+            klaraptor_model::Device::load(&root.join("model/devices/nvidia-h200.toml")).unwrap();
+        let mut ours: BTreeMap<String, (u32, u32, u32)> = BTreeMap::new();
+        let db = root.join("samples/klaraptor-profiles/v1");
+        for d in std::fs::read_dir(&db).unwrap() {
+            let d = d.unwrap().path();
+            if !d
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("nvidia-h200")
+            {
+                continue;
+            }
+            for f in std::fs::read_dir(&d).unwrap() {
+                let f = f.unwrap().path();
+                let e: klaraptor_profiler::record::Entry =
+                    toml::from_str(&std::fs::read_to_string(&f).unwrap())
+                        .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                let c = e.samples.iter().filter_map(|s| s.counters.as_ref());
+                let regs = c.clone().map(|c| c.regs_per_thread).max().unwrap();
+                let smem = c.map(|c| c.smem_static).max().unwrap();
+                let b = klaraptor_model::max_potential_block_size(&dev, regs, smem)
+                    .map_or(0, |p| p.block_size);
+                ours.insert(e.kernel.name.clone(), (b, regs, smem));
+            }
+        }
+        let mut agree = 0;
+        let mut differ = Vec::new();
+        for (k, n) in &api {
+            let (b, regs, smem) = ours
+                .get(k)
+                .unwrap_or_else(|| panic!("{k}: no committed H200 profile"));
+            if b == n {
+                agree += 1;
+            } else {
+                differ.push(format!(
+                    "{k} ({regs} regs, {smem} B): API {n}, klaraptor {b}"
+                ));
+            }
+        }
+        assert!(differ.is_empty(), "{differ:?}");
+        assert!(agree >= 40, "only {agree} kernels compared");
+        eprintln!(
+            "max_potential_block_size equals the API on {agree} of {} study kernels",
+            api.len()
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `klaraptor validate <binary> --sizes "<args>" …`: the accuracy study for a user's own
 //! program. For each run (the program's arguments), every annotated kernel the program
 //! launches is timed at every candidate block shape, at the data sizes the run launches it
-//! with, and klaraptor's choice and the program's own shape are compared with the fastest.
+//! with, and klaraptor's choice, the program's own shape and the block size
+//! `cudaOccupancyMaxPotentialBlockSize` suggests (computed, not asked of the GPU:
+//! [`validate::computed_occupancy_pick`]) are compared with the fastest.
 //!
 //! Per run, in `<out>/run<i>/`:
 //!
@@ -630,8 +632,9 @@ fn manifest_for<'a>(
     ))
 }
 
-/// Reads the runs kept in `dir` and compares, per kernel × data size, klaraptor's choice
-/// and the program's own shape with the fastest shape of the sweep.
+/// Reads the runs kept in `dir` and compares, per kernel × data size, klaraptor's choice,
+/// the program's own shape and the occupancy API's block with the fastest shape of the
+/// sweep.
 ///
 /// `known` are every annotated kernel of the binary, `kernels` those to compare.
 pub fn analyze(
@@ -776,6 +779,22 @@ pub fn analyze(
                     dp.how = "not known: no log line of this kernel at this size".into();
                 }
                 case.picks.insert(Method::Default, dp);
+                let op = match &manifest {
+                    Ok(m) => validate::computed_occupancy_pick(
+                        m,
+                        k.dim,
+                        &case.measured,
+                        samples.iter().copied(),
+                    ),
+                    Err(why) => Pick {
+                        how: format!(
+                            "not computed: no device description and registers without a \
+                             rational program ({why})"
+                        ),
+                        ..Pick::default()
+                    },
+                };
+                case.picks.insert(Method::Occupancy, op);
                 case.time_picks();
                 if !case.complete() {
                     v.notes.push(format!(
@@ -855,6 +874,7 @@ pub fn table(v: &Validation) -> String {
         "optimum",
         "klaraptor",
         "default",
+        "occupancy",
         "spearman",
     ];
     let mut rows: Vec<Vec<String>> = vec![head.iter().map(|h| h.to_string()).collect()];
@@ -873,6 +893,7 @@ pub fn table(v: &Validation) -> String {
             cell(c, Method::Optimum),
             cell(c, Method::Klaraptor),
             cell(c, Method::Default),
+            cell(c, Method::Occupancy),
             c.spearman
                 .map(|r| format!("{r:.2}"))
                 .unwrap_or_else(|| "-".into()),
@@ -890,7 +911,7 @@ pub fn table(v: &Validation) -> String {
         let _ = writeln!(s, "{}", line.join("  ").trim_end());
     }
     let _ = writeln!(s);
-    for m in [Method::Klaraptor, Method::Default] {
+    for m in Method::COMPARED {
         let r: Vec<f64> = v.cases.iter().filter_map(|c| c.ratio(m)).collect();
         match validate::stats(&r) {
             Some(x) => {
@@ -924,7 +945,7 @@ pub fn table(v: &Validation) -> String {
     }
     let mut flags = Vec::new();
     for c in &v.cases {
-        for m in [Method::Klaraptor, Method::Default] {
+        for m in Method::COMPARED {
             if let Some(f) = c.picks.get(&m).and_then(|p| p.flag.as_ref()) {
                 flags.push(format!(
                     "{} {} at {}, {}: {f}",
@@ -983,7 +1004,7 @@ struct JsonOut<'a> {
 }
 
 fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
-    let summary = [Method::Klaraptor, Method::Default]
+    let summary = Method::COMPARED
         .into_iter()
         .filter_map(|m| {
             let r: Vec<f64> = v.cases.iter().filter_map(|c| c.ratio(m)).collect();

@@ -285,7 +285,9 @@ pub fn max_potential_block_size(
     let limit = dev.max_threads_per_block;
     let mut best: Option<PotentialBlockSize> = None;
     // The limit itself, then every multiple of the warp size below it, largest first.
-    let below = (1..=(limit.saturating_sub(1) / warp)).rev().map(|k| k * warp);
+    let below = (1..=(limit.saturating_sub(1) / warp))
+        .rev()
+        .map(|k| k * warp);
     for size in std::iter::once(limit).chain(below) {
         if size == 0 {
             continue;
@@ -462,13 +464,19 @@ mod tests {
         // 32 regs: 1024 threads take 2 blocks by warps and registers (64 warps): the SM is
         // full at the first size tried.
         let p = at(32, 0);
-        assert_eq!((p.block_size, p.blocks_per_sm, p.threads_per_sm), (1024, 2, 2048));
+        assert_eq!(
+            (p.block_size, p.blocks_per_sm, p.threads_per_sm),
+            (1024, 2, 2048)
+        );
         assert_eq!(p.min_grid_size, 2 * 132);
         // 40 regs (1280/warp): 12 warps per sub-partition, 48 per SM = 1536 threads. 1024
         // threads (32 warps) fit once: 1024. 768 (24 warps) fit twice: 1536, the most any
         // size reaches; 512 × 3 and 384 × 4 tie with it, and the largest block wins.
         let p = at(40, 0);
-        assert_eq!((p.block_size, p.blocks_per_sm, p.threads_per_sm), (768, 2, 1536));
+        assert_eq!(
+            (p.block_size, p.blocks_per_sm, p.threads_per_sm),
+            (768, 2, 1536)
+        );
         // 33 regs round to the same 1280 per warp.
         assert_eq!(at(33, 0).block_size, 768);
         // 64 regs (2048/warp): 32 warps per SM; 1024 threads fit once, nothing does better.
@@ -479,7 +487,10 @@ mod tests {
         assert_eq!((p.block_size, p.threads_per_sm), (896, 896));
         // 255 regs (8192/warp): 8 warps per SM, and more than 8 warps do not launch: 256.
         let p = at(255, 0);
-        assert_eq!((p.block_size, p.blocks_per_sm, p.min_grid_size), (256, 1, 132));
+        assert_eq!(
+            (p.block_size, p.blocks_per_sm, p.min_grid_size),
+            (256, 1, 132)
+        );
         // Shared memory: 150000 B + 1 KiB reserved -> 151040 B, one block per SM: every
         // size gives its own size, so 1024.
         let p = at(16, 150_000);
@@ -501,14 +512,16 @@ mod tests {
         let a = sm(8, 6);
         let p = max_potential_block_size(&a, 32, 0).unwrap();
         assert_eq!((p.block_size, p.blocks_per_sm), (768, 2));
-        // A largest block that is not a multiple of the warp size is tried itself: 1000
-        // threads (32 warps) fit twice on sm_90, 2000 threads, more than 992 × 2.
+        // A largest block of 1000 threads (32 warps, not a multiple of the warp size) fits
+        // twice on sm_90: 2000 threads; 512 fits four times: 2048, which wins.
         let mut odd = sm(9, 0);
         odd.max_threads_per_block = 1000;
         let p = max_potential_block_size(&odd, 32, 0).unwrap();
-        assert_eq!((p.block_size, p.threads_per_sm), (1000, 2000));
-        // With 40 regs the same device does better below: 768 × 2.
-        assert_eq!(max_potential_block_size(&odd, 40, 0).unwrap().block_size, 768);
+        assert_eq!((p.block_size, p.threads_per_sm), (512, 2048));
+        // With one block per SM a size gives itself: 1000 is tried itself, and beats 992.
+        odd.max_blocks_per_sm = 1;
+        let p = max_potential_block_size(&odd, 32, 0).unwrap();
+        assert_eq!((p.block_size, p.threads_per_sm), (1000, 1000));
     }
 
     /// The search applied to the API's own answers: for every kernel of the H200 sweep
@@ -522,8 +535,8 @@ mod tests {
     #[test]
     fn potential_block_size_from_the_h200_sweep() {
         use std::collections::BTreeMap;
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/occupancy-h200.csv");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/occupancy-h200.csv");
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e} (the committed H200 sweep)", path.display()));
         let mut attrs = BTreeMap::new();
@@ -533,7 +546,10 @@ mod tests {
         for (i, l) in text.lines().enumerate() {
             if let Some(a) = l.strip_prefix("# attr ") {
                 let mut it = a.split_whitespace();
-                let (n, v) = (it.next().unwrap(), it.next().unwrap().parse::<i64>().unwrap());
+                let (n, v) = (
+                    it.next().unwrap(),
+                    it.next().unwrap().parse::<i64>().unwrap(),
+                );
                 attrs.insert(n.to_string(), v);
                 continue;
             }

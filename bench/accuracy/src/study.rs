@@ -11,7 +11,7 @@
 //!   read back from the device: 32×8 for 2-D kernels, 256 for 1-D ones);
 //! - **occupancy**: the block size `cudaOccupancyMaxPotentialBlockSize` returns (the
 //!   harness's `KL_OCC` line); for a 2-D kernel its best 2-D factorisation, see
-//!   [`occupancy_shape`].
+//!   [`occupancy_shape`] (the rule `klaraptor validate` uses too).
 //!
 //! The ratio of a method is optimum time / method time (1 = optimal). The harness's own
 //! `KL_TIME` of the klaraptor and default runs is kept beside, as a cross-check of the
@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use klaraptor::rational::{self, RationalProgram};
-use klaraptor::validate::shape_text;
+use klaraptor::validate::{occupancy_shape, shape_text, OCCUPANCY_API};
 pub use klaraptor::validate::{spearman, stats, Case, Method, Pick, Stats};
 
 use crate::inputs::{self, Decision, Env, SummaryRow, TimingOutput};
@@ -100,60 +100,6 @@ pub struct Paths {
 
 fn is_pow2(v: i64) -> bool {
     v > 0 && (v & (v - 1)) == 0
-}
-
-/// The 2-D (or 3-D) shape the occupancy baseline stands for, from the 1-D block size `n` the
-/// occupancy API returned: `n` itself for a 1-D kernel; otherwise the candidates are powers
-/// of two, so `n` is rounded down to a power of two `p` and, of the power-of-two shapes with
-/// `p` threads in the kernel's dimensions, the one the sweep measured fastest is taken (the
-/// "best factorisation": the most favourable reading of the baseline).
-pub fn occupancy_shape(
-    dim: u8,
-    n: u32,
-    measured: &BTreeMap<[u32; 3], f64>,
-) -> (Option<[u32; 3]>, String) {
-    if n == 0 {
-        return (None, "the occupancy API returned block 0".into());
-    }
-    if dim <= 1 {
-        return (
-            Some([n, 1, 1]),
-            format!("cudaOccupancyMaxPotentialBlockSize: block {n}"),
-        );
-    }
-    let p = 1u32 << (31 - n.leading_zeros());
-    let mut best: Option<([u32; 3], f64)> = None;
-    let mut count = 0;
-    for (b, &t) in measured {
-        let threads = u64::from(b[0]) * u64::from(b[1]) * u64::from(b[2]);
-        let fits = threads == u64::from(p)
-            && b.iter().all(|&v| v.is_power_of_two())
-            && (dim >= 3 || b[2] == 1);
-        if fits {
-            count += 1;
-            if best.is_none_or(|(_, bt)| t < bt) {
-                best = Some((*b, t));
-            }
-        }
-    }
-    let rounded = if p == n {
-        String::new()
-    } else {
-        format!(" → {p} (the largest power of two ≤ {n}: candidates are powers of two)")
-    };
-    match best {
-        Some((b, _)) => (
-            Some(b),
-            format!(
-                "cudaOccupancyMaxPotentialBlockSize: block {n}{rounded}; the fastest of its \
-                 {count} measured {dim}-D factorisations"
-            ),
-        ),
-        None => (
-            None,
-            format!("cudaOccupancyMaxPotentialBlockSize: block {n}{rounded}; none of its factorisations was measured"),
-        ),
-    }
 }
 
 impl Study {
@@ -484,7 +430,7 @@ fn build_case(
     let mut o = Pick::default();
     match occ {
         Some(x) => {
-            let (b, how) = occupancy_shape(kernel.dim, x.block, &case.measured);
+            let (b, how) = occupancy_shape(kernel.dim, x.block, &case.measured, OCCUPANCY_API);
             o.block = b;
             o.how = how;
         }
@@ -604,32 +550,6 @@ fn costs(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn occupancy_rule() {
-        let mut m = BTreeMap::new();
-        m.insert([1024, 1, 1], 3.0);
-        m.insert([512, 1, 1], 2.0);
-        m.insert([256, 2, 1], 1.5);
-        m.insert([32, 16, 1], 1.0);
-        m.insert([16, 32, 1], 1.2);
-        m.insert([32, 32, 1], 0.5);
-        m.insert([30, 1, 1], 0.1); // not a power of two: never a factorisation
-                                   // 1-D: the block itself.
-        assert_eq!(occupancy_shape(1, 768, &m).0, Some([768, 1, 1]));
-        // 2-D, a power of two: the fastest of its factorisations.
-        let (b, how) = occupancy_shape(2, 512, &m);
-        assert_eq!(b, Some([32, 16, 1]));
-        assert!(how.contains("fastest of its 4 measured"), "{how}");
-        // Not a power of two: rounded down.
-        let (b, how) = occupancy_shape(2, 768, &m);
-        assert_eq!(b, Some([32, 16, 1]));
-        assert!(how.contains("→ 512"), "{how}");
-        let (b, how) = occupancy_shape(2, 64, &m);
-        assert_eq!(b, None);
-        assert!(how.contains("none of its factorisations"));
-        assert_eq!(occupancy_shape(2, 0, &m).0, None);
-    }
 
     #[test]
     fn grid_labels_of_formulas() {
