@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use klaraptor_fitting::RationalFn;
 use klaraptor_model::{device_to_c, predict, Device, Launch, Prediction, WarpMetrics, C_MODEL};
 use klaraptor_passes::expr::{self, BoolExpr, IntExpr, C_PRELUDE};
-use klaraptor_profiler::record::Entry;
+use klaraptor_profiler::record::{Counters, Entry, Sample};
 use serde::{Deserialize, Serialize};
 
 use crate::linkspec::LinkSpec;
@@ -369,13 +369,7 @@ pub const MLP_CANDIDATES: [f64; 5] = [1.0, 2.0, 4.0, 8.0, 16.0];
 /// model's times of the profiled launches are calibrated ([`TimeFit::fit`]); a larger one
 /// replaces the kept one only when it lowers the median relative error by more than a tenth
 /// (within that, the simpler explanation stands).
-fn fit_time(
-    prog: &RationalProgram,
-    usable: &[(
-        &klaraptor_profiler::record::Sample,
-        &klaraptor_profiler::record::Counters,
-    )],
-) -> TimeFit {
+fn fit_time(prog: &RationalProgram, usable: &[(&Sample, &Counters)]) -> TimeFit {
     let mut prog = prog.clone();
     let mut best: Option<TimeFit> = None;
     for mlp in MLP_CANDIDATES {
