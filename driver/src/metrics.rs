@@ -152,16 +152,14 @@ pub fn usable<'a>(spec: &LinkSpec, entry: &'a Entry) -> Vec<(&'a Sample, &'a Cou
         .collect()
 }
 
-/// Threads a sample's launch ran (its recorded grid × block), over the threads of the
-/// kernel's domain (`grid`, the kernel's parsed grid formula, evaluated at a block of one
-/// thread): 1 when the blocks tile the domain, more when the last blocks overhang it. `None`
-/// when the formula cannot be evaluated at the sample's sizes.
-pub fn overhang(spec: &LinkSpec, grid: &[IntExpr], s: &Sample) -> Option<f64> {
-    let mut env: Vec<(&str, i64)> = spec
-        .data
+/// Threads of the kernel's domain at `sizes` (values of the data labels `data`): its parsed
+/// grid formula evaluated at a block of one thread. `None` when the formula cannot be
+/// evaluated there.
+pub fn domain_threads(data: &[String], grid: &[IntExpr], sizes: &[i64]) -> Option<f64> {
+    let mut env: Vec<(&str, i64)> = data
         .iter()
         .map(String::as_str)
-        .zip(s.sizes.iter().copied())
+        .zip(sizes.iter().copied())
         .collect();
     env.extend([("bx", 1), ("by", 1), ("bz", 1)]);
     let mut domain = 1.0;
@@ -171,10 +169,33 @@ pub fn overhang(spec: &LinkSpec, grid: &[IntExpr], s: &Sample) -> Option<f64> {
             _ => return None,
         }
     }
-    let launched: f64 = (0..3)
-        .map(|i| f64::from(s.grid[i]) * f64::from(s.block[i]))
-        .product();
-    Some(launched / domain)
+    Some(domain)
+}
+
+/// Threads a launch of `block` × `grid` runs.
+pub fn launched_threads(block: [u32; 3], grid: [u32; 3]) -> f64 {
+    (0..3)
+        .map(|i| f64::from(grid[i]) * f64::from(block[i]))
+        .product()
+}
+
+/// Threads a sample's launch ran (its recorded grid × block), over the threads of the
+/// kernel's domain ([`domain_threads`]): 1 when the blocks tile the domain, more when the
+/// last blocks overhang it. `None` when the formula cannot be evaluated at the sample's sizes.
+pub fn overhang(spec: &LinkSpec, grid: &[IntExpr], s: &Sample) -> Option<f64> {
+    let domain = domain_threads(&spec.data, grid, &s.sizes)?;
+    Some(launched_threads(s.block, s.grid) / domain)
+}
+
+/// The share of a launch's threads inside the domain (`domain` threads, [`domain_threads`]):
+/// the warps of blocks that overhang it test a bound and exit, so the launch's work belongs
+/// to the others. 1 when the domain is unknown; at least 1e-6.
+pub fn busy_fraction(domain: Option<f64>, block: [u32; 3], grid: [u32; 3]) -> f64 {
+    let launched = launched_threads(block, grid);
+    match domain {
+        Some(d) if launched > 0.0 => (d / launched).clamp(1e-6, 1.0),
+        _ => 1.0,
+    }
 }
 
 /// Samples whose blocks overhang the domain by more than this are left out of the fits of
@@ -227,15 +248,14 @@ pub fn fit_samples<'a>(
     Ok(samples)
 }
 
-/// Fits every metric of [`METRICS`] over the entry's samples (totals and ratios, see the
-/// module documentation). `shapes` are the candidate
+/// Fits every metric of [`METRICS`] over the samples ([`fit_samples`]; totals and ratios, see
+/// the module documentation). `shapes` are the candidate
 /// block shapes the functions will be evaluated on.
 pub fn fit_all(
     spec: &LinkSpec,
-    entry: &Entry,
+    samples: &[(&Sample, &Counters)],
     shapes: &[[u32; 3]],
 ) -> Result<BTreeMap<String, RationalFn>> {
-    let samples = fit_samples(spec, entry)?;
     let vars = variables(spec);
     let nblock = usize::from(spec.dim.clamp(1, 3));
     let points: Vec<Vec<f64>> = samples
@@ -357,10 +377,9 @@ impl RatioFit {
 /// global one.
 pub fn fit_ratios_by_footprint(
     spec: &LinkSpec,
-    entry: &Entry,
+    samples: &[(&Sample, &Counters)],
     shapes: &[[u32; 3]],
 ) -> Result<Vec<FootprintRatios>> {
-    let samples = fit_samples(spec, entry)?;
     let mut wanted: Vec<[u32; 3]> = shapes.iter().map(|b| warp_footprint(*b)).collect();
     wanted.sort();
     wanted.dedup();
@@ -593,7 +612,8 @@ mod tests {
             build_dir: Default::default(),
         };
         let shapes = crate::rational::candidates(2);
-        let fits = fit_ratios_by_footprint(&spec, &entry, &shapes).unwrap();
+        let samples = fit_samples(&spec, &entry).unwrap();
+        let fits = fit_ratios_by_footprint(&spec, &samples, &shapes).unwrap();
         let at = |fp: [u32; 3], n: f64| {
             let r = fits.iter().find(|r| r.footprint == fp).unwrap();
             (

@@ -316,8 +316,9 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
             spec.block
         );
     }
-    let fitted = metrics::fit_all(spec, entry, &cands)?;
-    let ratios_by_footprint = metrics::fit_ratios_by_footprint(spec, entry, &cands)?;
+    let samples = metrics::fit_samples(spec, entry)?;
+    let fitted = metrics::fit_all(spec, &samples, &cands)?;
+    let ratios_by_footprint = metrics::fit_ratios_by_footprint(spec, &samples, &cands)?;
     let usable = metrics::usable(spec, entry);
     let regs = usable
         .iter()
@@ -371,13 +372,18 @@ pub const MLP_CANDIDATES: [f64; 5] = [1.0, 2.0, 4.0, 8.0, 16.0];
 /// (within that, the simpler explanation stands).
 fn fit_time(prog: &RationalProgram, usable: &[(&Sample, &Counters)]) -> TimeFit {
     let mut prog = prog.clone();
+    let domains: Vec<Option<f64>> = usable
+        .iter()
+        .map(|(smp, _)| prog.domain_threads(&smp.sizes))
+        .collect();
     let mut best: Option<TimeFit> = None;
     for mlp in MLP_CANDIDATES {
         prog.time_fit.mlp = mlp;
         let points: Vec<(f64, f64)> = usable
             .iter()
-            .map(|(smp, c)| {
-                let m = prog.metrics_at(&smp.sizes, smp.block, smp.grid);
+            .zip(&domains)
+            .map(|((smp, c), domain)| {
+                let m = prog.metrics_in(&smp.sizes, smp.block, smp.grid, *domain);
                 let launch = Launch {
                     block: smp.block,
                     grid: smp.grid,
@@ -431,6 +437,25 @@ impl RationalProgram {
     /// divided by the launch's warps, the fitted ratios as they are (all clamped at 0:
     /// counts are never negative, whatever a fitted function does far outside its data).
     pub fn metrics_at(&self, data: &[i64], b: [u32; 3], g: [u32; 3]) -> WarpMetrics {
+        self.metrics_in(data, b, g, self.domain_threads(data))
+    }
+
+    /// Threads of the kernel's domain at `data` ([`metrics::domain_threads`]).
+    pub fn domain_threads(&self, data: &[i64]) -> Option<f64> {
+        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
+        labels.extend(expr::BLOCK_VARS);
+        let grid = parse_grid(&self.grid, &labels).ok()?;
+        metrics::domain_threads(&self.data, &grid, data)
+    }
+
+    /// [`RationalProgram::metrics_at`] with the domain's threads at `data` given.
+    fn metrics_in(
+        &self,
+        data: &[i64],
+        b: [u32; 3],
+        g: [u32; 3],
+        domain: Option<f64>,
+    ) -> WarpMetrics {
         let mut x: Vec<f64> = data.iter().map(|&v| v as f64).collect();
         for v in b.iter().take(usize::from(self.dim.clamp(1, 3))) {
             x.push(f64::from(*v).log2());
@@ -454,7 +479,7 @@ impl RationalProgram {
         let mut v = metrics::per_warp_of(&v, b, g);
         // The work belongs to the warps inside the kernel's domain: those of blocks that
         // overhang it test a bound and exit (module doc of metrics.rs).
-        let busy = self.busy_fraction(data, b, g);
+        let busy = metrics::busy_fraction(domain, b, g);
         for (i, x) in v.iter_mut().enumerate() {
             if metrics::is_total(i) {
                 *x /= busy;
@@ -473,34 +498,6 @@ impl RationalProgram {
         }
     }
 
-    /// The share of a launch's threads inside the kernel's domain (the grid formula at a
-    /// block of one thread): 1 when the blocks tile it, less when the last blocks overhang.
-    pub fn busy_fraction(&self, data: &[i64], b: [u32; 3], g: [u32; 3]) -> f64 {
-        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
-        labels.extend(expr::BLOCK_VARS);
-        let Ok(grid) = parse_grid(&self.grid, &labels) else {
-            return 1.0;
-        };
-        let env = FullEnv {
-            labels: &self.data,
-            data,
-            block: [1, 1, 1],
-        };
-        let mut domain = 1.0;
-        for e in grid.iter().take(3) {
-            match e.eval(&env) {
-                Ok(v) if v >= 1 => domain *= v as f64,
-                _ => return 1.0,
-            }
-        }
-        let launched: f64 = (0..3).map(|i| f64::from(g[i]) * f64::from(b[i])).product();
-        if launched > 0.0 {
-            (domain / launched).clamp(1e-6, 1.0)
-        } else {
-            1.0
-        }
-    }
-
     /// Every allowed candidate at `data`, ranked (the first is the choice).
     pub fn rank(&self, data: &[i64]) -> Result<Vec<Ranked>> {
         if data.len() != self.data.len() {
@@ -516,6 +513,7 @@ impl RationalProgram {
         labels.extend(expr::BLOCK_VARS);
         let grid = parse_grid(&self.grid, &labels)?;
         let cons = parse_constraints(&self.block, &labels)?;
+        let domain = metrics::domain_threads(&self.data, &grid, data);
         let mut out = Vec::new();
         for &b in &self.candidates {
             let env = FullEnv {
@@ -539,7 +537,7 @@ impl RationalProgram {
             if !ok {
                 continue;
             }
-            let m = self.metrics_at(data, b, g);
+            let m = self.metrics_in(data, b, g, domain);
             let launch = Launch {
                 block: b,
                 grid: g,
@@ -727,7 +725,7 @@ impl RationalProgram {
         c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n");
         c.push_str("static double kl_clamp(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }\n\n");
         c.push_str("/* The per-warp metrics at data for block launched as grid (the fits take log2 of the\n * block dimensions): fitted launch totals\n * divided by the launch's warps (warp-level counts also by its lane occupancy),\n * fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
-        c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n  /* the share of the launch's threads inside the kernel's domain (the grid formula at a\n   * block of one thread): the work belongs to them (busy_fraction in rational.rs) */\n  double busy = 1.0;\n  {\n    static const uint32_t one[3] = {1, 1, 1};\n    uint32_t dom[3];\n    if (kl_grid(data, one, dom) == 0) {\n      double domain = 1.0, launched = 1.0;\n      domain *= (double)dom[0]; domain *= (double)dom[1]; domain *= (double)dom[2];\n      launched *= (double)grid[0] * (double)block[0];\n      launched *= (double)grid[1] * (double)block[1];\n      launched *= (double)grid[2] * (double)block[2];\n      if (launched > 0.0) {\n        busy = domain / launched;\n        busy = busy < 1e-6 ? 1e-6 : busy > 1.0 ? 1.0 : busy;\n      }\n    }\n  }\n");
+        c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n  /* the share of the launch's threads inside the kernel's domain (the grid formula at a\n   * block of one thread): the work belongs to them (busy_fraction in metrics.rs) */\n  double busy = 1.0;\n  {\n    static const uint32_t one[3] = {1, 1, 1};\n    uint32_t dom[3];\n    if (kl_grid(data, one, dom) == 0) {\n      double domain = 1.0, launched = 1.0;\n      domain *= (double)dom[0]; domain *= (double)dom[1]; domain *= (double)dom[2];\n      launched *= (double)grid[0] * (double)block[0];\n      launched *= (double)grid[1] * (double)block[1];\n      launched *= (double)grid[2] * (double)block[2];\n      if (launched > 0.0) {\n        busy = domain / launched;\n        busy = busy < 1e-6 ? 1e-6 : busy > 1.0 ? 1.0 : busy;\n      }\n    }\n  }\n");
         for (i, name) in METRICS.iter().enumerate() {
             if metrics::is_warp_count(i) {
                 let _ = writeln!(
