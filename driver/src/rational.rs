@@ -67,6 +67,10 @@ pub struct RationalProgram {
     /// fits for the shapes of those footprints ([`metrics::fit_ratios_by_footprint`]).
     #[serde(default)]
     pub ratios_by_footprint: Vec<metrics::FootprintRatios>,
+    /// The launch totals fitted per thread of the kernel's domain, not per launch
+    /// ([`metrics::total_unit`]); empty in manifests written before.
+    #[serde(default)]
+    pub per_domain_thread: std::collections::BTreeSet<String>,
 }
 
 /// `predicted = scale · model + overhead_us`, fitted at build time by least squares in
@@ -343,7 +347,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         regs_per_thread: regs,
         smem_per_block: smem,
         candidates: cands,
-        metrics: fitted,
+        metrics: fitted.functions,
         provenance: Provenance {
             collector: entry.collector.clone(),
             captured_at: entry.captured_at.clone(),
@@ -357,6 +361,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         c_name,
         time_fit: TimeFit::default(),
         ratios_by_footprint,
+        per_domain_thread: fitted.per_domain_thread,
     };
     prog.time_fit = fit_time(&prog, &usable);
     Ok(prog)
@@ -474,6 +479,13 @@ impl RationalProgram {
                 if let Some(i) = METRICS.iter().position(|m| *m == name) {
                     v[i] = f.eval(&x[..data.len()]).max(0.0);
                 }
+            }
+        }
+        // Totals are fitted per thread of the domain (metrics.rs, "Per domain thread").
+        let unit = metrics::total_unit(domain);
+        for (i, x) in v.iter_mut().enumerate() {
+            if self.per_domain_thread.contains(METRICS[i]) {
+                *x *= unit;
             }
         }
         let mut v = metrics::per_warp_of(&v, b, g);
@@ -725,17 +737,22 @@ impl RationalProgram {
         c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n");
         c.push_str("static double kl_clamp(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }\n\n");
         c.push_str("/* The per-warp metrics at data for block launched as grid (the fits take log2 of the\n * block dimensions): fitted launch totals\n * divided by the launch's warps (warp-level counts also by its lane occupancy),\n * fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
-        c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n  /* the share of the launch's threads inside the kernel's domain (the grid formula at a\n   * block of one thread): the work belongs to them (busy_fraction in metrics.rs) */\n  double busy = 1.0;\n  {\n    static const uint32_t one[3] = {1, 1, 1};\n    uint32_t dom[3];\n    if (kl_grid(data, one, dom) == 0) {\n      double domain = 1.0, launched = 1.0;\n      domain *= (double)dom[0]; domain *= (double)dom[1]; domain *= (double)dom[2];\n      launched *= (double)grid[0] * (double)block[0];\n      launched *= (double)grid[1] * (double)block[1];\n      launched *= (double)grid[2] * (double)block[2];\n      if (launched > 0.0) {\n        busy = domain / launched;\n        busy = busy < 1e-6 ? 1e-6 : busy > 1.0 ? 1.0 : busy;\n      }\n    }\n  }\n");
+        c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n  /* the share of the launch's threads inside the kernel's domain (the grid formula at a\n   * block of one thread): the work belongs to them (busy_fraction in metrics.rs) */\n  double busy = 1.0;\n  /* launch totals were fitted per thread of the domain (metrics.rs: total_unit) */\n  double unit = 1.0;\n  {\n    static const uint32_t one[3] = {1, 1, 1};\n    uint32_t dom[3];\n    if (kl_grid(data, one, dom) == 0) {\n      double domain = 1.0, launched = 1.0;\n      domain *= (double)dom[0]; domain *= (double)dom[1]; domain *= (double)dom[2];\n      if (domain >= 1.0) unit = domain;\n      launched *= (double)grid[0] * (double)block[0];\n      launched *= (double)grid[1] * (double)block[1];\n      launched *= (double)grid[2] * (double)block[2];\n      if (launched > 0.0) {\n        busy = domain / launched;\n        busy = busy < 1e-6 ? 1e-6 : busy > 1.0 ? 1.0 : busy;\n      }\n    }\n  }\n  (void)unit;\n");
         for (i, name) in METRICS.iter().enumerate() {
+            let unit = if self.per_domain_thread.contains(*name) {
+                " * unit"
+            } else {
+                ""
+            };
             if metrics::is_warp_count(i) {
                 let _ = writeln!(
                     c,
-                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / lanes / warps / busy;"
+                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})){unit} / lanes / warps / busy;"
                 );
             } else if metrics::is_total(i) {
                 let _ = writeln!(
                     c,
-                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})) / warps / busy;"
+                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})){unit} / warps / busy;"
                 );
             } else {
                 let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args}));");

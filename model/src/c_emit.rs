@@ -72,6 +72,7 @@ pub const C_MODEL: &str = r##"/*
 #define KL_SECTOR_BYTES 32.0
 #define KL_COALESCED_SECTORS 4.0
 #define KL_ELEMENT_BYTES 4.0
+#define KL_LINE_SECTORS 4.0
 #define KL_METRIC_CAP 1e30
 
 /* One GPU (model/src/device.rs documents every field; device_to_c writes these). */
@@ -101,6 +102,7 @@ typedef struct kl_device {
     double issue_cycles;        /* per warp instruction, per warp scheduler */
     double shared_issue_cycles; /* per shared-memory warp instruction, per scheduler */
     double block_dispatch_cycles; /* between two blocks one SM starts */
+    double warp_drain_cycles;     /* a wave's extra cycles per warp of a block beyond the first */
 } kl_device;
 
 /* One launch: shared memory is static + dynamic bytes per block. */
@@ -316,17 +318,41 @@ typedef struct kl_wave {
     int regime;
 } kl_wave;
 
-/* 128-byte lines touched by one warp request of mean sectors s (mwp_cwp.rs: lines_per_request) */
-static double kl_lines_per_request(double s)
+/* How a warp's requests meet the cache lines (mwp_cwp.rs: WarpRows): the rows of its
+ * footprint and the sectors one row takes in its line. */
+typedef struct kl_warp_rows {
+    double rows, row_sectors;
+} kl_warp_rows;
+
+static kl_warp_rows kl_warp_rows_of(const uint32_t block[3])
 {
-    if (s <= KL_COALESCED_SECTORS)
-        return 1.0;
-    if (s >= 2.0 * KL_COALESCED_SECTORS)
-        return s;
-    return 1.0 + (s - KL_COALESCED_SECTORS) * (2.0 * KL_COALESCED_SECTORS - 1.0) / KL_COALESCED_SECTORS;
+    kl_warp_rows w;
+    uint32_t wx = block[0] < 1 ? 1 : block[0] > 32 ? 32 : block[0];
+    uint32_t cy = 32 / wx < 1 ? 1 : 32 / wx;
+    uint32_t wy = block[1] < 1 ? 1 : block[1] > cy ? cy : block[1];
+    uint32_t cz = 32 / (wx * wy) < 1 ? 1 : 32 / (wx * wy);
+    uint32_t wz = block[2] < 1 ? 1 : block[2] > cz ? cz : block[2];
+    w.rows = (double)(wy * wz);
+    /* sectors of wx 4-byte elements, at most one line's */
+    w.row_sectors = kl_min((double)((wx * 4 + 31) / 32), KL_LINE_SECTORS);
+    return w;
 }
 
-static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double lanes, kl_per_warp *k)
+/* 128-byte lines touched by one warp request of mean sectors s (mwp_cwp.rs: lines_per_request) */
+static double kl_lines_per_request(double s, kl_warp_rows w)
+{
+    double contiguous = w.rows * w.row_sectors;
+    double at;
+    if (s <= contiguous)
+        return kl_max(s / w.row_sectors, 1.0);
+    if (s >= 2.0 * contiguous)
+        return s;
+    at = kl_max(w.rows, 1.0);
+    return at + (s - contiguous) * (2.0 * contiguous - at) / contiguous;
+}
+
+static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double lanes, kl_warp_rows w,
+                              kl_per_warp *k)
 {
     double inst = kl_max(kl_clean(m->inst), 1.0);
     double gld = kl_clean(m->gld_inst);
@@ -336,8 +362,8 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double la
     double s_st = kl_clean(m->gst_sectors_per_req);
     double dram = kl_clean(m->dram_bytes);
     double mem_insts = gld + gst;
-    double l_ld = kl_lines_per_request(s_ld);
-    double l_st = kl_lines_per_request(s_st);
+    double l_ld = kl_lines_per_request(s_ld, w);
+    double l_st = kl_lines_per_request(s_st, w);
     /* caches: the share h of the requests that reaches DRAM */
     double useful = KL_ELEMENT_BYTES * lanes;
     double needed = gld * kl_min(KL_SECTOR_BYTES * s_ld, useful)
@@ -444,7 +470,7 @@ KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl
     kl_wave last, first;
     uint64_t threads, blocks, a, sms, wpb, per_wave, waves, rest, last_blocks_on_sm, last_sms;
     uint64_t first_blocks_on_sm;
-    double cycles, dispatch;
+    double cycles, dispatch, drain;
     int i, limiter;
 
     for (i = 0; i < 3; i++) {
@@ -468,7 +494,7 @@ KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl
         }
         return kl_unlaunchable(out, KL_LIMIT_EXCEEDS_LIMITS);
     }
-    kl_per_warp_costs(d, m, (double)(threads < 32 ? threads : 32), &k);
+    kl_per_warp_costs(d, m, (double)(threads < 32 ? threads : 32), kl_warp_rows_of(l->block), &k);
     blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
     a = occ.blocks_per_sm;
     sms = d->sm_count;
@@ -479,13 +505,15 @@ KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl
     last_blocks_on_sm = kl_div_ceil(rest, sms);
     last_sms = rest < sms ? rest : sms;
     last = kl_wave_cycles(d, &k, last_blocks_on_sm * wpb, last_blocks_on_sm, last_sms);
+    /* block drain: a wave lasts longer per warp of a block beyond the first */
+    drain = d->warp_drain_cycles * ((double)wpb - 1.0);
     if (waves > 1) {
         first = kl_wave_cycles(d, &k, a * wpb, a, sms);
-        cycles = (double)(waves - 1) * first.cycles + last.cycles;
+        cycles = (double)(waves - 1) * (first.cycles + drain) + last.cycles + drain;
         first_blocks_on_sm = a;
     } else {
         first = last;
-        cycles = last.cycles;
+        cycles = last.cycles + drain;
         first_blocks_on_sm = last_blocks_on_sm;
     }
     if (blocks < sms) {
@@ -632,6 +660,7 @@ pub fn device_to_c(dev: &Device, ident: &str) -> String {
     o.push_str(&fig("issue_cycles", &c.issue_cycles));
     o.push_str(&fig("shared_issue_cycles", &c.shared_issue_cycles));
     o.push_str(&fig("block_dispatch_cycles", &c.block_dispatch_cycles));
+    o.push_str(&fig("warp_drain_cycles", &c.warp_drain_cycles));
     o.push_str("};\n");
     o
 }

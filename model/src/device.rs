@@ -131,6 +131,10 @@ pub struct SharedMemory {
 ///   work (the block scheduler's rate: launching, starting and retiring a block), measured
 ///   with an empty kernel of many one-warp blocks. Device descriptions written before this
 ///   figure existed read it as the architecture table's estimate.
+/// - `warp_drain_cycles`: SM cycles a wave of blocks lasts longer per warp of a block beyond
+///   the first, measured with a one-element-per-thread copy over many waves launched with
+///   blocks of 1024 and of 256 threads (both keep the SM full). Where it was not measured it
+///   is 0 (no such cost).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     pub mem_latency_cycles: Figure,
@@ -142,6 +146,8 @@ pub struct Calibration {
     pub shared_issue_cycles: Figure,
     #[serde(default = "default_block_dispatch")]
     pub block_dispatch_cycles: Figure,
+    #[serde(default = "default_warp_drain")]
+    pub warp_drain_cycles: Figure,
 }
 
 /// The estimate of [`Calibration::block_dispatch_cycles`] where nothing was measured: about
@@ -152,6 +158,10 @@ pub const BLOCK_DISPATCH_ESTIMATE_CYCLES: f64 = 160.0;
 
 fn default_block_dispatch() -> Figure {
     Figure::table(BLOCK_DISPATCH_ESTIMATE_CYCLES)
+}
+
+fn default_warp_drain() -> Figure {
+    Figure::table(0.0)
 }
 
 /// Measured calibration figures; a `None` keeps the device's current figure. Field names
@@ -175,6 +185,8 @@ pub struct Measured {
     pub shared_issue_cycles: Option<f64>,
     #[serde(default)]
     pub block_dispatch_cycles: Option<f64>,
+    #[serde(default)]
+    pub warp_drain_cycles: Option<f64>,
 }
 
 /// Everything occupancy and the model need to know about one GPU.
@@ -589,6 +601,7 @@ impl Device {
                 // the four sub-partitions.
                 shared_issue_cycles: Figure::table(4.0),
                 block_dispatch_cycles: default_block_dispatch(),
+                warp_drain_cycles: default_warp_drain(),
             },
         }
     }
@@ -662,7 +675,7 @@ impl Device {
     /// Replaces the calibration figures that `m` has (source `calibration`).
     pub fn with_calibration(mut self, m: &Measured) -> Result<Device, DeviceError> {
         let c = &mut self.calibration;
-        let pairs: [(&mut Figure, Option<f64>); 8] = [
+        let pairs: [(&mut Figure, Option<f64>); 9] = [
             (&mut c.mem_latency_cycles, m.mem_latency_cycles),
             (&mut c.l2_latency_cycles, m.l2_latency_cycles),
             (
@@ -677,6 +690,7 @@ impl Device {
             (&mut c.issue_cycles, m.issue_cycles),
             (&mut c.shared_issue_cycles, m.shared_issue_cycles),
             (&mut c.block_dispatch_cycles, m.block_dispatch_cycles),
+            (&mut c.warp_drain_cycles, m.warp_drain_cycles),
         ];
         for (fig, v) in pairs {
             if let Some(value) = v {
@@ -840,6 +854,13 @@ impl Device {
             if !(v.is_finite() && v > 0.0) {
                 return Err(bad(field, format!("is {v}; must be a positive number")));
             }
+        }
+        let v = c.warp_drain_cycles.value;
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(bad(
+                "calibration.warp_drain_cycles",
+                format!("is {v}; must be a number ≥ 0"),
+            ));
         }
         Ok(())
     }

@@ -18,9 +18,13 @@
 //! previous). What departs one at a time is a 128-byte line (one L1 tag look-up, one L2
 //! request): on the H200 a request of 4 sectors in one line departs every 1.1 cycles, one of
 //! 32 sectors in 32 lines every 32 cycles (calibration). The counters give the mean sectors
-//! per request `s`; the lines it touches are `L(s) = 1` for `s ≤ 4` (4-byte accesses of
-//! one line, or narrower ones), `L(s) = s` for `s ≥ 8` (a warp spread over rows touches one
-//! sector per line: 8 rows of 4 columns make 8 sectors in 8 lines), linear in between. A
+//! per request `s`; the lines it touches follow from the box of threads a warp covers (its
+//! footprint, [`WarpRows`]): `rows = wy·wz` rows of `wx` threads, each row's 4-byte elements
+//! filling `r = min(4, ceil(wx/8))` sectors of one line. A request whose sectors fit those
+//! rows (`s ≤ rows·r`) touches `L = max(1, s/r)` lines: 4 sectors of a 32-wide warp are one
+//! line, 4 sectors of an 8 × 4 warp are 4 lines (on the H200 8x128 blocks make jacobi2d's
+//! copy 1.5 times slower than 32x8 ones); from `2·rows·r` sectors on the lanes are spread and
+//! `L = s`; linear in between (for 32-wide warps: 1 up to 4 sectors, `s` from 8). A
 //! request is then `Uncoal_per_mw = L` transactions, with
 //! `Mem_L_kind = Mem_LD + (L − 1)·Departure_del_uncoal` and
 //! `Departure_kind = Departure_del_coal + (L − 1)·Departure_del_uncoal`
@@ -106,6 +110,14 @@
 //! wave(ceil(r/S), min(r, S))`; `time_us = cycles / sm_clock_mhz`. This replaces the
 //! fractional `Rep = G / (A·S)`, which charged a quarter-full GPU a quarter of a wave and
 //! let idle SMs count as working.
+//!
+//! # Block drain \[K\]
+//!
+//! A block's warps do not start together and its slots are freed only when its last warp
+//! ends, so each wave lasts `warp_drain_cycles·(warps_per_block − 1)` cycles longer (a
+//! calibration figure: a one-element copy over many waves with 1024- and 256-thread blocks,
+//! both at full occupancy, 14 cycles per warp on the H200, where the larger blocks take 20 %
+//! longer). It matters only where warps live for about one memory round trip.
 //!
 //! # Block dispatch \[K\]
 //!
@@ -314,19 +326,55 @@ fn max2(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The 128-byte lines one warp request touches, from its mean 32-byte sectors `s` (module
-/// doc): one up to 4 sectors, one per sector from 8 on, linear in between.
-fn lines_per_request(s: f64) -> f64 {
-    if s <= COALESCED_SECTORS {
-        1.0
-    } else if s >= 2.0 * COALESCED_SECTORS {
-        s
-    } else {
-        1.0 + (s - COALESCED_SECTORS) * (2.0 * COALESCED_SECTORS - 1.0) / COALESCED_SECTORS
+/// The box of threads one warp of `block` covers (x, y, z): `min(bx, 32)` threads along x,
+/// then as many rows along y as fit in 32 threads, then layers along z (the driver's
+/// `metrics::warp_footprint`).
+pub fn warp_footprint(block: [u32; 3]) -> [u32; 3] {
+    let wx = block[0].clamp(1, 32);
+    let wy = block[1].clamp(1, (32 / wx).max(1));
+    let wz = block[2].clamp(1, (32 / (wx * wy)).max(1));
+    [wx, wy, wz]
+}
+
+/// How a warp's requests meet the cache lines: the rows of its footprint (`wy·wz`) and the
+/// sectors one row of `wx` 4-byte elements takes in its line (`min(4, ceil(wx/8))`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WarpRows {
+    pub rows: f64,
+    pub row_sectors: f64,
+}
+
+impl WarpRows {
+    pub fn of(block: [u32; 3]) -> WarpRows {
+        let [wx, wy, wz] = warp_footprint(block);
+        // Sectors of wx 4-byte elements (ELEMENT_BYTES, SECTOR_BYTES), at most one line's.
+        WarpRows {
+            rows: f64::from(wy * wz),
+            row_sectors: min2(f64::from((wx * 4).div_ceil(32)), LINE_SECTORS),
+        }
     }
 }
 
-fn per_warp(dev: &Device, m: &WarpMetrics, lanes: f64) -> PerWarp {
+/// Sectors of one 128-byte line.
+pub const LINE_SECTORS: f64 = 4.0;
+
+/// The 128-byte lines one warp request of mean `s` sectors touches (module doc): a request
+/// whose sectors fit its footprint's rows, each row contiguous along x, touches
+/// `s / row_sectors` lines (at least one); from twice that many sectors on, the lanes are
+/// spread and every sector is its own line; linear in between.
+fn lines_per_request(s: f64, w: WarpRows) -> f64 {
+    let contiguous = w.rows * w.row_sectors;
+    if s <= contiguous {
+        max2(s / w.row_sectors, 1.0)
+    } else if s >= 2.0 * contiguous {
+        s
+    } else {
+        let at = max2(w.rows, 1.0);
+        at + (s - contiguous) * (2.0 * contiguous - at) / contiguous
+    }
+}
+
+fn per_warp(dev: &Device, m: &WarpMetrics, lanes: f64, w: WarpRows) -> PerWarp {
     let c = &dev.calibration;
     let inst = max2(clean(m.inst), 1.0);
     let gld = clean(m.gld_inst);
@@ -338,7 +386,7 @@ fn per_warp(dev: &Device, m: &WarpMetrics, lanes: f64) -> PerWarp {
 
     let mem_insts = gld + gst;
     // Lines per request and the cost of each kind of request [K].
-    let (l_ld, l_st) = (lines_per_request(s_ld), lines_per_request(s_st));
+    let (l_ld, l_st) = (lines_per_request(s_ld, w), lines_per_request(s_st, w));
     let useful = ELEMENT_BYTES * lanes;
     let needed = gld * min2(SECTOR_BYTES * s_ld, useful) + gst * min2(SECTOR_BYTES * s_st, useful);
     let h = if needed > 0.0 {
@@ -486,7 +534,7 @@ pub fn predict(dev: &Device, launch: &Launch, m: &WarpMetrics) -> Prediction {
         });
     }
     let lanes = threads.min(32) as f64;
-    let k = per_warp(dev, m, lanes);
+    let k = per_warp(dev, m, lanes, WarpRows::of(launch.block));
     let blocks = u64::from(launch.grid[0]) * u64::from(launch.grid[1]) * u64::from(launch.grid[2]);
     let a = u64::from(occ.blocks_per_sm);
     let sms = u64::from(dev.sm_count);
@@ -503,11 +551,18 @@ pub fn predict(dev: &Device, launch: &Launch, m: &WarpMetrics) -> Prediction {
         last_blocks_on_sm,
         last_sms,
     );
+    // Block drain [K]: a wave lasts longer by warp_drain_cycles per warp of a block beyond
+    // the first.
+    let drain = dev.calibration.warp_drain_cycles.value * (wpb as f64 - 1.0);
     let (cycles, first, first_blocks_on_sm) = if waves > 1 {
         let full = wave(dev, &k, a * wpb, a, sms);
-        ((waves - 1) as f64 * full.cycles + last.cycles, full, a)
+        (
+            (waves - 1) as f64 * (full.cycles + drain) + last.cycles + drain,
+            full,
+            a,
+        )
     } else {
-        (last.cycles, last, last_blocks_on_sm)
+        (last.cycles + drain, last, last_blocks_on_sm)
     };
     let mut limiter = if blocks < sms {
         Limiter::TooFewBlocks
@@ -715,7 +770,7 @@ mod tests {
             mlp: 4.0,
             ..WarpMetrics::default()
         };
-        let k = per_warp(&d, &m, 32.0);
+        let k = per_warp(&d, &m, 32.0, WarpRows::of([32, 1, 1]));
         assert!(close(k.mem_insts, 2.0));
         assert!(close(k.mem_l, 480.0 + 3.0 * 4.0));
         assert!(close(k.departure, 16.0));
@@ -723,10 +778,20 @@ mod tests {
         // 1 (or 0, the default, or NaN) is Hong & Kim's one request at a time; more in flight
         // than the warp has requests is the warp's requests.
         for mlp in [1.0, 0.0, f64::NAN] {
-            let k = per_warp(&d, &WarpMetrics { mlp, ..m }, 32.0);
+            let k = per_warp(
+                &d,
+                &WarpMetrics { mlp, ..m },
+                32.0,
+                WarpRows::of([32, 1, 1]),
+            );
             assert!(close(k.mem_cycles, 8.0 * 480.0), "{mlp}");
         }
-        let all = per_warp(&d, &WarpMetrics { mlp: 64.0, ..m }, 32.0);
+        let all = per_warp(
+            &d,
+            &WarpMetrics { mlp: 64.0, ..m },
+            32.0,
+            WarpRows::of([32, 1, 1]),
+        );
         assert!(close(all.mem_insts, 1.0) && close(all.mem_l, 480.0 + 7.0 * 4.0));
         // A lone warp per scheduler finishes sooner with its loads overlapped.
         let one = predict(&d, &launch(32, 132), &WarpMetrics { mlp: 1.0, ..m });
@@ -740,12 +805,56 @@ mod tests {
     }
 
     #[test]
+    fn larger_blocks_drain_longer() {
+        // A copy of one element per thread over many waves: blocks of 1024 and 256 threads
+        // both fill the SM; with a drain of 14 cycles per warp each of the waves of the
+        // 1024-thread launch lasts 24 × 14 cycles longer.
+        let mut d = h100();
+        d.calibration.block_dispatch_cycles.value = 0.0;
+        let m = vector_add();
+        let (big, small) = (launch(1024, 1 << 16), launch(256, 1 << 18));
+        let (b0, s0) = (predict(&d, &big, &m), predict(&d, &small, &m));
+        d.calibration.warp_drain_cycles.value = 14.0;
+        let (b1, s1) = (predict(&d, &big, &m), predict(&d, &small, &m));
+        assert_eq!(b0.waves, s0.waves);
+        assert!(close(b1.cycles - b0.cycles, b0.waves as f64 * 31.0 * 14.0));
+        assert!(close(s1.cycles - s0.cycles, s0.waves as f64 * 7.0 * 14.0));
+    }
+
+    #[test]
     fn lines_per_request_and_uncoalesced_cost() {
-        assert_eq!(lines_per_request(1.0), 1.0);
-        assert_eq!(lines_per_request(4.0), 1.0);
-        assert_eq!(lines_per_request(6.0), 4.5);
-        assert_eq!(lines_per_request(8.0), 8.0);
-        assert_eq!(lines_per_request(32.0), 32.0);
+        // Warps one row of 32 (blocks 32 or more wide): 4 sectors fill one line.
+        let row = WarpRows::of([256, 1, 1]);
+        assert_eq!(
+            row,
+            WarpRows {
+                rows: 1.0,
+                row_sectors: 4.0
+            }
+        );
+        assert_eq!(lines_per_request(1.0, row), 1.0);
+        assert_eq!(lines_per_request(4.0, row), 1.0);
+        assert_eq!(lines_per_request(6.0, row), 4.5);
+        assert_eq!(lines_per_request(8.0, row), 8.0);
+        assert_eq!(lines_per_request(32.0, row), 32.0);
+        // Blocks 8 wide make warps of 8 columns × 4 rows: 4 sectors are 4 lines (jacobi2d's
+        // copy on the H200: 8x128 blocks take 1.5 times as long as 32x8 ones).
+        let narrow = WarpRows::of([8, 128, 1]);
+        assert_eq!(
+            narrow,
+            WarpRows {
+                rows: 4.0,
+                row_sectors: 1.0
+            }
+        );
+        assert_eq!(lines_per_request(4.0, narrow), 4.0);
+        // 16 wide: two rows of two sectors; 4 columns × 8 rows with a broadcast load (1
+        // sector) beside a row-spread one (8): 4.5 sectors, 4.5 lines.
+        assert_eq!(lines_per_request(4.0, WarpRows::of([16, 64, 1])), 2.0);
+        assert_eq!(lines_per_request(4.5, WarpRows::of([4, 32, 1])), 4.5);
+        // A one-thread warp: one sector, one line; a 3-D footprint counts its layers as rows.
+        assert_eq!(lines_per_request(1.0, WarpRows::of([1, 1, 1])), 1.0);
+        assert_eq!(WarpRows::of([8, 2, 8]).rows, 4.0);
         let d = h100();
         // 18 lines per load (18 sectors): Mem_L = 480 + 17 × 1, Departure = 4 + 17 × 1. The
         // DRAM bytes cover the 128 bytes the request needs: every request waits for DRAM.
@@ -756,7 +865,7 @@ mod tests {
             dram_bytes: 18.0 * 32.0,
             ..WarpMetrics::default()
         };
-        let k = per_warp(&d, &m, 32.0);
+        let k = per_warp(&d, &m, 32.0, WarpRows::of([32, 1, 1]));
         assert!(close(k.mem_l, 480.0 + 17.0));
         assert!(close(k.departure, 4.0 + 17.0));
         assert!(close(k.mem_cycles, 497.0));
@@ -770,6 +879,7 @@ mod tests {
                 ..m
             },
             32.0,
+            WarpRows::of([32, 1, 1]),
         );
         let eight = per_warp(
             &d,
@@ -779,6 +889,7 @@ mod tests {
                 ..m
             },
             32.0,
+            WarpRows::of([32, 1, 1]),
         );
         assert!(close(four.mem_l, 480.0));
         assert!(close(eight.mem_l, 480.0 + 7.0));
@@ -793,6 +904,7 @@ mod tests {
                 ..m
             },
             1.0,
+            WarpRows::of([1, 1, 1]),
         );
         assert!(close(one.mem_l, 480.0));
         // More sectors per request never makes a launch faster.
@@ -819,7 +931,7 @@ mod tests {
             dram_bytes: 64.0, // a quarter of the 256 requested bytes
             ..WarpMetrics::default()
         };
-        let k = per_warp(&d, &m, 32.0);
+        let k = per_warp(&d, &m, 32.0, WarpRows::of([32, 1, 1]));
         assert!(close(k.mem_l, 0.25 * 480.0 + 0.75 * 260.0));
         assert!(close(k.bytes_per_req, 32.0));
     }
@@ -849,7 +961,10 @@ mod tests {
             b.cycles - a.cycles
         );
         // Shared instructions cost their own issue cycles: 280 × 1 + 20 × 4.
-        assert!(close(per_warp(&d, &base, 32.0).comp_cycles, 280.0 + 80.0));
+        assert!(close(
+            per_warp(&d, &base, 32.0, WarpRows::of([32, 1, 1])).comp_cycles,
+            280.0 + 80.0
+        ));
     }
 
     #[test]

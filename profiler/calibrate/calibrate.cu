@@ -193,6 +193,13 @@ __global__ void stream_copy(const uint4 *__restrict__ a, uint4 *__restrict__ b, 
   for (; i < n; i += stride) b[i] = a[i];
 }
 
+// One 4-byte element per thread, read and written once: every warp lives for about one
+// memory round trip, so a wave of blocks lasts little longer than its slowest warp.
+__global__ void copy_once(const float *__restrict__ a, float *__restrict__ b, size_t n) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) b[i] = a[i];
+}
+
 // Issue rate. Each kernel runs `iters` iterations of a fully unrolled body of STEPS steps;
 // two instances that differ only in STEPS are timed, and the difference removes the loop's
 // own instructions and the ramp. Per step and thread:
@@ -1025,6 +1032,44 @@ int main(int argc, char **argv) {
     extras.push_back({"block_dispatch_cycles_256", per_block(256),
                       "the same with 256-thread blocks (for reference)"});
     CK(cudaFree(flag));
+  }
+
+  // ---- block drain ---------------------------------------------------------------------
+  // The same one-element copy launched with blocks of 256 and of 1024 threads: both keep
+  // every SM full (2048 threads), over the same number of waves, with the same accesses; the
+  // larger blocks take longer, by a time that grows with the warps per block. Per wave and
+  // per warp of a block beyond the first: (t1024 - t256) x SM clock / (waves x (32 - 8)).
+  std::fprintf(stderr, "calibrate: block drain\n");
+  {
+    const double mhz = std::isfinite(sm_mhz) ? sm_mhz : d.attr("ClockRate", 0) / 1000.0;
+    const size_t n = (size_t)64 << 20;
+    float *a = nullptr, *c = nullptr;
+    CK(cudaMalloc(&a, n * sizeof(float)));
+    CK(cudaMalloc(&c, n * sizeof(float)));
+    CK(cudaMemset(a, 0, n * sizeof(float)));
+    CK(cudaMemset(c, 0, n * sizeof(float)));
+    auto median_ms = [&](int threads) {
+      const unsigned blocks = (unsigned)((n + threads - 1) / threads);
+      std::vector<double> reps;
+      b.time_ms([&] { copy_once<<<blocks, threads>>>(a, c, n); });  // warm-up
+      for (int r = 0; r < 15; ++r)
+        reps.push_back(b.time_ms([&] { copy_once<<<blocks, threads>>>(a, c, n); }));
+      std::sort(reps.begin(), reps.end());
+      return reps[reps.size() / 2];
+    };
+    const double t256 = median_ms(256), t512 = median_ms(512), t1024 = median_ms(1024);
+    const double per_sm = (double)d.attr("MaxThreadsPerMultiProcessor", 2048);
+    const double waves = (double)n / (per_sm * (double)b.sms);
+    extras.push_back({"warp_drain_cycles", (t1024 - t256) * 1e3 * mhz / (waves * 24.0),
+                      "copy of " + std::to_string(n >> 20) +
+                          " Mi floats, one per thread, blocks of 1024 and of 256 threads: "
+                          "(t1024 - t256) x SM clock / (waves x 24 warps); medians of 15"});
+    extras.push_back({"warp_drain_cycles_512", (t512 - t256) * 1e3 * mhz / (waves * 8.0),
+                      "the same from blocks of 512 threads (for reference)"});
+    extras.push_back({"drain_copy_us_256", t256 * 1e3, "the copy's median time, 256-thread blocks"});
+    extras.push_back({"drain_copy_us_1024", t1024 * 1e3, "the same, 1024-thread blocks"});
+    CK(cudaFree(a));
+    CK(cudaFree(c));
   }
 
   const double elapsed =
