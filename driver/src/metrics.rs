@@ -658,6 +658,23 @@ mod tests {
         assert_eq!(warp_footprint([96, 1, 1]), [32, 1, 1]);
     }
 
+    /// The link spec of a committed 2-D kernel whose grid is `ceil(N, bx) × ceil(N, by)`.
+    fn square_grid_spec(name: &str, mangled: &str, data: &[&str], code_hash: &str) -> LinkSpec {
+        LinkSpec {
+            name: name.into(),
+            mangled: mangled.into(),
+            data: data.iter().map(|d| d.to_string()).collect(),
+            dim: 2,
+            grid: vec!["ceil(N, bx)".into(), "ceil(N, by)".into()],
+            block: vec![],
+            profile_run: None,
+            profile_sizes: vec![],
+            code_hash: code_hash.into(),
+            annotated_at: String::new(),
+            build_dir: Default::default(),
+        }
+    }
+
     /// syrk as profiled on the H200 (committed entry, 2026-11-22): C = αAAᵀ + βC over an
     /// N × N grid with a loop of M. Its instruction total, about N²·(2.6 + 0.11·M), has a
     /// degree-(2, 1) numerator that the six profile sizes cannot identify once the largest
@@ -671,19 +688,7 @@ mod tests {
             "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z4syrkPKfPfffii-26d0f09c6d19ffe8.toml",
         );
         let entry: Entry = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let spec = LinkSpec {
-            name: "syrk".into(),
-            mangled: "_Z4syrkPKfPfffii".into(),
-            data: vec!["N".into(), "M".into()],
-            dim: 2,
-            grid: vec!["ceil(N, bx)".into(), "ceil(N, by)".into()],
-            block: vec![],
-            profile_run: None,
-            profile_sizes: vec![],
-            code_hash: "26d0f09c6d19ffe8".into(),
-            annotated_at: String::new(),
-            build_dir: Default::default(),
-        };
+        let spec = square_grid_spec("syrk", "_Z4syrkPKfPfffii", &["N", "M"], "26d0f09c6d19ffe8");
         let shapes = crate::rational::candidates(2);
         let samples = fit_samples(&spec, &entry).unwrap();
         let fitted = fit_all(&spec, &samples, &shapes).unwrap();
@@ -711,19 +716,12 @@ mod tests {
             "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z13jacobi2d_copyPfPKfi-d74a5b006d8f83bf.toml",
         );
         let entry: Entry = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let spec = LinkSpec {
-            name: "jacobi2d_copy".into(),
-            mangled: "_Z13jacobi2d_copyPfPKfi".into(),
-            data: vec!["N".into()],
-            dim: 2,
-            grid: vec!["ceil(N, bx)".into(), "ceil(N, by)".into()],
-            block: vec![],
-            profile_run: None,
-            profile_sizes: vec![],
-            code_hash: "d74a5b006d8f83bf".into(),
-            annotated_at: String::new(),
-            build_dir: Default::default(),
-        };
+        let spec = square_grid_spec(
+            "jacobi2d_copy",
+            "_Z13jacobi2d_copyPfPKfi",
+            &["N"],
+            "d74a5b006d8f83bf",
+        );
         let shapes = crate::rational::candidates(2);
         let samples = fit_samples(&spec, &entry).unwrap();
         let fits = fit_ratios_by_footprint(&spec, &samples, &shapes).unwrap();
