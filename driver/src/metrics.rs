@@ -2,7 +2,8 @@
 //!
 //! The model (klaraptor-model) takes, for one launch, per-warp averages of what the hardware
 //! counted: instructions, global load/store instructions, shared-memory instructions,
-//! barriers, 32-byte sectors per global request (coalescing) and DRAM bytes.
+//! barriers, 32-byte sectors per global request (coalescing), the share of global load
+//! sectors the L1 served, and DRAM bytes.
 //!
 //! What is fitted is the launch *total* of each count (and the sectors-per-request ratios as
 //! they are), as rational functions of the data sizes and the block dimensions; the rational
@@ -46,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use crate::linkspec::LinkSpec;
 
 /// The per-warp metrics, in the order of [`per_warp`]'s result.
-pub const METRICS: [&str; 8] = [
+pub const METRICS: [&str; 9] = [
     "inst",
     "gld_inst",
     "gst_inst",
@@ -55,6 +56,14 @@ pub const METRICS: [&str; 8] = [
     "gld_sectors_per_req",
     "gst_sectors_per_req",
     "dram_bytes",
+    "gld_l1_hit_rate",
+];
+
+/// Metrics fitted as they are (ratios of two counts), not as launch totals.
+const RATIOS: [&str; 3] = [
+    "gld_sectors_per_req",
+    "gst_sectors_per_req",
+    "gld_l1_hit_rate",
 ];
 
 /// Largest data size the fitted functions must stay well-defined for (denominators positive
@@ -71,7 +80,7 @@ pub fn warps(block: [u32; 3], grid: [u32; 3]) -> f64 {
 /// Whether metric `i` of [`METRICS`] is fitted as a launch total (then divided by the
 /// launch's warps) rather than as a ratio.
 pub fn is_total(i: usize) -> bool {
-    !METRICS[i].ends_with("_per_req")
+    !RATIOS.contains(&METRICS[i])
 }
 
 /// Whether metric `i` is a warp-level count (scaled by [`lane_factor`] when fitted).
@@ -86,8 +95,9 @@ pub fn lane_factor(block: [u32; 3]) -> f64 {
 }
 
 /// What is fitted for one launch ([`METRICS`] order): totals (warp-level counts scaled by
-/// [`lane_factor`]), and the two ratios.
-pub fn targets(c: &Counters, block: [u32; 3]) -> [f64; 8] {
+/// [`lane_factor`]), and the ratios. The L1 hit rate is NaN (not fitted) in records made
+/// before the collector counted L1 hits.
+pub fn targets(c: &Counters, block: [u32; 3]) -> [f64; 9] {
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let mut v = [
         c.inst_executed as f64,
@@ -98,6 +108,8 @@ pub fn targets(c: &Counters, block: [u32; 3]) -> [f64; 8] {
         ratio(c.gld_sectors, c.gld_requests),
         ratio(c.gst_sectors, c.gst_requests),
         (c.dram_bytes_read + c.dram_bytes_write) as f64,
+        c.gld_l1_hit_sectors
+            .map_or(f64::NAN, |h| ratio(h.min(c.gld_sectors), c.gld_sectors)),
     ];
     let f = lane_factor(block);
     for (i, x) in v.iter_mut().enumerate() {
@@ -109,7 +121,7 @@ pub fn targets(c: &Counters, block: [u32; 3]) -> [f64; 8] {
 }
 
 /// The per-warp metrics of one launch from [`targets`]-style values.
-pub fn per_warp_of(values: &[f64; 8], block: [u32; 3], grid: [u32; 3]) -> [f64; 8] {
+pub fn per_warp_of(values: &[f64; 9], block: [u32; 3], grid: [u32; 3]) -> [f64; 9] {
     let w = warps(block, grid).max(1.0);
     let f = lane_factor(block);
     let mut out = *values;
@@ -125,7 +137,7 @@ pub fn per_warp_of(values: &[f64; 8], block: [u32; 3], grid: [u32; 3]) -> [f64; 
 }
 
 /// The per-warp metrics of one launch ([`METRICS`] order).
-pub fn per_warp(c: &Counters, block: [u32; 3], grid: [u32; 3]) -> [f64; 8] {
+pub fn per_warp(c: &Counters, block: [u32; 3], grid: [u32; 3]) -> [f64; 9] {
     per_warp_of(&targets(c, block), block, grid)
 }
 
@@ -290,7 +302,7 @@ pub fn fit_all(
         .iter()
         .map(|(s, _)| point(spec, &s.sizes, s.block))
         .collect();
-    let values: Vec<[f64; 8]> = samples.iter().map(|(s, c)| targets(c, s.block)).collect();
+    let values: Vec<[f64; 9]> = samples.iter().map(|(s, c)| targets(c, s.block)).collect();
     let grid = spec_grid(spec);
     let units: Option<Vec<f64>> = (!grid.is_empty()).then(|| {
         samples
@@ -341,7 +353,11 @@ pub fn fit_all(
     };
     let mut out = Fitted::default();
     for (m, name) in METRICS.iter().enumerate() {
-        let vals: Vec<f64> = values.iter().map(|v| v[m]).collect();
+        let mut vals: Vec<f64> = values.iter().map(|v| v[m]).collect();
+        if !vals.iter().any(|v| v.is_finite()) {
+            // Not counted (L1 hits in older records): the constant 0, the model without it.
+            vals.iter_mut().for_each(|v| *v = 0.0);
+        }
         let nonzero = vals.iter().any(|v| *v != 0.0);
         let mut f = run(vals.clone(), name)?;
         if let (true, true, Some(units)) = (is_total(m), nonzero, &units) {
@@ -569,6 +585,7 @@ mod tests {
             gst_requests: st_req,
             gld_sectors: ld_sec,
             gst_sectors: st_sec,
+            gld_l1_hit_sectors: None,
             dram_bytes_read: 38_656,
             dram_bytes_write: 0,
             achieved_active_warps: 0.0,
@@ -602,7 +619,7 @@ mod tests {
             is_total(7) && !is_warp_count(7),
             "DRAM bytes are not per lane"
         );
-        assert!(!is_total(5) && !is_total(6));
+        assert!(!is_total(5) && !is_total(6) && !is_total(8));
     }
 
     #[test]
@@ -610,21 +627,30 @@ mod tests {
         // 1x1x1: one lane per warp, so the warp-level counts are 32 times the work; scaled by
         // 1/32 they equal the 32x8 launch's (same work, full warps). The ratios differ: one
         // sector per request for single-lane warps, 2.5 and 4 for 32x8's rows.
+        // The capture predates L1 hit counts: that ratio is unknown (NaN, not fitted).
         let (b, _, c) = mm_row(0);
+        let t = targets(&c, b);
         assert_eq!(
-            targets(&c, b),
+            t[..8],
             [43_392.0, 16_384.0, 128.0, 0.0, 256.0, 1.0, 1.0, 38_656.0]
         );
+        assert!(t[8].is_nan());
         let (b, _, c) = mm_row(35);
         assert_eq!(
-            targets(&c, b),
+            targets(&c, b)[..8],
             [43_392.0, 16_384.0, 128.0, 0.0, 256.0, 2.5, 4.0, 38_656.0]
         );
+        // With the count: hit sectors over load sectors.
+        let mut hits = c.clone();
+        hits.gld_l1_hit_sectors = Some(30_720);
+        assert_eq!(targets(&hits, b)[8], 0.75);
         // No requests: a ratio of 0, not NaN.
-        let mut none = c.clone();
+        let mut none = hits.clone();
         none.gst_requests = 0;
         none.gst_sectors = 0;
+        none.gld_sectors = 0;
         assert_eq!(targets(&none, b)[6], 0.0);
+        assert_eq!(targets(&none, b)[8], 0.0);
     }
 
     #[test]
@@ -633,12 +659,15 @@ mod tests {
         // barrier-pipe instructions whatever the shape; DRAM bytes are shared by all warps.
         let (b, g, c) = mm_row(0);
         let want0 = [339.0, 128.0, 1.0, 0.0, 2.0, 1.0, 1.0, 38_656.0 / 4096.0];
-        assert_eq!(per_warp_of(&targets(&c, b), b, g), want0);
-        assert_eq!(per_warp(&c, b, g), want0);
-        let (b, g, c) = mm_row(35);
+        assert_eq!(per_warp_of(&targets(&c, b), b, g)[..8], want0);
+        assert_eq!(per_warp(&c, b, g)[..8], want0);
+        let (b, g, mut c) = mm_row(35);
         let want35 = [339.0, 128.0, 1.0, 0.0, 2.0, 2.5, 4.0, 302.0];
-        assert_eq!(per_warp_of(&targets(&c, b), b, g), want35);
-        assert_eq!(per_warp(&c, b, g), want35);
+        assert_eq!(per_warp_of(&targets(&c, b), b, g)[..8], want35);
+        // The L1 hit rate is a ratio: the same per warp as for the launch.
+        c.gld_l1_hit_sectors = Some(10_240);
+        assert_eq!(per_warp(&c, b, g)[..8], want35);
+        assert_eq!(per_warp(&c, b, g)[8], 0.25);
         // Per warp times warps gives the raw totals back.
         let (b0, g0, c0) = mm_row(0);
         assert_eq!(want0[0] * warps(b0, g0), c0.inst_executed as f64);

@@ -745,6 +745,7 @@ mod tests {
                         gld_sectors: warps * 8,
                         gst_requests: warps,
                         gst_sectors: warps * 4,
+                        gld_l1_hit_sectors: None,
                         dram_bytes_read: u64::from(n) * 8,
                         dram_bytes_write: u64::from(n) * 4,
                         achieved_active_warps: 48.25,

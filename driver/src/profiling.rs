@@ -697,6 +697,10 @@ pub const NCU_METRICS: &[(&str, &[&str])] = &[
         "gst_sectors",
         &["l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"],
     ),
+    (
+        "gld_l1_hit_sectors",
+        &["l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum"],
+    ),
     ("dram_bytes_read", &["dram__bytes_read.sum"]),
     ("dram_bytes_write", &["dram__bytes_write.sum"]),
     (
@@ -715,8 +719,10 @@ pub const NCU_METRICS: &[(&str, &[&str])] = &[
 
 /// Counters whose metric may be missing on a GPU (recorded as 0, and said so). The achieved
 /// occupancy is only shown (`klaraptor profile show`), never fitted; captures made before
-/// bench/gpu/fixtures/ncu_capture.sh found its metric name lack it.
+/// bench/gpu/fixtures/ncu_capture.sh found its metric name lack it, and captures made before
+/// the model used L1 hits lack those (recorded as unknown, not 0).
 const OPTIONAL: &[&str] = &[
+    "gld_l1_hit_sectors",
     "inst_barrier",
     "sm_count",
     "pipe_adu",
@@ -841,6 +847,11 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
                 gst_requests: u("gst_requests")?,
                 gld_sectors: u("gld_sectors")?,
                 gst_sectors: u("gst_sectors")?,
+                gld_l1_hit_sectors: if cols.contains_key("gld_l1_hit_sectors") {
+                    Some(u("gld_l1_hit_sectors")?)
+                } else {
+                    None
+                },
                 dram_bytes_read: u("dram_bytes_read")?,
                 dram_bytes_write: u("dram_bytes_write")?,
                 achieved_active_warps: num(row, "achieved_active_warps")?,
@@ -941,10 +952,13 @@ pub fn import_captures(
                     format!("joining {} with {}", csv_path.display(), launches.display())
                 })?;
                 // (No chip has a barrier metric: inst_barrier is derived, see import_ncu.)
+                // L1 hits left out are recorded as unknown (the fit then leaves them out).
                 let zeroed: Vec<&str> = missing
                     .iter()
                     .map(String::as_str)
-                    .filter(|m| !["inst_barrier", "stall_barrier"].contains(m))
+                    .filter(|m| {
+                        !["inst_barrier", "stall_barrier", "gld_l1_hit_sectors"].contains(m)
+                    })
                     .collect();
                 if !zeroed.is_empty() {
                     eprintln!(

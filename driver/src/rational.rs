@@ -465,7 +465,7 @@ impl RationalProgram {
         for v in b.iter().take(usize::from(self.dim.clamp(1, 3))) {
             x.push(f64::from(*v).log2());
         }
-        let mut v = [0.0; 8];
+        let mut v = [0.0; METRICS.len()];
         for (i, name) in METRICS.iter().enumerate() {
             v[i] = self
                 .metrics
@@ -506,6 +506,7 @@ impl RationalProgram {
             gld_sectors_per_req: v[5],
             gst_sectors_per_req: v[6],
             dram_bytes: v[7],
+            gld_l1_hit_rate: v[8],
             mlp: self.time_fit.mlp,
         }
     }

@@ -45,6 +45,7 @@ static void metrics(unsigned n, unsigned bx, unsigned by, kl_metrics *m)
     m->gld_sectors_per_req = bx >= 8 ? 4.0 + 8.0 / (double)bx : 32.0 / (double)bx;
     m->gst_sectors_per_req = bx >= 8 ? 4.0 : 32.0 / (double)bx;
     m->dram_bytes = 2.0 * dn * 128.0 / (double)(by < 8 ? by : 8);
+    m->gld_l1_hit_rate = 0.5;
     m->mlp = 1.0;
 }
 
@@ -187,6 +188,7 @@ fn run() -> Result<(), String> {
                     gld_sectors_per_req: if bx >= 8 { 4.0 + 8.0 / fx } else { 32.0 / fx },
                     gst_sectors_per_req: if bx >= 8 { 4.0 } else { 32.0 / fx },
                     dram_bytes: 2.0 * dn * 128.0 / f64::from(by.min(8)),
+                    gld_l1_hit_rate: 0.5,
                     mlp: 1.0,
                 };
                 let l = Launch {

@@ -96,6 +96,7 @@ typedef struct kl_device {
     uint32_t carveout_bytes[KL_MAX_CARVEOUTS]; /* ascending */
     double mem_latency_cycles;
     double l2_latency_cycles;
+    double l1_latency_cycles;
     double departure_delay_coalesced_cycles;
     double departure_delay_uncoalesced_cycles; /* per 32-byte transaction */
     double dram_bandwidth_gbs;
@@ -121,6 +122,7 @@ typedef struct kl_metrics {
     double sync_inst;
     double gld_sectors_per_req, gst_sectors_per_req; /* 4 = coalesced, 32 = diverged */
     double dram_bytes;
+    double gld_l1_hit_rate; /* share of global load sectors the L1 served */
     double mlp; /* global requests one warp keeps in flight together (1: one at a time) */
 } kl_metrics;
 
@@ -361,20 +363,23 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double la
     double s_ld = kl_clean(m->gld_sectors_per_req);
     double s_st = kl_clean(m->gst_sectors_per_req);
     double dram = kl_clean(m->dram_bytes);
+    double l1 = kl_min(kl_clean(m->gld_l1_hit_rate), 1.0);
     double mem_insts = gld + gst;
     double l_ld = kl_lines_per_request(s_ld, w);
     double l_st = kl_lines_per_request(s_st, w);
-    /* caches: the share h of the requests that reaches DRAM */
+    /* caches: what the L1 does not serve goes on to L2 (stores always do); the share h of
+     * that reaches DRAM */
     double useful = KL_ELEMENT_BYTES * lanes;
-    double needed = gld * kl_min(KL_SECTOR_BYTES * s_ld, useful)
+    double needed = (1.0 - l1) * gld * kl_min(KL_SECTOR_BYTES * s_ld, useful)
                     + gst * kl_min(KL_SECTOR_BYTES * s_st, useful);
     double h = needed > 0.0 ? kl_min(dram / needed, 1.0) : 1.0;
-    double mem_ld = h * d->mem_latency_cycles + (1.0 - h) * d->l2_latency_cycles;
+    double mem_l2 = h * d->mem_latency_cycles + (1.0 - h) * d->l2_latency_cycles;
+    double mem_ld = l1 * d->l1_latency_cycles + (1.0 - l1) * mem_l2;
     double dep_coal = d->departure_delay_coalesced_cycles;
     double dep_line = d->departure_delay_uncoalesced_cycles;
     double g;
     double mem_l_ld = mem_ld + (l_ld - 1.0) * dep_line;
-    double mem_l_st = mem_ld + (l_st - 1.0) * dep_line;
+    double mem_l_st = mem_l2 + (l_st - 1.0) * dep_line;
 
     k->mem_cycles = gld * mem_l_ld + gst * mem_l_st;
     if (mem_insts > 0.0) {
@@ -648,6 +653,7 @@ pub fn device_to_c(dev: &Device, ident: &str) -> String {
     o.push_str(&format!("    .carveout_bytes = {{{carveouts}}},\n"));
     o.push_str(&fig("mem_latency_cycles", &c.mem_latency_cycles));
     o.push_str(&fig("l2_latency_cycles", &c.l2_latency_cycles));
+    o.push_str(&fig("l1_latency_cycles", &c.l1_latency_cycles));
     o.push_str(&fig(
         "departure_delay_coalesced_cycles",
         &c.departure_delay_coalesced_cycles,

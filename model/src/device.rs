@@ -118,6 +118,9 @@ pub struct SharedMemory {
 /// Definitions (the calibration micro-benchmarks must measure these quantities):
 /// - `mem_latency_cycles`: latency of one dependent global load that misses L2 (SM cycles).
 /// - `l2_latency_cycles`: latency of one dependent global load that hits L2 (SM cycles).
+/// - `l1_latency_cycles`: latency of one dependent global load that hits L1 (SM cycles).
+///   Device descriptions written before this figure existed read it as the architecture
+///   table's estimate ([`L1_LATENCY_ESTIMATE_CYCLES`]).
 /// - `departure_delay_coalesced_cycles`: SM cycles between the departures of two consecutive
 ///   coalesced warp requests (a 4-byte-per-thread warp access, 4 sectors) from one SM.
 /// - `departure_delay_uncoalesced_cycles`: SM cycles between two consecutive *transactions*
@@ -139,6 +142,8 @@ pub struct SharedMemory {
 pub struct Calibration {
     pub mem_latency_cycles: Figure,
     pub l2_latency_cycles: Figure,
+    #[serde(default = "default_l1_latency")]
+    pub l1_latency_cycles: Figure,
     pub departure_delay_coalesced_cycles: Figure,
     pub departure_delay_uncoalesced_cycles: Figure,
     pub dram_bandwidth_gbs: Figure,
@@ -160,6 +165,14 @@ fn default_block_dispatch() -> Figure {
     Figure::table(BLOCK_DISPATCH_ESTIMATE_CYCLES)
 }
 
+/// The estimate of [`Calibration::l1_latency_cycles`] where nothing was measured: an L1 hit
+/// of a dependent global load takes about 30–40 SM cycles on every architecture since sm_70.
+pub const L1_LATENCY_ESTIMATE_CYCLES: f64 = 33.0;
+
+fn default_l1_latency() -> Figure {
+    Figure::table(L1_LATENCY_ESTIMATE_CYCLES)
+}
+
 fn default_warp_drain() -> Figure {
     Figure::table(0.0)
 }
@@ -173,6 +186,8 @@ pub struct Measured {
     pub mem_latency_cycles: Option<f64>,
     #[serde(default)]
     pub l2_latency_cycles: Option<f64>,
+    #[serde(default)]
+    pub l1_latency_cycles: Option<f64>,
     #[serde(default)]
     pub departure_delay_coalesced_cycles: Option<f64>,
     #[serde(default)]
@@ -587,6 +602,7 @@ impl Device {
             calibration: Calibration {
                 mem_latency_cycles: Figure::table(r.mem_latency_cycles),
                 l2_latency_cycles: Figure::table(r.l2_latency_cycles),
+                l1_latency_cycles: default_l1_latency(),
                 // The L1TEX unit moves about one 32-byte sector per cycle: a coalesced
                 // request (4 sectors) departs in about 4 cycles, a diverged one in about
                 // 1 cycle per sector.
@@ -675,9 +691,10 @@ impl Device {
     /// Replaces the calibration figures that `m` has (source `calibration`).
     pub fn with_calibration(mut self, m: &Measured) -> Result<Device, DeviceError> {
         let c = &mut self.calibration;
-        let pairs: [(&mut Figure, Option<f64>); 9] = [
+        let pairs: [(&mut Figure, Option<f64>); 10] = [
             (&mut c.mem_latency_cycles, m.mem_latency_cycles),
             (&mut c.l2_latency_cycles, m.l2_latency_cycles),
+            (&mut c.l1_latency_cycles, m.l1_latency_cycles),
             (
                 &mut c.departure_delay_coalesced_cycles,
                 m.departure_delay_coalesced_cycles,
@@ -828,9 +845,10 @@ impl Device {
             ("memory_clock_mhz", self.memory_clock_mhz),
         ];
         let c = &self.calibration;
-        let figures: [(&str, &Figure); 8] = [
+        let figures: [(&str, &Figure); 9] = [
             ("calibration.mem_latency_cycles", &c.mem_latency_cycles),
             ("calibration.l2_latency_cycles", &c.l2_latency_cycles),
+            ("calibration.l1_latency_cycles", &c.l1_latency_cycles),
             (
                 "calibration.departure_delay_coalesced_cycles",
                 &c.departure_delay_coalesced_cycles,

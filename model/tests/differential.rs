@@ -71,6 +71,7 @@ fn random_device(rng: &mut Rng, i: usize) -> Device {
     let c = &mut d.calibration;
     c.mem_latency_cycles.value = rng.log_uniform(50.0, 2000.0);
     c.l2_latency_cycles.value = rng.log_uniform(10.0, c.mem_latency_cycles.value);
+    c.l1_latency_cycles.value = rng.log_uniform(5.0, c.l2_latency_cycles.value);
     c.departure_delay_coalesced_cycles.value = rng.log_uniform(0.25, 50.0);
     c.departure_delay_uncoalesced_cycles.value = rng.log_uniform(0.1, 20.0);
     c.dram_bandwidth_gbs.value = rng.log_uniform(50.0, 10_000.0);
@@ -103,6 +104,15 @@ fn sectors(rng: &mut Rng) -> f64 {
         1 => 32.0,
         2 => metric(rng),
         _ => rng.unit() * 40.0,
+    }
+}
+
+fn hit_rate(rng: &mut Rng) -> f64 {
+    match rng.range(0, 9) {
+        0 => 0.0,
+        1 => 1.0,
+        2 => metric(rng),
+        _ => rng.unit(),
     }
 }
 
@@ -181,6 +191,7 @@ fn random_case(rng: &mut Rng, devs: &[Device]) -> Case {
         gld_sectors_per_req: sectors(rng),
         gst_sectors_per_req: sectors(rng),
         dram_bytes: metric(rng),
+        gld_l1_hit_rate: hit_rate(rng),
         mlp: match rng.range(0, 4) {
             0 => 1.0,
             1 => rng.range(2, 17) as f64,
@@ -234,14 +245,15 @@ int main(void)
     kl_launch l;
     uint32_t occ_threads;
     int carveout;
-    uint64_t mb[9];
+    uint64_t mb[10];
     while (scanf("%u %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32
                  " %" SCNu32 " %" SCNu32 " %" SCNu32 " %d"
                  " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
-                 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
+                 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
                  &dev, &l.block[0], &l.block[1], &l.block[2], &l.grid[0], &l.grid[1],
                  &l.grid[2], &l.regs_per_thread, &l.smem_per_block, &occ_threads, &carveout,
-                 &mb[0], &mb[1], &mb[2], &mb[3], &mb[4], &mb[5], &mb[6], &mb[7], &mb[8]) == 20) {
+                 &mb[0], &mb[1], &mb[2], &mb[3], &mb[4], &mb[5], &mb[6], &mb[7], &mb[8],
+                 &mb[9]) == 21) {
         kl_metrics m;
         kl_occupancy_result o;
         kl_prediction p;
@@ -255,7 +267,8 @@ int main(void)
         m.gld_sectors_per_req = from_bits(mb[5]);
         m.gst_sectors_per_req = from_bits(mb[6]);
         m.dram_bytes = from_bits(mb[7]);
-        m.mlp = from_bits(mb[8]);
+        m.gld_l1_hit_rate = from_bits(mb[8]);
+        m.mlp = from_bits(mb[9]);
         kl_occupancy(d, occ_threads, l.regs_per_thread, l.smem_per_block, carveout, &o);
         rc = kl_predict(d, &l, &m, &p);
         printf("%" PRIu32 " %" PRIu32 " %" PRIu32 " %d %" PRIu32 " %" PRIu32 " %" PRIu32
@@ -304,7 +317,7 @@ fn c_model_equals_rust_model_on_random_inputs() {
         let m = &c.metrics;
         writeln!(
             input,
-            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             c.dev,
             l.block[0],
             l.block[1],
@@ -324,6 +337,7 @@ fn c_model_equals_rust_model_on_random_inputs() {
             m.gld_sectors_per_req.to_bits(),
             m.gst_sectors_per_req.to_bits(),
             m.dram_bytes.to_bits(),
+            m.gld_l1_hit_rate.to_bits(),
             m.mlp.to_bits()
         )
         .unwrap();

@@ -15,7 +15,9 @@
 //
 // Nothing here changes clocks or any GPU setting: the GPU runs at whatever clocks the driver
 // picks, and the SM clock seen during the latency walks is measured and reported
-// (`sm_clock_mhz`) so that cycle figures can be related to time.
+// (`sm_clock_mhz`) so that cycle figures can be related to time. (The L1 walk's kernel states a
+// preference for the largest L1 share of the SM's L1/shared memory: an attribute of that one
+// kernel, which the driver applies to its own launches only.)
 
 #include <cuda.h>  // CU_DEVICE_ATTRIBUTE_* for the driver-API fallback; libcuda is not linked
 #include <cuda_runtime.h>
@@ -43,6 +45,13 @@ constexpr unsigned kLineElems = kLineBytes / sizeof(unsigned);
 // Steps of one latency walk: per-step deltas are kept in shared memory (16 KiB).
 constexpr int kWalkSteps = 4096;
 constexpr int kWalks = 8;
+// Lines of the L1 walk's chain: 16 KiB, well inside the L1 share an SM of sm_70 or later
+// keeps beside the walk's own 16 KiB of shared memory, so every timed load hits.
+constexpr unsigned kL1ChainLines = 128;
+// Dependent loads between two clock readings in the two L1 walks whose difference gives the
+// L1 figure (see the latencies section).
+constexpr int kL1LoadsShort = 8;
+constexpr int kL1LoadsLong = 32;
 
 // ---------------------------------------------------------------------------------------
 // Errors
@@ -100,27 +109,47 @@ __global__ void link_chain(unsigned *chain, const unsigned *order, unsigned n) {
     chain[order[i] * kLineElems] = order[(i + 1) % n] * kLineElems;
 }
 
-// One thread walks `steps` nodes of a chain with dependent loads that bypass L1 (ld.global.cg,
-// so every load is served by L2 or DRAM). After each load the node index is stored to shared
-// memory: that store cannot issue before the load has returned, and the clock is read after
-// it, so consecutive clock readings are one dependent load apart. With LOAD = false the load
-// is replaced by one ALU operation on the index (the same loop's own overhead).
-template <bool LOAD>
-__global__ void chase(const unsigned *__restrict__ chain, unsigned start, int steps,
+// What one step of a chase does to the node index.
+enum class Step {
+  kAlu,     // one XOR with `key`, no load: the loop's own overhead
+  kLoadCa,  // dependent load ld.global.ca: allocated in L1, so a warm chain is served by L1
+  kLoadCg,  // dependent load ld.global.cg: L1 bypassed, every load served by L2 or DRAM
+};
+
+// One thread walks `steps` steps of a chain, each LOADS dependent loads (kLoadCg / kLoadCa).
+// After each step the node index is stored to shared memory: that store cannot issue before
+// the load has returned, and the clock is read after it, so consecutive clock readings are one
+// step of dependent loads apart. With kAlu the load is replaced by one ALU operation on the
+// index (the same loop's own overhead). The first `warm` nodes are walked untimed, in this
+// same launch: one block of one thread lands on whatever SM the scheduler picks, so an L1
+// warmed by an earlier launch may belong to another SM. They store the index like the timed
+// steps, so the last of them has returned before the first clock read.
+template <Step STEP, int LOADS = 1>
+__global__ void chase(const unsigned *__restrict__ chain, unsigned start, int warm, int steps,
                       unsigned key, unsigned *deltas, unsigned *end_out,
                       unsigned long long *clocks) {
   __shared__ unsigned sdelta[kWalkSteps];
   __shared__ unsigned sidx[1];
   volatile unsigned *vidx = sidx;
+  auto next = [&](unsigned i) {
+    if constexpr (STEP == Step::kLoadCg)
+      return __ldcg(chain + i);
+    else if constexpr (STEP == Step::kLoadCa)
+      return __ldca(chain + i);
+    else
+      return i ^ key;
+  };
   unsigned j = start;
+  for (int k = 0; k < warm; ++k) {
+    j = next(j);
+    *vidx = j;
+  }
   const unsigned long long c0 = clk();
   const unsigned long long g0 = gtimer_ns();
   unsigned long long prev = clk();
   for (int k = 0; k < steps; ++k) {
-    if (LOAD)
-      j = __ldcg(chain + j);
-    else
-      j ^= key;
+#pragma unroll
+    for (int u = 0; u < LOADS; ++u) j = next(j);
     *vidx = j;
     const unsigned long long now = clk();
     sdelta[k] = (unsigned)(now - prev);
@@ -627,15 +656,16 @@ struct Bench {
     double total_cycles = 0, total_ns = 0, steps = 0;
   };
 
-  // `walks` launches of `kWalkSteps` steps each, each continuing where the last one ended.
-  template <bool LOAD>
-  Walk walk(const unsigned *chain, unsigned start, int walks, unsigned key = 0) {
+  // `walks` launches of `kWalkSteps` timed steps of LOADS loads each (after `warm` untimed
+  // nodes in the same launch), each continuing where the last one ended.
+  template <Step STEP, int LOADS = 1>
+  Walk walk(const unsigned *chain, unsigned start, int walks, unsigned key = 0, int warm = 0) {
     Walk w;
     std::vector<unsigned> h(kWalkSteps);
     unsigned long long hc[4];
     unsigned j = start;
     for (int r = 0; r < walks; ++r) {
-      chase<LOAD><<<1, 1>>>(chain, j, kWalkSteps, key, deltas, end_idx, clocks);
+      chase<STEP, LOADS><<<1, 1>>>(chain, j, warm, kWalkSteps, key, deltas, end_idx, clocks);
       CK_LAUNCH();
       CK(cudaMemcpy(h.data(), deltas, kWalkSteps * sizeof(unsigned), cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(&j, end_idx, sizeof j, cudaMemcpyDeviceToHost));
@@ -645,7 +675,7 @@ struct Bench {
       w.samples.insert(w.samples.end(), s.begin(), s.end());
       w.total_cycles += (double)(hc[2] - hc[0]);
       w.total_ns += (double)(hc[3] - hc[1]);
-      w.steps += kWalkSteps;
+      w.steps += (double)kWalkSteps * LOADS;
     }
     return w;
   }
@@ -800,13 +830,77 @@ int main(int argc, char **argv) {
     unsigned *tiny = nullptr;
     CK(cudaMalloc(&tiny, kLineBytes));
     CK(cudaMemset(tiny, 0, kLineBytes));
-    b.walk<false>(tiny, 0, 1);
-    const Bench::Walk nul = b.walk<false>(tiny, 0, 3, 0u);
+    b.walk<Step::kAlu>(tiny, 0, 1);
+    const Bench::Walk nul = b.walk<Step::kAlu>(tiny, 0, 3, 0u);
     const double overhead = median(nul.samples);
     CK(cudaFree(tiny));
     extras.push_back({"timer_overhead_cycles", overhead,
                       "median per-step cycles of the walk loop with the load replaced by one "
-                      "XOR; subtracted from both latencies"});
+                      "XOR; subtracted from the L2 and DRAM latencies"});
+
+    // L1: a chain over kL1ChainLines lines, walked through once untimed at the start of every
+    // launch (on the SM that is then timed), then timed with loads that allocate in L1. The
+    // loop overhead above cannot be subtracted here: most of it is the latency of the clock
+    // reads, which a load walk overlaps with its next load, and it exceeds an L1 hit, so a walk
+    // of one load per clock reading shows the timing loop, not the load. Instead two walks
+    // read the clock every kL1LoadsShort and every kL1LoadsLong loads; the timing code is
+    // then off the critical path and the same in both, and the difference of their median
+    // steps over the extra loads is the cycles from one dependent load to the next (its
+    // address arithmetic included). The kernels ask for the largest L1 share beside their
+    // shared memory. The permutation has its own generator, so the L2 and DRAM chains keep the
+    // orders they had without this walk.
+    {
+      CK(cudaFuncSetAttribute(chase<Step::kLoadCa, kL1LoadsShort>,
+                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                              (int)cudaSharedmemCarveoutMaxL1));
+      CK(cudaFuncSetAttribute(chase<Step::kLoadCa, kL1LoadsLong>,
+                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                              (int)cudaSharedmemCarveoutMaxL1));
+      const size_t l1_bytes = (size_t)kL1ChainLines * kLineBytes;
+      unsigned *l1chain = nullptr;
+      CK(cudaMalloc(&l1chain, l1_bytes));
+      Rng l1_rng{0x6c31636861696e00ull};
+      std::vector<unsigned> l1_order = identity(kL1ChainLines);
+      l1_rng.shuffle(l1_order.data(), l1_order.size());
+      b.link(l1chain, l1_order);
+      const unsigned l1_start = l1_order[0] * kLineElems;
+      const int l1_warm = (int)kL1ChainLines;
+      b.walk<Step::kLoadCa, kL1LoadsShort>(l1chain, l1_start, 1, 0u, l1_warm);  // discarded
+      const Bench::Walk sw =
+          b.walk<Step::kLoadCa, kL1LoadsShort>(l1chain, l1_start, kWalks, 0u, l1_warm);
+      b.walk<Step::kLoadCa, kL1LoadsLong>(l1chain, l1_start, 1, 0u, l1_warm);  // discarded
+      const Bench::Walk lw =
+          b.walk<Step::kLoadCa, kL1LoadsLong>(l1chain, l1_start, kWalks, 0u, l1_warm);
+      CK(cudaFree(l1chain));
+      constexpr double extra_loads = kL1LoadsLong - kL1LoadsShort;
+      const double base = median(sw.samples);
+      std::vector<double> per_walk;  // walk r of the long walks against walk r of the short
+      for (int r = 0; r < kWalks; ++r)
+        per_walk.push_back((lw.walk_medians[r] - sw.walk_medians[r]) / extra_loads);
+      figs.push_back({"l1_latency_cycles",
+                      {(median(lw.samples) - base) / extra_loads, range_of(per_walk)},
+                      "one thread walks a random cycle of " + std::to_string(kL1ChainLines) +
+                          " 128-byte lines (" + std::to_string(l1_bytes >> 10) +
+                          " KiB), ld.global.ca, kernel preferring the largest L1 share; each "
+                          "launch first walks the whole cycle untimed (loading the L1 of the SM "
+                          "it runs on); clock read every " +
+                          std::to_string(kL1LoadsShort) + " and, in a second walk, every " +
+                          std::to_string(kL1LoadsLong) +
+                          " dependent loads: (median step of the second - median step of the "
+                          "first) / " +
+                          std::to_string(kL1LoadsLong - kL1LoadsShort) + ", over " +
+                          std::to_string(kWalks) + " launches of " +
+                          std::to_string(kWalkSteps) +
+                          " steps each; the timing loop cancels out; the address arithmetic "
+                          "between two loads is included; spread: range of the per-launch "
+                          "figures"});
+      extras.push_back({"l1_latency_p10_cycles",
+                        (quantile(lw.samples, 0.1) - base) / extra_loads,
+                        "p10 of the long walk's steps, less the short walk's median, / " +
+                            std::to_string(kL1LoadsLong - kL1LoadsShort)});
+      extras.push_back({"l1_latency_p90_cycles",
+                        (quantile(lw.samples, 0.9) - base) / extra_loads, "the same at p90"});
+    }
 
     // L2: a chain over a quarter..eighth of the L2, walked once to load it, then timed.
     const size_t l2_bytes = std::max<size_t>(pow2_floor(b.l2 / 8), 1u << 20);
@@ -817,8 +911,8 @@ int main(int argc, char **argv) {
     rng.shuffle(order.data(), order.size());
     b.link(l2chain, order);
     const int warm_walks = (int)((l2_lines + kWalkSteps - 1) / kWalkSteps);
-    b.walk<true>(l2chain, order[0] * kLineElems, warm_walks);
-    const Bench::Walk l2w = b.walk<true>(l2chain, order[0] * kLineElems, kWalks);
+    b.walk<Step::kLoadCg>(l2chain, order[0] * kLineElems, warm_walks);
+    const Bench::Walk l2w = b.walk<Step::kLoadCg>(l2chain, order[0] * kLineElems, kWalks);
     CK(cudaFree(l2chain));
     figs.push_back({"l2_latency_cycles",
                     {median(l2w.samples) - overhead, range_of(l2w.walk_medians)},
@@ -846,7 +940,7 @@ int main(int argc, char **argv) {
     scrub<<<b.sms * 4, 256>>>(scrub_buf, scrub_n, 1u);
     CK_LAUNCH();
     CK(cudaDeviceSynchronize());
-    const Bench::Walk mw = b.walk<true>(chain, order[0] * kLineElems, kWalks);
+    const Bench::Walk mw = b.walk<Step::kLoadCg>(chain, order[0] * kLineElems, kWalks);
     figs.push_back({"mem_latency_cycles",
                     {median(mw.samples) - overhead, range_of(mw.walk_medians)},
                     "one thread walks a random cycle of 128-byte lines through " +
@@ -873,7 +967,7 @@ int main(int argc, char **argv) {
     scrub<<<b.sms * 4, 256>>>(scrub_buf, scrub_n, 2u);
     CK_LAUNCH();
     CK(cudaDeviceSynchronize());
-    const Bench::Walk rw = b.walk<true>(chain, order[0] * kLineElems, 2);
+    const Bench::Walk rw = b.walk<Step::kLoadCg>(chain, order[0] * kLineElems, 2);
     extras.push_back({"mem_latency_random_cycles", median(rw.samples) - overhead,
                       "as mem_latency_cycles but one random order over the whole buffer "
                       "(address translation misses included)"});

@@ -105,6 +105,10 @@ pub struct Counters {
     /// `l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`, `…_op_st.sum` (32-byte sectors).
     pub gld_sectors: u64,
     pub gst_sectors: u64,
+    /// `l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum`: load sectors the L1
+    /// served. `None` in records made before the collector read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gld_l1_hit_sectors: Option<u64>,
     /// `dram__bytes_read.sum`, `dram__bytes_write.sum`.
     pub dram_bytes_read: u64,
     pub dram_bytes_write: u64,

@@ -85,6 +85,7 @@ fn entry_with(
                     gld_sectors: warps * 2 * n as u64 * (4 + uncoal),
                     gst_requests: warps,
                     gst_sectors: warps * 4 * uncoal,
+                    gld_l1_hit_sectors: None,
                     dram_bytes_read: 8 * nn,
                     dram_bytes_write: 4 * nn,
                     achieved_active_warps: 41.7 + f64::from(b[1]) / 7.0,

@@ -72,6 +72,7 @@ fn counters(s: &LinkSpec, sizes: &[i64], b: [u32; 3], time_ms: f64) -> Counters 
         gst_requests: warps,
         gld_sectors: ld * sectors_per_req,
         gst_sectors: warps * 4,
+        gld_l1_hit_sectors: None,
         dram_bytes_read: (sizes.iter().product::<i64>() as u64) * 8 / len.max(1) + 4096,
         dram_bytes_write: 4 * sizes[0] as u64,
         achieved_active_warps: 32.0,

@@ -940,7 +940,7 @@ pub fn usable_on_chip(
 }
 
 /// The counters of one measured shape: the hardware part from `hw` (all 0 in time-only
-/// mode, where `hw` is `None`), the times, and the kernel's resources.
+/// mode, where `hw` is `None`, and no L1 hit count), the times, and the kernel's resources.
 fn counters(
     hw: Option<&metrics::Hardware>,
     time_ms: f64,
@@ -949,6 +949,7 @@ fn counters(
     dynamic_smem: u64,
 ) -> Counters {
     let zero = metrics::Hardware::default();
+    let gld_l1_hit_sectors = hw.and_then(|h| h.gld_l1_hit_sectors);
     let hw = hw.unwrap_or(&zero);
     Counters {
         inst_executed: hw.inst_executed,
@@ -961,6 +962,7 @@ fn counters(
         gst_requests: hw.gst_requests,
         gld_sectors: hw.gld_sectors,
         gst_sectors: hw.gst_sectors,
+        gld_l1_hit_sectors,
         dram_bytes_read: hw.dram_bytes_read,
         dram_bytes_write: hw.dram_bytes_write,
         achieved_active_warps: hw.achieved_active_warps,
@@ -1000,6 +1002,7 @@ mod tests {
                 gst_requests: 32_768,
                 gld_sectors: 262_144,
                 gst_sectors: 131_072,
+                gld_l1_hit_sectors: Some(0),
                 dram_bytes_read: 8_388_608,
                 dram_bytes_write: 4_194_304,
                 achieved_active_warps: 52.75,
@@ -1094,6 +1097,7 @@ mod tests {
                 gst_requests: 0,
                 gld_sectors: 0,
                 gst_sectors: 0,
+                gld_l1_hit_sectors: None,
                 dram_bytes_read: 0,
                 dram_bytes_write: 0,
                 achieved_active_warps: 0.0,
@@ -1117,6 +1121,7 @@ mod tests {
             gst_requests: full.gst_requests,
             gld_sectors: full.gld_sectors,
             gst_sectors: full.gst_sectors,
+            gld_l1_hit_sectors: full.gld_l1_hit_sectors,
             dram_bytes_read: full.dram_bytes_read,
             dram_bytes_write: full.dram_bytes_write,
             achieved_active_warps: full.achieved_active_warps,
@@ -1156,6 +1161,7 @@ mod tests {
             gst_requests: 50,
             gld_sectors: 400,
             gst_sectors: 200,
+            gld_l1_hit_sectors: Some(100),
             dram_bytes_read: 12_800,
             dram_bytes_write: 6_400,
             achieved_active_warps: 12.5,

@@ -39,6 +39,7 @@ pub enum Field {
     GstRequests,
     GldSectors,
     GstSectors,
+    GldL1HitSectors,
     DramBytesRead,
     DramBytesWrite,
     AchievedActiveWarps,
@@ -170,6 +171,13 @@ pub const TABLE: &[Spec] = &[
         sources: &[Metric("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum")],
     },
     Spec {
+        field: GldL1HitSectors,
+        kind: Kind::Count,
+        sources: &[Metric(
+            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum",
+        )],
+    },
+    Spec {
         field: DramBytesRead,
         kind: Kind::Count,
         // GB20x (GDDR7) names it dram__bytes_op_read.
@@ -192,6 +200,11 @@ pub const TABLE: &[Spec] = &[
         sources: &[Metric("sm__warps_active.avg.per_cycle_active")],
     },
 ];
+
+/// Fields a chip may lack a counter for: [`resolve`] leaves them out instead of failing, and
+/// [`decode`] gives `None`. L1 hits are new in the table: logs and chips without the counter
+/// still give every other field.
+pub const OPTIONAL: &[Field] = &[GldL1HitSectors];
 
 /// The source chosen for each field of the table on one chip.
 #[derive(Debug, Clone, PartialEq)]
@@ -221,8 +234,9 @@ impl Resolved {
     }
 }
 
-/// Chooses, for each row of `table`, the first source whose metrics all pass `is_valid`.
-/// On failure returns one line per field that has no valid source, naming what was tried.
+/// Chooses, for each row of `table`, the first source whose metrics all pass `is_valid`;
+/// an [`OPTIONAL`] field without one is left out. On failure returns one line per other
+/// field that has no valid source, naming what was tried.
 pub fn resolve(
     table: &[Spec],
     mut is_valid: impl FnMut(&str) -> bool,
@@ -244,6 +258,7 @@ pub fn resolve(
         }
         match chosen {
             Some(src) => choices.push((*spec, src)),
+            None if OPTIONAL.contains(&spec.field) => {}
             None => missing.push(format!(
                 "{:?} (tried {})",
                 spec.field,
@@ -275,6 +290,8 @@ pub struct Hardware {
     pub gst_requests: u64,
     pub gld_sectors: u64,
     pub gst_sectors: u64,
+    /// `None` where the table resolved without it ([`OPTIONAL`]).
+    pub gld_l1_hit_sectors: Option<u64>,
     pub dram_bytes_read: u64,
     pub dram_bytes_write: u64,
     pub achieved_active_warps: f64,
@@ -344,6 +361,7 @@ pub fn decode(resolved: &Resolved, values: &HashMap<&str, f64>) -> Result<Hardwa
         gst_requests: c(GstRequests),
         gld_sectors: c(GldSectors),
         gst_sectors: c(GstSectors),
+        gld_l1_hit_sectors: count.get(&GldL1HitSectors).copied(),
         dram_bytes_read: c(DramBytesRead),
         dram_bytes_write: c(DramBytesWrite),
         achieved_active_warps: average.get(&AchievedActiveWarps).copied().unwrap_or(0.0),
@@ -354,7 +372,7 @@ pub fn decode(resolved: &Resolved, values: &HashMap<&str, f64>) -> Result<Hardwa
 mod tests {
     use super::*;
 
-    const ALL_FIELDS: [Field; 13] = [
+    const ALL_FIELDS: [Field; 14] = [
         InstExecuted,
         InstGlobalLd,
         InstGlobalSt,
@@ -365,6 +383,7 @@ mod tests {
         GstRequests,
         GldSectors,
         GstSectors,
+        GldL1HitSectors,
         DramBytesRead,
         DramBytesWrite,
         AchievedActiveWarps,
@@ -423,7 +442,7 @@ mod tests {
         let names = r.metric_names();
         assert!(names.contains(&ADU));
         assert!(!names.contains(&STALL_BARRIER));
-        assert_eq!(names.len(), 14, "12 single metrics + a difference of two");
+        assert_eq!(names.len(), 15, "13 single metrics + a difference of two");
     }
 
     #[test]
@@ -433,11 +452,28 @@ mod tests {
             r.source_of(InstBarrier),
             Some(DifferenceWhere(ADU, LDC, STALL_BARRIER))
         );
-        assert_eq!(r.metric_names().len(), 15);
+        assert_eq!(r.metric_names().len(), 16);
         assert_eq!(
             r.source_of(InstBarrier).unwrap().to_string(),
             "smsp__inst_executed_pipe_adu.sum - smsp__inst_executed_op_ldc.sum \
              where smsp__warps_issue_stalled_barrier.sum > 0, else 0"
+        );
+    }
+
+    #[test]
+    fn a_chip_without_the_l1_hit_counter_gives_every_other_field() {
+        const HIT: &str = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum";
+        let r = resolve(TABLE, |m| m != HIT).unwrap();
+        assert_eq!(r.source_of(GldL1HitSectors), None);
+        assert!(!r.metric_names().contains(&HIT));
+        let hw = decode(&r, &saxpy_values()).unwrap();
+        assert_eq!(hw.gld_l1_hit_sectors, None);
+        assert_eq!(hw.gld_sectors, 32768 * 8);
+        let mut v = saxpy_values();
+        v.insert(HIT, 4096.0);
+        assert_eq!(
+            decode(&gh100_like(), &v).unwrap().gld_l1_hit_sectors,
+            Some(4096)
         );
     }
 
@@ -486,6 +522,10 @@ mod tests {
                 "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
                 (warps * 4) as f64,
             ),
+            (
+                "l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum",
+                0.0,
+            ),
             ("dram__bytes_read.sum", 8_388_608.0),
             ("dram__bytes_write.sum", 4_194_304.0),
             ("sm__warps_active.avg.per_cycle_active", 52.75),
@@ -519,6 +559,7 @@ mod tests {
                 gst_requests: warps,
                 gld_sectors: warps * 8,
                 gst_sectors: warps * 4,
+                gld_l1_hit_sectors: Some(0),
                 dram_bytes_read: 8_388_608,
                 dram_bytes_write: 4_194_304,
                 achieved_active_warps: 52.75,
