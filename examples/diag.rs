@@ -28,15 +28,15 @@ fn main() -> Result<()> {
         "{} at {:?}: scale {:.3} block {:.3}",
         prog.kernel, size, prog.time_fit.scale, prog.time_fit.overhead_us
     );
-    println!("rank block        meas_us  ratio   pred_us  model_us  mwp   cwp  w/sm  inst  gld  gst  s_ld  s_st  dram/w  lim");
+    println!("rank block        meas_us  ratio   pred_us  model_us  mwp   cwp  w/sm  inst  gld  gst  s_ld  s_st  l1hit  dram/w  lim");
     for (i, r) in ranked.iter().enumerate() {
         let m = measured.get(&r.block).copied().unwrap_or(f64::NAN);
         let x = &r.metrics;
         println!(
-            "{:3} {:>4}x{:<4} {:9.2} {:5.2} {:9.2} {:9.2} {:5.1} {:5.1} {:4} {:5.0} {:4.1} {:4.1} {:5.1} {:5.1} {:7.0} {}",
+            "{:3} {:>4}x{:<4} {:9.2} {:5.2} {:9.2} {:9.2} {:5.1} {:5.1} {:4} {:5.0} {:4.1} {:4.1} {:5.1} {:5.1} {:5.2} {:7.0} {}",
             i + 1, r.block[0], r.block[1], m, best / m, r.prediction.time_us, r.model_us,
             r.prediction.mwp, r.prediction.cwp, r.prediction.active_warps_per_sm,
-            x.inst, x.gld_inst, x.gst_inst, x.gld_sectors_per_req, x.gst_sectors_per_req, x.dram_bytes,
+            x.inst, x.gld_inst, x.gst_inst, x.gld_sectors_per_req, x.gst_sectors_per_req, x.gld_l1_hit_rate, x.dram_bytes,
             r.prediction.limiter.name()
         );
     }

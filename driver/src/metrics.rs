@@ -27,6 +27,16 @@
 //! with the work), the total's fit stays. The rational program multiplies the chosen ones
 //! back by the domain at the run size.
 //!
+//! # Shares
+//!
+//! The L1 hit rate (load sectors the L1 served over load sectors) is fitted as it is, with
+//! low degrees (at most 1 in each size, 2 in each block dimension, a denominator of total
+//! degree 1). What a cache keeps changes in steps with the sizes and with the warps an SM
+//! holds, which no rational function extrapolates: the rational program evaluates it with
+//! the data held to the largest profiled sizes (`RationalProgram::shares_held_at`), so at
+//! a larger size each block shape keeps the hit rate it had at the largest measured one.
+//! Records made before the collector counted L1 hits leave it out (the constant 0).
+//!
 //! Warp-level counts (instructions, requests) are fitted after multiplying by the launch's
 //! lane occupancy `min(32, threads per block) / 32`: a block of fewer than 32 threads runs
 //! one warp per block with that many lanes, so the same work takes `32 / lanes` times as
@@ -81,6 +91,12 @@ pub fn warps(block: [u32; 3], grid: [u32; 3]) -> f64 {
 /// launch's warps) rather than as a ratio.
 pub fn is_total(i: usize) -> bool {
     !RATIOS.contains(&METRICS[i])
+}
+
+/// Whether metric `i` is a share (between 0 and 1) that tends to a limit as the sizes grow:
+/// the L1 hit rate.
+pub fn is_share(i: usize) -> bool {
+    METRICS[i].ends_with("_rate")
 }
 
 /// Whether metric `i` is a warp-level count (scaled by [`lane_factor`] when fitted).
@@ -332,7 +348,24 @@ pub fn fit_all(
     let mut options = FitOptions::new(num, den);
     options.den_max_total_degree = 2;
     options.drop_non_finite = true;
+    // A share that tends to a limit as the sizes grow: low degrees in the sizes, so that it
+    // does not run off (or past 1) when extrapolated.
+    let mut share_options = FitOptions::new(
+        DegreeBounds(
+            (0..vars.len())
+                .map(|i| if i < ndata { 1 } else { 2 })
+                .collect(),
+        ),
+        DegreeBounds(vec![1; vars.len()]),
+    );
+    share_options.den_max_total_degree = 1;
+    share_options.drop_non_finite = true;
     let run = |vals: Vec<f64>, name: &str| -> Result<RationalFn> {
+        let options = if name.ends_with("_rate") {
+            &share_options
+        } else {
+            &options
+        };
         let max = vals.iter().fold(0.0f64, |a, v| a.max(v.abs()));
         let problem = FitProblem {
             vars: vars.clone(),
@@ -347,7 +380,7 @@ pub fn fit_all(
             o.value_floor = Some(1.0);
             fit_degrees(&problem, &zeros, &zeros, &o)
         } else {
-            fit(&problem, &options)
+            fit(&problem, options)
         }
         .with_context(|| format!("kernel {}: fitting {name}", spec.name))
     };

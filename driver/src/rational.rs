@@ -71,6 +71,13 @@ pub struct RationalProgram {
     /// ([`metrics::total_unit`]); empty in manifests written before.
     #[serde(default)]
     pub per_domain_thread: std::collections::BTreeSet<String>,
+    /// The largest profiled value of each data parameter. Shares ([`metrics::is_share`]: the
+    /// L1 hit rate) are evaluated with the data held to these: what a cache keeps depends
+    /// on sizes in steps a rational function cannot extrapolate, so the share at a larger
+    /// size is taken as at the largest measured one, per block shape. Empty (no holding) in
+    /// manifests written before.
+    #[serde(default)]
+    pub shares_held_at: Vec<f64>,
 }
 
 /// `predicted = scale · model + overhead_us`, fitted at build time by least squares in
@@ -362,6 +369,14 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         time_fit: TimeFit::default(),
         ratios_by_footprint,
         per_domain_thread: fitted.per_domain_thread,
+        shares_held_at: (0..spec.data.len())
+            .map(|i| {
+                samples
+                    .iter()
+                    .filter_map(|(s, _)| s.sizes.get(i))
+                    .fold(0.0, |a: f64, &v| a.max(v as f64))
+            })
+            .collect(),
     };
     prog.time_fit = fit_time(&prog, &usable);
     Ok(prog)
@@ -465,12 +480,19 @@ impl RationalProgram {
         for v in b.iter().take(usize::from(self.dim.clamp(1, 3))) {
             x.push(f64::from(*v).log2());
         }
+        let mut held = x.clone();
+        for (v, &max) in held.iter_mut().zip(&self.shares_held_at) {
+            if *v > max {
+                *v = max;
+            }
+        }
         let mut v = [0.0; METRICS.len()];
         for (i, name) in METRICS.iter().enumerate() {
+            let at = if metrics::is_share(i) { &held } else { &x };
             v[i] = self
                 .metrics
                 .get(*name)
-                .map(|f| f.eval(&x).max(0.0))
+                .map(|f| f.eval(at).max(0.0))
                 .unwrap_or(0.0);
         }
         let fp = metrics::warp_footprint(b);
@@ -920,5 +942,51 @@ mod time_fit_tests {
         assert!(f.scale > 1.0 && f.scale < 2.0, "{f:?}");
         // Too few points: the raw model.
         assert_eq!(TimeFit::fit(&pts[..2]).scale, 1.0);
+    }
+}
+
+#[cfg(test)]
+mod share_tests {
+    use super::build;
+    use crate::linkspec::LinkSpec;
+    use klaraptor_profiler::record::Entry;
+
+    /// corr_matrix as profiled on the H200 (committed entry, 2026-11-22): each thread
+    /// re-reads its column of the data for every later column, so a warp's 32 columns
+    /// (N · 128 bytes) stay in L1 while few warps share an SM; at 256 × 256 the L1 serves
+    /// 99 % of the load sectors with 64-thread blocks and 63 % with 256-thread ones. The
+    /// rational program holds the hit rate at the largest profiled sizes, so far past them
+    /// it stays a share, and keeps the order of the shapes.
+    #[test]
+    fn l1_hit_rate_is_held_at_the_largest_profiled_sizes() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+            "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z11corr_matrixPKfPfii-ca133d4b67228db9.toml",
+        );
+        let entry: Entry = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let spec = LinkSpec {
+            name: "corr_matrix".into(),
+            mangled: "_Z11corr_matrixPKfPfii".into(),
+            data: vec!["M".into(), "N".into()],
+            dim: 1,
+            grid: vec!["ceil(M, bx)".into()],
+            block: vec![],
+            profile_run: None,
+            profile_sizes: vec![],
+            code_hash: "ca133d4b67228db9".into(),
+            annotated_at: String::new(),
+            build_dir: Default::default(),
+        };
+        let prog = build(&spec, &entry, std::path::Path::new("unused")).unwrap();
+        assert_eq!(prog.shares_held_at, [256.0, 256.0]);
+        let hit = |m: i64, n: i64, bx: u32| {
+            let grid = [(m as u32).div_ceil(bx), 1, 1];
+            prog.metrics_at(&[m, n], [bx, 1, 1], grid).gld_l1_hit_rate
+        };
+        for (m, n) in [(2048, 256), (1 << 20, 1 << 20)] {
+            let (small, large) = (hit(m, n, 64), hit(m, n, 256));
+            assert!(small > 0.9 && small <= 1.05, "{small} at 64 threads");
+            assert!(large < small - 0.1, "{large} at 256 threads, {small} at 64");
+            assert_eq!(hit(m, n, 256), hit(256, 256, 256));
+        }
     }
 }

@@ -362,8 +362,10 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double la
     double shared = kl_min(kl_clean(m->shared_inst), inst);
     double s_ld = kl_clean(m->gld_sectors_per_req);
     double s_st = kl_clean(m->gst_sectors_per_req);
-    double dram = kl_clean(m->dram_bytes);
     double l1 = kl_min(kl_clean(m->gld_l1_hit_rate), 1.0);
+    /* DRAM moves no more than the sectors that reach L2 */
+    double to_l2 = KL_SECTOR_BYTES * ((1.0 - l1) * gld * s_ld + gst * s_st);
+    double dram = kl_min(kl_clean(m->dram_bytes), to_l2);
     double mem_insts = gld + gst;
     double l_ld = kl_lines_per_request(s_ld, w);
     double l_st = kl_lines_per_request(s_st, w);

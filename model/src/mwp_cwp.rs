@@ -396,8 +396,10 @@ fn per_warp(dev: &Device, m: &WarpMetrics, lanes: f64, w: WarpRows) -> PerWarp {
     let shared = min2(clean(m.shared_inst), inst);
     let s_ld = clean(m.gld_sectors_per_req);
     let s_st = clean(m.gst_sectors_per_req);
-    let dram = clean(m.dram_bytes);
     let l1 = min2(clean(m.gld_l1_hit_rate), 1.0);
+    // DRAM moves no more than the sectors that reach L2 [K].
+    let to_l2 = SECTOR_BYTES * ((1.0 - l1) * gld * s_ld + gst * s_st);
+    let dram = min2(clean(m.dram_bytes), to_l2);
 
     let mem_insts = gld + gst;
     // Lines per request and the cost of each kind of request [K].
