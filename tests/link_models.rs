@@ -449,9 +449,15 @@ fn generated_c_selects_what_rust_ranks_first() {
         assert!(dev.lines().any(|l| l == want), "{want:?} not in\n{dev}");
     }
 
-    let sizes = differential_sizes();
+    let sizes: Vec<Vec<i64>> = differential_sizes().into_iter().map(|n| vec![n]).collect();
     assert_eq!(sizes.len(), 200);
-    let mut child = Command::new(&exe)
+    select_matches_rank(&exe, &prog, &sizes);
+}
+
+/// Runs the harness's `select` on every size and checks that the C picks the block the Rust
+/// ranks first, with the same predicted time within 1e-9 relative (see above).
+fn select_matches_rank(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
+    let mut child = Command::new(exe)
         .arg("select")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -460,8 +466,9 @@ fn generated_c_selects_what_rust_ranks_first() {
         .unwrap();
     {
         let mut stdin = child.stdin.take().unwrap();
-        for n in &sizes {
-            writeln!(stdin, "{n}").unwrap();
+        for n in sizes {
+            let line: Vec<String> = n.iter().map(i64::to_string).collect();
+            writeln!(stdin, "{}", line.join(" ")).unwrap();
         }
     }
     let out = ok_stdout(&child.wait_with_output().unwrap());
@@ -470,36 +477,84 @@ fn generated_c_selects_what_rust_ranks_first() {
     let (mut exact, mut worst) = (0usize, 0.0f64);
     for (n, line) in sizes.iter().zip(&lines) {
         let f: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(f.len(), 6, "{line}");
-        assert_eq!(f[0].parse::<i64>().unwrap(), *n, "{line}");
-        let rc: i32 = f[1].parse().unwrap();
-        let block = [f[2], f[3], f[4]].map(|v| v.parse::<u32>().unwrap());
-        let us: f64 = f[5].parse().unwrap();
-        let ranked = prog.rank(&[*n]).unwrap();
+        let k = n.len();
+        assert_eq!(f.len(), 5 + k, "{line}");
+        let echoed: Vec<i64> = f[..k].iter().map(|v| v.parse().unwrap()).collect();
+        assert_eq!(&echoed, n, "{line}");
+        let rc: i32 = f[k].parse().unwrap();
+        let block = [f[k + 1], f[k + 2], f[k + 3]].map(|v| v.parse::<u32>().unwrap());
+        let us: f64 = f[k + 4].parse().unwrap();
+        let ranked = prog.rank(n).unwrap();
         let Some(first) = ranked.first() else {
-            assert_ne!(rc, 0, "N={n}: C chose {block:?}, Rust allows no shape");
+            assert_ne!(rc, 0, "{n:?}: C chose {block:?}, Rust allows no shape");
             continue;
         };
-        assert_eq!(rc, 0, "N={n}: C chose nothing, Rust {:?}", first.block);
+        assert_eq!(rc, 0, "{n:?}: C chose nothing, Rust {:?}", first.block);
         assert_eq!(
             block, first.block,
-            "N={n}: C chose {block:?} ({us} µs), Rust {:?} ({} µs)",
+            "{n:?}: C chose {block:?} ({us} µs), Rust {:?} ({} µs)",
             first.block, first.prediction.time_us
         );
         let want = first.prediction.time_us;
         let rel = (us - want).abs() / want.abs().max(f64::MIN_POSITIVE);
         assert!(
             rel <= 1e-9,
-            "N={n}: C predicts {us} µs, Rust {want} µs (relative {rel:e})"
+            "{n:?}: C predicts {us} µs, Rust {want} µs (relative {rel:e})"
         );
         exact += usize::from(us.to_bits() == want.to_bits());
         worst = worst.max(rel);
     }
     eprintln!(
-        "C vs Rust: {} sizes, same block everywhere; predicted times bit-equal at {exact}, \
+        "C vs Rust ({}): {} sizes, same block everywhere; predicted times bit-equal at {exact}, \
          worst relative difference {worst:e}",
+        prog.kernel,
         sizes.len()
     );
+}
+
+/// The same agreement for a kernel whose profile counted L1 hits (PolyBench's correlation
+/// matrix, committed H200 entry): the C evaluates the hit rate with the data held to the
+/// largest profiled sizes, as `RationalProgram::rank` does, at sizes up to 400 times those.
+#[test]
+fn generated_c_holds_the_l1_hit_rate_like_rust() {
+    let path = repo().join(
+        "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z11corr_matrixPKfPfii-ca133d4b67228db9.toml",
+    );
+    let entry: klaraptor_profiler::record::Entry =
+        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(entry
+        .samples
+        .iter()
+        .filter_map(|s| s.counters.as_ref())
+        .all(|c| c.gld_l1_hit_sectors.is_some()));
+    let spec = LinkSpec {
+        name: "corr_matrix".into(),
+        mangled: "_Z11corr_matrixPKfPfii".into(),
+        data: vec!["M".into(), "N".into()],
+        dim: 1,
+        grid: vec!["ceil(M, bx)".into()],
+        block: vec![],
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: "ca133d4b67228db9".into(),
+        annotated_at: String::new(),
+        build_dir: Default::default(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prog = rational::build(&spec, &entry, dir.path()).unwrap();
+    assert_eq!(prog.shares_held_at, [256.0, 256.0]);
+    let c_file = dir.path().join(&prog.c_name);
+    std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
+    let exe = dir.path().join("harness");
+    harness(&c_file, &exe);
+    let mut state = 0x636f_7272_6d61_7472;
+    let mut sizes: Vec<Vec<i64>> = vec![vec![64, 64], vec![256, 256], vec![257, 255]];
+    while sizes.len() < 100 {
+        let m = 1 + (splitmix(&mut state) % 100_000) as i64;
+        let n = 1 + (splitmix(&mut state) % 100_000) as i64;
+        sizes.push(vec![m, n]);
+    }
+    select_matches_rank(&exe, &prog, &sizes);
 }
 
 fn ok_stdout(o: &Output) -> String {

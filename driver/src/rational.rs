@@ -762,9 +762,23 @@ impl RationalProgram {
             args.push(format!("log2((double)block[{i}])"));
         }
         let args = args.join(", ");
+        // Shares are evaluated with the data held to the largest profiled sizes.
+        let mut held: Vec<String> = (0..self.data.len())
+            .map(|i| match self.shares_held_at.get(i) {
+                Some(h) => format!("kl_min_held((double)data[{i}], {h:?})"),
+                None => format!("(double)data[{i}]"),
+            })
+            .collect();
+        for i in 0..nb {
+            held.push(format!("log2((double)block[{i}])"));
+        }
+        let held = held.join(", ");
         let _ = vars;
         c.push_str("static double kl_nonneg(double v) { return v > 0.0 ? v : 0.0; }\n");
-        c.push_str("static double kl_clamp(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }\n\n");
+        c.push_str("static double kl_clamp(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }\n");
+        c.push_str(
+            "static double kl_min_held(double v, double held) { return v > held ? held : v; }\n\n",
+        );
         c.push_str("/* The per-warp metrics at data for block launched as grid (the fits take log2 of the\n * block dimensions): fitted launch totals\n * divided by the launch's warps (warp-level counts also by its lane occupancy),\n * fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
         c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n  /* the share of the launch's threads inside the kernel's domain (the grid formula at a\n   * block of one thread): the work belongs to them (busy_fraction in metrics.rs) */\n  double busy = 1.0;\n  /* launch totals were fitted per thread of the domain (metrics.rs: total_unit) */\n  double unit = 1.0;\n  {\n    static const uint32_t one[3] = {1, 1, 1};\n    uint32_t dom[3];\n    if (kl_grid(data, one, dom) == 0) {\n      double domain = 1.0, launched = 1.0;\n      domain *= (double)dom[0]; domain *= (double)dom[1]; domain *= (double)dom[2];\n      if (domain >= 1.0) unit = domain;\n      launched *= (double)grid[0] * (double)block[0];\n      launched *= (double)grid[1] * (double)block[1];\n      launched *= (double)grid[2] * (double)block[2];\n      if (launched > 0.0) {\n        busy = domain / launched;\n        busy = busy < 1e-6 ? 1e-6 : busy > 1.0 ? 1.0 : busy;\n      }\n    }\n  }\n  (void)unit;\n");
         for (i, name) in METRICS.iter().enumerate() {
@@ -782,6 +796,11 @@ impl RationalProgram {
                 let _ = writeln!(
                     c,
                     "  m->{name} = kl_nonneg(kl_fit_{name}({args})){unit} / warps / busy;"
+                );
+            } else if metrics::is_share(i) {
+                let _ = writeln!(
+                    c,
+                    "  m->{name} = kl_nonneg(kl_fit_{name}({held})); /* at the data held to the largest profiled sizes */"
                 );
             } else {
                 let _ = writeln!(c, "  m->{name} = kl_nonneg(kl_fit_{name}({args}));");
