@@ -17,7 +17,8 @@
 #   empty profile database (the plain link) and once against $STUDY_DB with
 #   --kl-require-model (the model link: fit, code generation, compile of the rational
 #   programs). The model build replaces $STUDY/<program>/<program>.klaraptor; its manifests
-#   go to $STUDY/<program>/models/, the two times to $STUDY/<program>/build-times.tsv.
+#   go to $STUDY/<program>/models/, the two times to $STUDY/<program>/build-times.tsv, and
+#   the klaraptor-cc and commit that made them to $STUDY/BUILD-INFO (lines "models: ...").
 #
 # Environment: CARGO_TARGET_DIR (where klaraptor-cc, klaraptor and accuracy-report are built;
 #   default target/), KCC and KLARAPTOR (override the tools), STUDY (default .dev/study),
@@ -131,6 +132,11 @@ models() {
   done
   rm -rf "$empty"
   [ $fail -eq 0 ] || { echo "prepare.sh models: some programs have no model build" >&2; exit 1; }
+  # The rational programs are this klaraptor-cc's: the report names it beside the build's.
+  if [ -f "$STUDY/BUILD-INFO" ]; then
+    sed -i '/^models: /d' "$STUDY/BUILD-INFO"
+    { printf 'models: '; "$KCC" --version 2>/dev/null | head -1; printf 'models: '; git -C "$root" log -1 --format='commit %H (%cd)'; } >> "$STUDY/BUILD-INFO"
+  fi
 }
 
 case $cmd in
