@@ -360,8 +360,9 @@ pub fn fit_all(
     );
     share_options.den_max_total_degree = 1;
     share_options.drop_non_finite = true;
-    let run = |vals: Vec<f64>, name: &str| -> Result<RationalFn> {
-        let options = if name.ends_with("_rate") {
+    let run = |vals: Vec<f64>, m: usize| -> Result<RationalFn> {
+        let name = METRICS[m];
+        let options = if is_share(m) {
             &share_options
         } else {
             &options
@@ -392,12 +393,12 @@ pub fn fit_all(
             vals.iter_mut().for_each(|v| *v = 0.0);
         }
         let nonzero = vals.iter().any(|v| *v != 0.0);
-        let mut f = run(vals.clone(), name)?;
+        let mut f = run(vals.clone(), m)?;
         if let (true, true, Some(units)) = (is_total(m), nonzero, &units) {
             // The same total per thread of the domain; kept where it extrapolates clearly
             // better to the held-out largest sizes (module doc, "Per domain thread").
             let per: Vec<f64> = vals.iter().zip(units).map(|(v, u)| v / u).collect();
-            let g = run(per, name)?;
+            let g = run(per, m)?;
             if heldout_score(&g) < PER_DOMAIN_GAIN * heldout_score(&f) {
                 f = g;
                 out.per_domain_thread.insert(name.to_string());
