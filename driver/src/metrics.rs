@@ -1,9 +1,18 @@
 //! From profile records to fitted metrics.
 //!
 //! The model (klaraptor-model) takes, for one launch, per-warp averages of what the hardware
-//! counted: instructions, global load/store instructions, shared-memory instructions,
+//! counted: instructions, global load/store requests, shared-memory instructions,
 //! barriers, 32-byte sectors per global request (coalescing), the share of global load
 //! sectors the L1 served, and DRAM bytes.
+//!
+//! The model's global memory instructions (`gld_inst`, `gst_inst`) are the requests the
+//! L1TEX received (`l1tex__t_requests_pipe_lsu_mem_global_op_{ld,st}`), not the warp
+//! instructions executed: an instruction whose lanes are all predicated off is executed
+//! (and costs its issue slot, counted in `inst`) but sends nothing to memory. The
+//! PolyBench samples' `KL_RECORD_BLOCK` (three stores guarded by "thread 0 of block 0") is
+//! such a case: the compiler predicates the stores, every warp executes them, and the
+//! executed store count of a one-store copy was 4.2 per warp where 1.0 reached memory
+//! (H200 profile of jacobi2d_copy at 64 × 64: 16 132 executed, 3 847 requests).
 //!
 //! What is fitted is the launch *total* of each count (and the sectors-per-request ratios as
 //! they are), as rational functions of the data sizes and the block dimensions; the rational
@@ -117,8 +126,9 @@ pub fn targets(c: &Counters, block: [u32; 3]) -> [f64; 9] {
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let mut v = [
         c.inst_executed as f64,
-        c.inst_global_ld as f64,
-        c.inst_global_st as f64,
+        // Requests, not executed instructions (module doc).
+        c.gld_requests as f64,
+        c.gst_requests as f64,
         (c.inst_shared_ld + c.inst_shared_st) as f64,
         c.inst_barrier as f64,
         ratio(c.gld_sectors, c.gld_requests),

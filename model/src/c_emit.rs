@@ -169,6 +169,24 @@ static double kl_max(double a, double b)
     return a > b ? a : b;
 }
 
+/* The chance that all of g requests hit, each with probability h (mwp_cwp.rs: all_hit) */
+static double kl_all_hit(double h, double g)
+{
+    uint64_t n;
+    double frac, acc = 1.0, base = h;
+    g = kl_min(kl_max(g, 0.0), 4294967296.0);
+    n = (uint64_t)g;
+    frac = g - (double)n;
+    while (n > 0) {
+        if (n & 1u) {
+            acc *= base;
+        }
+        base *= base;
+        n >>= 1;
+    }
+    return acc * (1.0 - frac * (1.0 - h));
+}
+
 /* Metrics from fitted functions may leave their range: clamp to [0, 1e30], NaN -> 0. */
 static double kl_clean(double x)
 {
@@ -376,10 +394,13 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double la
                     + gst * kl_min(KL_SECTOR_BYTES * s_st, useful);
     double h = needed > 0.0 ? kl_min(dram / needed, 1.0) : 1.0;
     double mem_l2 = h * d->mem_latency_cycles + (1.0 - h) * d->l2_latency_cycles;
-    double mem_ld = l1 * d->l1_latency_cycles + (1.0 - l1) * mem_l2;
+    /* requests in flight together: a group of g waits for its slowest request; its loads
+     * wait only the L1 when all g hit (probability l1^g) */
+    double g = kl_min(kl_max(kl_clean(m->mlp), 1.0), kl_max(mem_insts, 1.0));
+    double l1_all = kl_all_hit(l1, g);
+    double mem_ld = l1_all * d->l1_latency_cycles + (1.0 - l1_all) * mem_l2;
     double dep_coal = d->departure_delay_coalesced_cycles;
     double dep_line = d->departure_delay_uncoalesced_cycles;
-    double g;
     double mem_l_ld = mem_ld + (l_ld - 1.0) * dep_line;
     double mem_l_st = mem_l2 + (l_st - 1.0) * dep_line;
 
@@ -393,8 +414,7 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double la
         k->departure = dep_coal;
     }
     k->comp_cycles = d->issue_cycles * (inst - shared) + d->shared_issue_cycles * shared;
-    /* requests in flight together: a group of g departs back to back and waits once */
-    g = kl_min(kl_max(kl_clean(m->mlp), 1.0), kl_max(mem_insts, 1.0));
+    /* the group departs back to back and is taken as one request of g transactions */
     if (g > 1.0) {
         double mem_l_g = k->mem_l + (g - 1.0) * k->departure;
         mem_insts = mem_insts / g;
