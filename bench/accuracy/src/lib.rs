@@ -44,14 +44,37 @@ pub fn gpu_tag(name: &str) -> String {
 
 /// Reads the study and the device output, writes the records, the report and the charts
 /// into `out`.
+/// With `repeat` (the unpacked output of a second `PHASE=exhaustive` run, holding
+/// `exhaustive/`), the report also times every method's shape by that sweep
+/// ([`report::repeat_section`]).
 pub fn report(
     paths: &study::Paths,
     sizes: &sizes::Sizes,
     out: &Path,
     date: Option<&str>,
     shape_kernels: &[String],
+    repeat: Option<&Path>,
 ) -> Result<Written> {
     let st = study::Study::load(paths, sizes)?;
+    let again = match repeat {
+        Some(r) => {
+            let x = r.join("exhaustive");
+            if !x.join("env.txt").is_file() {
+                anyhow::bail!(
+                    "{} has no exhaustive/env.txt: --repeat takes the unpacked output of a \
+                     second `PHASE=exhaustive bench/accuracy/device.sh` (its $OUT)",
+                    r.display()
+                );
+            }
+            let p = study::Paths {
+                study: paths.study.clone(),
+                device: paths.device.clone(),
+                exhaustive: Some(x),
+            };
+            Some(study::Study::load(&p, sizes)?)
+        }
+        None => None,
+    };
     let env = st.main_env().cloned().unwrap_or_default();
     let stem = format!(
         "accuracy-{}-{}",
@@ -94,8 +117,12 @@ pub fn report(
         ));
     }
     let md = out.join(format!("{stem}.md"));
-    std::fs::write(&md, report::markdown(&st, &name(&json), &chart_links))
-        .with_context(|| format!("writing {}", md.display()))?;
+    let mut text = report::markdown(&st, &name(&json), &chart_links);
+    if let Some(again) = &again {
+        let at = text.find("## Per kernel and size").unwrap_or(text.len());
+        text.insert_str(at, &report::repeat_section(&st, again));
+    }
+    std::fs::write(&md, text).with_context(|| format!("writing {}", md.display()))?;
     Ok(Written {
         json,
         markdown: md,

@@ -48,6 +48,10 @@ enum Cmd {
         /// Kernels for the predicted-against-measured chart.
         #[arg(long, value_delimiter = ',')]
         shape_kernels: Option<Vec<String>>,
+        /// A second exhaustive phase's output (holding exhaustive/): the report adds how
+        /// every method, and each sweep's optimum, fare when timed by it.
+        #[arg(long)]
+        repeat: Option<PathBuf>,
     },
 }
 
@@ -91,6 +95,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             date,
             shape_kernels,
+            repeat,
         } => {
             let s = Sizes::load(&sizes)?;
             let kernels = shape_kernels.unwrap_or_else(|| {
@@ -100,11 +105,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .collect()
             });
             let w = klaraptor_accuracy::report(
-                &Paths { study, device },
+                &Paths {
+                    study,
+                    device,
+                    exhaustive: None,
+                },
                 &s,
                 &out,
                 date.as_deref(),
                 &kernels,
+                repeat.as_deref(),
             )?;
             println!(
                 "{} cases: {}, {}, {}",

@@ -11,6 +11,129 @@ pub fn records(st: &Study) -> Vec<Record> {
     klaraptor::validate::records(&st.cases)
 }
 
+/// One case of two sweeps: the same job, kernel and sizes.
+fn paired<'a>(st: &'a Study, again: &'a Study) -> Vec<(&'a Case, &'a Case)> {
+    st.cases
+        .iter()
+        .filter_map(|c| {
+            again
+                .cases
+                .iter()
+                .find(|d| d.job == c.job && d.kernel == c.kernel && d.sizes == c.sizes)
+                .map(|d| (c, d))
+        })
+        .collect()
+}
+
+/// The fastest time of `other`'s sweep over the time it measured for `block`.
+fn timed_by(other: &Case, block: Option<[u32; 3]>) -> Option<f64> {
+    let best = other
+        .measured
+        .values()
+        .cloned()
+        .fold(f64::INFINITY, f64::min);
+    let t = other.measured.get(&block?)?;
+    best.is_finite().then_some(best / t)
+}
+
+/// The run-to-run section: every method's shape timed by a second, independent exhaustive
+/// sweep (`again`), and each sweep's optimum timed by the other, which is what a perfect
+/// choice scores when measured again: one minus it is the noise of the sweep's medians.
+pub fn repeat_section(st: &Study, again: &Study) -> String {
+    let mut s = String::new();
+    let pairs = paired(st, again);
+    let when = again
+        .env
+        .get("exhaustive")
+        .map(|e| e.date.clone())
+        .unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "## Run to run
+"
+    );
+    let _ = writeln!(
+        s,
+        "A second exhaustive sweep (run {when}, same binaries and shapes) timed the same {} \
+         cases again. Every method keeps its shape; its ratio is taken in each sweep.\n",
+        pairs.len()
+    );
+    let _ = writeln!(
+        s,
+        "| method | geometric mean, this sweep | minimum | geometric mean, second sweep | minimum | cases < 0.80 (second) |"
+    );
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    let cell = |v: Option<study::Stats>| match v {
+        Some(x) => (
+            format!("{:.3}", x.geomean),
+            format!("{:.3}", x.min),
+            x.below_080.to_string(),
+        ),
+        None => ("–".into(), "–".into(), "–".into()),
+    };
+    for m in Method::COMPARED {
+        let first: Vec<f64> = pairs.iter().filter_map(|(c, _)| c.ratio(m)).collect();
+        let second: Vec<f64> = pairs
+            .iter()
+            .filter_map(|(c, d)| timed_by(d, c.picks.get(&m).and_then(|p| p.block)))
+            .collect();
+        let (g1, m1, _) = cell(study::stats(&first));
+        let (g2, m2, b2) = cell(study::stats(&second));
+        let _ = writeln!(s, "| {} | {g1} | {m1} | {g2} | {m2} | {b2} |", m.as_str());
+    }
+    let optimum = |a: &Case| a.picks.get(&Method::Optimum).and_then(|p| p.block);
+    let forward: Vec<(f64, &Case, &Case)> = pairs
+        .iter()
+        .filter_map(|(c, d)| timed_by(d, optimum(c)).map(|r| (r, *c, *d)))
+        .collect();
+    let backward: Vec<f64> = pairs
+        .iter()
+        .filter_map(|(c, d)| timed_by(c, optimum(d)))
+        .collect();
+    let f: Vec<f64> = forward.iter().map(|x| x.0).collect();
+    if let (Some(a), Some(b)) = (study::stats(&f), study::stats(&backward)) {
+        let _ = writeln!(
+            s,
+            "\nThe optimum of this sweep, timed by the second: geometric mean {:.3}, minimum \
+             {:.3}, {} cases below 0.90; the second's optimum timed by this one: {:.3}, minimum \
+             {:.3}. That is what a perfect choice scores when it is measured again: the rest \
+             of the way to 1 is the noise of the sweeps' medians, not the model.",
+            a.geomean,
+            a.min,
+            f.iter().filter(|r| **r < 0.90).count(),
+            b.geomean,
+            b.min
+        );
+    }
+    let mut noisy: Vec<&(f64, &Case, &Case)> = forward.iter().filter(|x| x.0 < 0.90).collect();
+    noisy.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if !noisy.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n| program | kernel | sizes | optimum here | its ratio in the second sweep | optimum there |"
+        );
+        let _ = writeln!(s, "| --- | --- | --- | --- | ---: | --- |");
+        for (r, c, d) in noisy {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} {:.4} ms | {:.2} | {} |",
+                c.program,
+                c.kernel,
+                sizes_cell(c),
+                shape(optimum(c), c.dim),
+                c.measured
+                    .get(&optimum(c).unwrap_or_default())
+                    .copied()
+                    .unwrap_or(f64::NAN),
+                r,
+                shape(optimum(d), d.dim)
+            );
+        }
+    }
+    s.push('\n');
+    s
+}
+
 /// A block as the tables show it: bx for a 1-D kernel, bx×by for a 2-D one.
 fn shape(b: Option<[u32; 3]>, dim: u8) -> String {
     match b {

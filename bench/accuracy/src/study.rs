@@ -96,6 +96,19 @@ pub struct Paths {
     pub study: PathBuf,
     /// The unpacked device output ($OUT of device.sh): profile/, exhaustive/, choice/.
     pub device: PathBuf,
+    /// Another exhaustive phase's directory to read instead of `device/exhaustive` (a
+    /// repeated sweep, for the run-to-run comparison).
+    pub exhaustive: Option<PathBuf>,
+}
+
+impl Paths {
+    /// Where a phase's output is.
+    pub fn phase(&self, phase: &str) -> PathBuf {
+        match (&self.exhaustive, phase) {
+            (Some(x), "exhaustive") => x.clone(),
+            _ => self.device.join(phase),
+        }
+    }
 }
 
 fn is_pow2(v: i64) -> bool {
@@ -128,7 +141,7 @@ impl Study {
     pub fn load(paths: &Paths, sizes: &Sizes) -> Result<Study> {
         let mut st = Study::default();
         for phase in ["profile", "exhaustive", "choice"] {
-            let dir = paths.device.join(phase);
+            let dir = paths.phase(phase);
             let env = dir.join("env.txt");
             if env.is_file() {
                 st.env.insert(phase.into(), inputs::read_env(&env)?);
@@ -163,8 +176,8 @@ impl Study {
             if !paths.study.join(p).is_dir() {
                 continue;
             }
-            let xdir = paths.device.join("exhaustive").join(p).join(&nj.stem);
-            let cdir = paths.device.join("choice").join(p).join(&nj.stem);
+            let xdir = paths.phase("exhaustive").join(p).join(&nj.stem);
+            let cdir = paths.phase("choice").join(p).join(&nj.stem);
             let sweeps = inputs::read_records(&xdir.join("records"))?;
             let decisions = if cdir.join("model.log").is_file() {
                 inputs::read_decisions(&cdir.join("model.log"))?
@@ -269,7 +282,7 @@ fn load_kernels(paths: &Paths, program: &str) -> Result<Vec<Kernel>> {
         Vec::new()
     };
     let mut profile_sweeps = Vec::new();
-    let pdir = paths.device.join("profile").join(program);
+    let pdir = paths.phase("profile").join(program);
     if let Ok(rd) = std::fs::read_dir(&pdir) {
         let mut runs: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
         runs.sort();

@@ -384,6 +384,7 @@ est_s = 2
         paths: Paths {
             study: study_dir,
             device,
+            exhaustive: None,
         },
         sizes,
         gemm: progs["gemm"].clone(),
@@ -526,7 +527,8 @@ fn every_method_is_timed_by_the_sweep() {
 #[test]
 fn the_report_files() {
     let f = fixture();
-    let w = klaraptor_accuracy::report(&f.paths, &f.sizes, &f.out, None, &["gemm".into()]).unwrap();
+    let w = klaraptor_accuracy::report(&f.paths, &f.sizes, &f.out, None, &["gemm".into()], None)
+        .unwrap();
     assert_eq!(w.cases, 4);
     assert!(w.json.ends_with("accuracy-h200-2026-01-02.json"));
     let recs: Vec<serde_json::Value> =
@@ -572,6 +574,96 @@ fn the_report_files() {
     }
     let ratios = std::fs::read_to_string(&w.charts[0]).unwrap();
     assert!(ratios.contains("mvt_x1") && ratios.contains("0.90"));
+}
+
+#[test]
+fn a_repeated_sweep_times_every_choice_again() {
+    let f = fixture();
+    // The second sweep measures the same shapes, except that the first sweep's optimum of
+    // gemm at 1000³ runs 1.25 times longer.
+    let repeat = f.out.parent().unwrap().join("repeat");
+    let x = repeat.join("exhaustive");
+    write(&x.join("env.txt"), env_txt("2026-01-03T00:00:00Z"));
+    let gemm = spec(
+        "gemm",
+        "_Z4gemmPKfS0_Pfffiii",
+        &["NI", "NJ", "NK"],
+        2,
+        &["ceil(NJ, bx)", "ceil(NI, by)"],
+    );
+    let mvt = spec("mvt_x1", "_Z6mvt_x1PKfS0_Pfi", &["N"], 1, &["ceil(N, bx)"]);
+    let cands2 = rational::candidates(2);
+    let (best, _) = argmin(&[1000, 1000, 1000], &cands2);
+    for (p, stem, s, sz, drop) in [
+        ("gemm", "x1", &gemm, vec![1000i64, 1000, 1000], 0usize),
+        ("gemm", "x2", &gemm, vec![2048, 2048, 256], 0),
+        ("mvt", "x1", &mvt, vec![5000], 0),
+        ("mvt", "x2", &mvt, vec![10000], 7),
+    ] {
+        let mut samples = sweep(s, &sz, drop);
+        if stem == "x1" && p == "gemm" {
+            for smp in samples.iter_mut().filter(|smp| smp.block == best) {
+                smp.counters.as_mut().unwrap().time_ms *= 1.25;
+            }
+        }
+        records_dir(&x.join(format!("{p}/{stem}/records")), s, &samples);
+    }
+    // Without exhaustive/env.txt the directory is refused, by name.
+    let e = klaraptor_accuracy::report(
+        &f.paths,
+        &f.sizes,
+        &f.out,
+        None,
+        &["gemm".into()],
+        Some(&f.paths.device.join("choice")),
+    )
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("--repeat"), "{e:#}");
+
+    let w = klaraptor_accuracy::report(
+        &f.paths,
+        &f.sizes,
+        &f.out,
+        None,
+        &["gemm".into()],
+        Some(&repeat),
+    )
+    .unwrap();
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    let section = &md[md.find("## Run to run").expect("no run-to-run section")..];
+    assert!(
+        section.find("## Per kernel and size").is_some(),
+        "placed before the table"
+    );
+    assert!(section.contains("(run 2026-01-03T00:00:00Z"), "{section}");
+    assert!(
+        section.contains("timed the same 4 cases again"),
+        "{section}"
+    );
+    // The optimum of the first sweep scores (the second sweep's fastest) / (1.25 × its
+    // first time) in the second, the other three cases 1.
+    let slow = 1.25 * measured_ms(&[1000, 1000, 1000], best);
+    let runner_up = cands2
+        .iter()
+        .filter(|&&b| b != best)
+        .map(|&b| measured_ms(&[1000, 1000, 1000], b))
+        .fold(slow, f64::min);
+    let r = runner_up / slow;
+    assert!(r < 0.9);
+    let g = r.powf(0.25);
+    assert!(
+        section.contains(&format!(
+            "geometric mean {g:.3}, minimum {r:.3}, 1 cases below 0.90; the second's optimum \
+             timed by this one: 1.000"
+        )),
+        "{section}"
+    );
+    // The case is listed, with the second sweep's own optimum beside.
+    let row = section
+        .lines()
+        .find(|l| l.starts_with("| gemm | gemm | NI×NJ×NK = 1000×1000×1000"))
+        .expect("the noisy case is listed");
+    assert!(row.contains("| 0.80 |"), "{row}");
 }
 
 #[test]
