@@ -197,18 +197,39 @@ struct Fixture {
     out: PathBuf,
 }
 
+/// The fixture's two kernels: gemm (2-D) and mvt_x1 (1-D).
+fn gemm_and_mvt() -> (LinkSpec, LinkSpec) {
+    (
+        spec(
+            "gemm",
+            "_Z4gemmPKfS0_Pfffiii",
+            &["NI", "NJ", "NK"],
+            2,
+            &["ceil(NJ, bx)", "ceil(NI, by)"],
+        ),
+        spec("mvt_x1", "_Z6mvt_x1PKfS0_Pfi", &["N"], 1, &["ceil(N, bx)"]),
+    )
+}
+
+/// The fixture's sweeps: program, job stem, kernel, sizes, shapes left out at the end (mvt
+/// at 10000 was "killed" after 30 of its 37 shapes).
+fn sweep_jobs<'a>(
+    gemm: &'a LinkSpec,
+    mvt: &'a LinkSpec,
+) -> Vec<(&'static str, &'static str, &'a LinkSpec, Vec<i64>, usize)> {
+    vec![
+        ("gemm", "x1", gemm, vec![1000, 1000, 1000], 0),
+        ("gemm", "x2", gemm, vec![2048, 2048, 256], 0),
+        ("mvt", "x1", mvt, vec![5000], 0),
+        ("mvt", "x2", mvt, vec![10000], 7),
+    ]
+}
+
 fn fixture() -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let study_dir = tmp.path().join("study");
     let device = tmp.path().join("device");
-    let gemm_s = spec(
-        "gemm",
-        "_Z4gemmPKfS0_Pfffiii",
-        &["NI", "NJ", "NK"],
-        2,
-        &["ceil(NJ, bx)", "ceil(NI, by)"],
-    );
-    let mvt_s = spec("mvt_x1", "_Z6mvt_x1PKfS0_Pfi", &["N"], 1, &["ceil(N, bx)"]);
+    let (gemm_s, mvt_s) = gemm_and_mvt();
     let gemm_profile = vec![
         vec![64, 64, 64],
         vec![128, 128, 128],
@@ -304,13 +325,8 @@ est_s = 2
          mvt/x1\t0,0\t2\t0.1\t3\nmvt/x2\t0,0\t2\t0.1\t3\n",
     );
 
-    // Exhaustive sweeps; mvt at 10000 was "killed" after 30 of its 37 shapes.
-    for (p, stem, s, sz, drop) in [
-        ("gemm", "x1", &gemm_s, vec![1000i64, 1000, 1000], 0usize),
-        ("gemm", "x2", &gemm_s, vec![2048, 2048, 256], 0),
-        ("mvt", "x1", &mvt_s, vec![5000], 0),
-        ("mvt", "x2", &mvt_s, vec![10000], 7),
-    ] {
+    // Exhaustive sweeps.
+    for (p, stem, s, sz, drop) in sweep_jobs(&gemm_s, &mvt_s) {
         let xdir = device.join(format!("exhaustive/{p}/{stem}"));
         records_dir(&xdir.join("records"), s, &sweep(s, &sz, drop));
         let dims = sz
@@ -584,22 +600,10 @@ fn a_repeated_sweep_times_every_choice_again() {
     let repeat = f.out.parent().unwrap().join("repeat");
     let x = repeat.join("exhaustive");
     write(&x.join("env.txt"), env_txt("2026-01-03T00:00:00Z"));
-    let gemm = spec(
-        "gemm",
-        "_Z4gemmPKfS0_Pfffiii",
-        &["NI", "NJ", "NK"],
-        2,
-        &["ceil(NJ, bx)", "ceil(NI, by)"],
-    );
-    let mvt = spec("mvt_x1", "_Z6mvt_x1PKfS0_Pfi", &["N"], 1, &["ceil(N, bx)"]);
+    let (gemm, mvt) = gemm_and_mvt();
     let cands2 = rational::candidates(2);
     let (best, _) = argmin(&[1000, 1000, 1000], &cands2);
-    for (p, stem, s, sz, drop) in [
-        ("gemm", "x1", &gemm, vec![1000i64, 1000, 1000], 0usize),
-        ("gemm", "x2", &gemm, vec![2048, 2048, 256], 0),
-        ("mvt", "x1", &mvt, vec![5000], 0),
-        ("mvt", "x2", &mvt, vec![10000], 7),
-    ] {
+    for (p, stem, s, sz, drop) in sweep_jobs(&gemm, &mvt) {
         let mut samples = sweep(s, &sz, drop);
         if stem == "x1" && p == "gemm" {
             for smp in samples.iter_mut().filter(|smp| smp.block == best) {
