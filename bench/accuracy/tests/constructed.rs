@@ -612,27 +612,21 @@ fn a_repeated_sweep_times_every_choice_again() {
         }
         records_dir(&x.join(format!("{p}/{stem}/records")), s, &samples);
     }
+    let report = |again: &Path| {
+        klaraptor_accuracy::report(
+            &f.paths,
+            &f.sizes,
+            &f.out,
+            None,
+            &["gemm".into()],
+            Some(again),
+        )
+    };
     // Without exhaustive/env.txt the directory is refused, by name.
-    let e = klaraptor_accuracy::report(
-        &f.paths,
-        &f.sizes,
-        &f.out,
-        None,
-        &["gemm".into()],
-        Some(&f.paths.device.join("choice")),
-    )
-    .unwrap_err();
+    let e = report(&f.paths.device.join("choice")).unwrap_err();
     assert!(format!("{e:#}").contains("--repeat"), "{e:#}");
 
-    let w = klaraptor_accuracy::report(
-        &f.paths,
-        &f.sizes,
-        &f.out,
-        None,
-        &["gemm".into()],
-        Some(&repeat),
-    )
-    .unwrap();
+    let w = report(&repeat).unwrap();
     let md = std::fs::read_to_string(&w.markdown).unwrap();
     let section = &md[md.find("## Run to run").expect("no run-to-run section")..];
     assert!(
