@@ -44,6 +44,7 @@ pub fn gpu_tag(name: &str) -> String {
 
 /// Reads the study and the device output, writes the records, the report and the charts
 /// into `out`.
+///
 /// With `repeat` (the unpacked output of a second `PHASE=exhaustive` run, holding
 /// `exhaustive/`), the report also times every method's shape by that sweep
 /// ([`report::repeat_section`]).
