@@ -98,6 +98,7 @@ typedef struct kl_device {
     double l2_latency_cycles;
     double l1_latency_cycles;
     double departure_delay_coalesced_cycles;
+    double departure_delay_coalesced_dram_cycles; /* lines from DRAM; 0: as coalesced */
     double departure_delay_uncoalesced_cycles; /* per 32-byte transaction */
     double dram_bandwidth_gbs;
     double issue_cycles;        /* per warp instruction, per warp scheduler */
@@ -363,8 +364,8 @@ static double kl_lines_per_request(double s, kl_warp_rows w)
 {
     double contiguous = w.rows * w.row_sectors;
     double at;
-    if (s <= contiguous)
-        return kl_max(s / w.row_sectors, 1.0);
+    if (s <= contiguous) /* rows along x, or one broadcast sector per row: the mean */
+        return 0.5 * (kl_max(s / w.row_sectors, 1.0) + kl_max(kl_min(s, w.rows), 1.0));
     if (s >= 2.0 * contiguous)
         return s;
     at = kl_max(w.rows, 1.0);
@@ -401,13 +402,19 @@ static void kl_per_warp_costs(const kl_device *d, const kl_metrics *m, double la
     double mem_ld = l1_all * d->l1_latency_cycles + (1.0 - l1_all) * mem_l2;
     double dep_coal = d->departure_delay_coalesced_cycles;
     double dep_line = d->departure_delay_uncoalesced_cycles;
+    /* a load passes the L1, then (on a miss) L2 and perhaps DRAM: the slower stage sets the
+     * pace; stores are absorbed by L2 */
+    double dep_dram = d->departure_delay_coalesced_dram_cycles > 0.0
+                          ? d->departure_delay_coalesced_dram_cycles
+                          : dep_coal;
+    double dep_ld = kl_max(dep_coal, (1.0 - l1) * (h * dep_dram + (1.0 - h) * dep_coal));
     double mem_l_ld = mem_ld + (l_ld - 1.0) * dep_line;
     double mem_l_st = mem_l2 + (l_st - 1.0) * dep_line;
 
     k->mem_cycles = gld * mem_l_ld + gst * mem_l_st;
     if (mem_insts > 0.0) {
         k->mem_l = k->mem_cycles / mem_insts;
-        k->departure = (gld * (dep_coal + (l_ld - 1.0) * dep_line)
+        k->departure = (gld * (dep_ld + (l_ld - 1.0) * dep_line)
                         + gst * (dep_coal + (l_st - 1.0) * dep_line)) / mem_insts;
     } else {
         k->mem_l = mem_ld;
@@ -679,6 +686,10 @@ pub fn device_to_c(dev: &Device, ident: &str) -> String {
     o.push_str(&fig(
         "departure_delay_coalesced_cycles",
         &c.departure_delay_coalesced_cycles,
+    ));
+    o.push_str(&fig(
+        "departure_delay_coalesced_dram_cycles",
+        &c.departure_delay_coalesced_dram_cycles,
     ));
     o.push_str(&fig(
         "departure_delay_uncoalesced_cycles",

@@ -123,6 +123,10 @@ pub struct SharedMemory {
 ///   table's estimate ([`L1_LATENCY_ESTIMATE_CYCLES`]).
 /// - `departure_delay_coalesced_cycles`: SM cycles between the departures of two consecutive
 ///   coalesced warp requests (a 4-byte-per-thread warp access, 4 sectors) from one SM.
+/// - `departure_delay_coalesced_dram_cycles`: the same gap when the requests' lines miss L2
+///   (one SM streaming fresh lines after the L2 was scrubbed): a load that must wait for DRAM
+///   holds a miss-handling slot longer. Where it was not measured it is 0, read as
+///   `departure_delay_coalesced_cycles`.
 /// - `departure_delay_uncoalesced_cycles`: SM cycles between two consecutive *transactions*
 ///   (32-byte sectors) of one fully diverged warp request; such a request (32 sectors) takes
 ///   32 times this to depart.
@@ -145,6 +149,8 @@ pub struct Calibration {
     #[serde(default = "default_l1_latency")]
     pub l1_latency_cycles: Figure,
     pub departure_delay_coalesced_cycles: Figure,
+    #[serde(default = "unmeasured")]
+    pub departure_delay_coalesced_dram_cycles: Figure,
     pub departure_delay_uncoalesced_cycles: Figure,
     pub dram_bandwidth_gbs: Figure,
     pub issue_cycles: Figure,
@@ -177,6 +183,11 @@ fn default_warp_drain() -> Figure {
     Figure::table(0.0)
 }
 
+/// A figure nobody measured, where 0 stands for "use the figure it refines".
+fn unmeasured() -> Figure {
+    Figure::table(0.0)
+}
+
 /// Measured calibration figures; a `None` keeps the device's current figure. Field names
 /// are those of the `[calibration]` table the calibration tool prints, so that table
 /// deserializes into this type directly (other keys in it are ignored).
@@ -190,6 +201,8 @@ pub struct Measured {
     pub l1_latency_cycles: Option<f64>,
     #[serde(default)]
     pub departure_delay_coalesced_cycles: Option<f64>,
+    #[serde(default)]
+    pub departure_delay_coalesced_dram_cycles: Option<f64>,
     #[serde(default)]
     pub departure_delay_uncoalesced_cycles: Option<f64>,
     #[serde(default)]
@@ -607,6 +620,7 @@ impl Device {
                 // request (4 sectors) departs in about 4 cycles, a diverged one in about
                 // 1 cycle per sector.
                 departure_delay_coalesced_cycles: Figure::table(4.0),
+                departure_delay_coalesced_dram_cycles: unmeasured(),
                 departure_delay_uncoalesced_cycles: Figure::table(1.0),
                 dram_bandwidth_gbs: Figure::table(
                     DRAM_EFFICIENCY * peak_dram_gbs(r.memory_clock_mhz, r.memory_bus_width_bits),
@@ -691,13 +705,17 @@ impl Device {
     /// Replaces the calibration figures that `m` has (source `calibration`).
     pub fn with_calibration(mut self, m: &Measured) -> Result<Device, DeviceError> {
         let c = &mut self.calibration;
-        let pairs: [(&mut Figure, Option<f64>); 10] = [
+        let pairs: [(&mut Figure, Option<f64>); 11] = [
             (&mut c.mem_latency_cycles, m.mem_latency_cycles),
             (&mut c.l2_latency_cycles, m.l2_latency_cycles),
             (&mut c.l1_latency_cycles, m.l1_latency_cycles),
             (
                 &mut c.departure_delay_coalesced_cycles,
                 m.departure_delay_coalesced_cycles,
+            ),
+            (
+                &mut c.departure_delay_coalesced_dram_cycles,
+                m.departure_delay_coalesced_dram_cycles,
             ),
             (
                 &mut c.departure_delay_uncoalesced_cycles,
@@ -873,12 +891,17 @@ impl Device {
                 return Err(bad(field, format!("is {v}; must be a positive number")));
             }
         }
-        let v = c.warp_drain_cycles.value;
-        if !(v.is_finite() && v >= 0.0) {
-            return Err(bad(
-                "calibration.warp_drain_cycles",
-                format!("is {v}; must be a number ≥ 0"),
-            ));
+        let non_negative: [(&str, f64); 2] = [
+            ("calibration.warp_drain_cycles", c.warp_drain_cycles.value),
+            (
+                "calibration.departure_delay_coalesced_dram_cycles",
+                c.departure_delay_coalesced_dram_cycles.value,
+            ),
+        ];
+        for (field, v) in non_negative {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(field, format!("is {v}; must be a number ≥ 0")));
+            }
         }
         Ok(())
     }

@@ -22,9 +22,13 @@
 //! per request `s`; the lines it touches follow from the box of threads a warp covers (its
 //! footprint, [`WarpRows`]): `rows = wy·wz` rows of `wx` threads, each row's 4-byte elements
 //! filling `r = min(4, ceil(wx/8))` sectors of one line. A request whose sectors fit those
-//! rows (`s ≤ rows·r`) touches `L = max(1, s/r)` lines: 4 sectors of a 32-wide warp are one
-//! line, 4 sectors of an 8 × 4 warp are 4 lines (on the H200 8x128 blocks make jacobi2d's
-//! copy 1.5 times slower than 32x8 ones); from `2·rows·r` sectors on the lanes are spread and
+//! rows (`s ≤ rows·r`) touches `max(1, s/r)` lines when each row is contiguous along x and
+//! `max(1, min(s, rows))` when each row reads one broadcast sector (a matrix product's
+//! `A[i][k]`); the counters cannot tell the two apart, and `L` is their mean: 4 sectors of
+//! a 32-wide warp are one line, 4 sectors of an 8 × 4 warp are 4 lines (on the H200 8x128
+//! blocks make jacobi2d's copy 1.5 times slower than 32x8 ones), 2 sectors of a 16 × 2 warp
+//! 1.5 lines (16-wide blocks make 2mm's product 1.35 times slower than 32-wide ones, where
+//! `L = s/r = 1` had them equal); from `2·rows·r` sectors on the lanes are spread and
 //! `L = s`; linear in between (for 32-wide warps: 1 up to 4 sectors, `s` from 8). A
 //! request is then `Uncoal_per_mw = L` transactions, with
 //! `Mem_L_kind = Mem_LD + (L − 1)·Departure_del_uncoal` and
@@ -81,6 +85,21 @@
 //! the mean latency (113 cycles, against 640) made a warp of 32 rows look as fast as many
 //! narrow warps, and the model chose 32-thread blocks for `mvt` at 10000 (0.70 of the
 //! optimum, 4 threads).
+//!
+//! # Loads that wait for DRAM depart more slowly \[K\]
+//!
+//! `Departure_del_coal` is measured with lines the L2 holds. A load whose line must come
+//! from DRAM holds its miss-handling resources longer: one SM streaming fresh lines departs a
+//! coalesced request every `departure_delay_coalesced_dram_cycles` (2.47 on the H200, against
+//! 1.1). A load passes two stages in turn, the L1 (every request) and, for the share
+//! `1 − h1` that misses, the way to L2 and DRAM (`h·dep_dram + (1 − h)·dep_coal` per
+//! request); the slower stage sets the pace:
+//! `Departure_ld = max(dep_coal, (1 − h1)·(h·dep_dram + (1 − h)·dep_coal))`. Stores are
+//! absorbed by the L2 (write-back) and keep `dep_coal`. This is what makes one-thread blocks
+//! slow on a column walk: 23 one-lane warps per SM each stream their own DRAM sectors
+//! (PolyBench's column means and deviations at 3001 × 1500 run 1.4 times longer with
+//! 1-thread blocks than with 32-thread ones, where the L1 pace alone predicted them equal),
+//! while a row walk that hits L1 seven times in eight keeps the L1's pace.
 //!
 //! # Sub-partitions \[K\]
 //!
@@ -402,13 +421,16 @@ impl WarpRows {
 pub const LINE_SECTORS: f64 = 4.0;
 
 /// The 128-byte lines one warp request of mean `s` sectors touches (module doc): a request
-/// whose sectors fit its footprint's rows, each row contiguous along x, touches
-/// `s / row_sectors` lines (at least one); from twice that many sectors on, the lanes are
-/// spread and every sector is its own line; linear in between.
+/// whose sectors fit its footprint's rows touches `s / row_sectors` lines (at least one) if
+/// each row is contiguous along x, `min(s, rows)` if each row reads one broadcast sector;
+/// the counters cannot tell the two apart, so the mean. From twice that many sectors on, the
+/// lanes are spread and every sector is its own line; linear in between.
 fn lines_per_request(s: f64, w: WarpRows) -> f64 {
     let contiguous = w.rows * w.row_sectors;
     if s <= contiguous {
-        max2(s / w.row_sectors, 1.0)
+        // Rows walked along x (fewest lines) or one sector from each of `s` rows (a value
+        // broadcast along each row): the counters cannot tell, so the mean of the two.
+        0.5 * (max2(s / w.row_sectors, 1.0) + max2(min2(s, w.rows), 1.0))
     } else if s >= 2.0 * contiguous {
         s
     } else {
@@ -451,14 +473,22 @@ fn per_warp(dev: &Device, m: &WarpMetrics, lanes: f64, w: WarpRows) -> PerWarp {
     let mem_ld = l1_all * c.l1_latency_cycles.value + (1.0 - l1_all) * mem_l2;
     let dep_coal = c.departure_delay_coalesced_cycles.value;
     let dep_line = c.departure_delay_uncoalesced_cycles.value;
+    // A load request passes the L1 (every one, dep_coal) and, on a miss, the way to L2 and
+    // DRAM, whose requests depart at dep_coal when L2 has the line and at the slower
+    // dep_dram when DRAM must fill it [K]; the slower stage sets the pace. Stores are
+    // absorbed by L2 (write-back) and depart at dep_coal.
+    let dep_dram = match c.departure_delay_coalesced_dram_cycles.value {
+        v if v > 0.0 => v,
+        _ => dep_coal,
+    };
+    let dep_ld = max2(dep_coal, (1.0 - l1) * (h * dep_dram + (1.0 - h) * dep_coal));
     let mem_l_ld = mem_ld + (l_ld - 1.0) * dep_line;
     let mem_l_st = mem_l2 + (l_st - 1.0) * dep_line;
     let mem_cycles = gld * mem_l_ld + gst * mem_l_st;
     let (mem_l, departure) = if mem_insts > 0.0 {
         (
             mem_cycles / mem_insts,
-            (gld * (dep_coal + (l_ld - 1.0) * dep_line)
-                + gst * (dep_coal + (l_st - 1.0) * dep_line))
+            (gld * (dep_ld + (l_ld - 1.0) * dep_line) + gst * (dep_coal + (l_st - 1.0) * dep_line))
                 / mem_insts,
         )
     } else {
@@ -903,6 +933,10 @@ mod tests {
         // 16 wide: two rows of two sectors; 4 columns × 8 rows with a broadcast load (1
         // sector) beside a row-spread one (8): 4.5 sectors, 4.5 lines.
         assert_eq!(lines_per_request(4.0, WarpRows::of([16, 64, 1])), 2.0);
+        // Two sectors of a 16-wide warp: one row's two (1 line, B[k][j] in a matrix
+        // product) or one from each row (2 lines, A[i][k] broadcast): 1.5 lines. On the H200
+        // 16-wide blocks make 2mm's product 1.35 times slower than 32-wide ones.
+        assert_eq!(lines_per_request(2.0, WarpRows::of([16, 16, 1])), 1.5);
         assert_eq!(lines_per_request(4.5, WarpRows::of([4, 32, 1])), 4.5);
         // A one-thread warp: one sector, one line; a 3-D footprint counts its layers as rows.
         assert_eq!(lines_per_request(1.0, WarpRows::of([1, 1, 1])), 1.0);
@@ -1077,6 +1111,62 @@ mod tests {
             );
             assert!(close(b.mem_l, a.mem_l + 7.0 * 4.0), "{h1}");
         }
+    }
+
+    #[test]
+    fn loads_that_wait_for_dram_depart_at_the_dram_rate() {
+        let mut d = h100();
+        let coal = d.calibration.departure_delay_coalesced_cycles.value;
+        // One-lane warps streaming columns: every load sector misses L1 and comes from DRAM.
+        let stream = WarpMetrics {
+            inst: 40.0,
+            gld_inst: 10.0,
+            gst_inst: 1.0,
+            gld_sectors_per_req: 1.0,
+            gst_sectors_per_req: 1.0,
+            dram_bytes: 44.0,
+            gld_l1_hit_rate: 0.0,
+            mlp: 1.0,
+            ..WarpMetrics::default()
+        };
+        let w = WarpRows::of([1, 1, 1]);
+        // Not measured (0): every request departs at the coalesced gap.
+        assert_eq!(
+            d.calibration.departure_delay_coalesced_dram_cycles.value,
+            0.0
+        );
+        let before = per_warp(&d, &stream, 1.0, w);
+        assert!(close(before.departure, coal), "{}", before.departure);
+        d.calibration.departure_delay_coalesced_dram_cycles.value = 3.0 * coal;
+        let after = per_warp(&d, &stream, 1.0, w);
+        // Ten loads at the DRAM gap, one store (absorbed by L2) at the coalesced one.
+        assert!(
+            close(after.departure, (10.0 * 3.0 * coal + coal) / 11.0),
+            "{}",
+            after.departure
+        );
+        // Loads that mostly hit L1 keep the L1's pace: 1/8 of 3x is below 1x.
+        let row_walk = WarpMetrics {
+            gld_l1_hit_rate: 0.875,
+            gld_sectors_per_req: 4.0,
+            dram_bytes: 10.0 * 16.0,
+            ..stream
+        };
+        let rw = per_warp(&d, &row_walk, 32.0, WarpRows::of([32, 1, 1]));
+        assert!(close(rw.departure, coal), "{}", rw.departure);
+        // With many warps, each keeping 8 loads in flight, the slower departure bounds MWP,
+        // so the launch takes longer.
+        let busy = WarpMetrics {
+            inst: 400.0,
+            gld_inst: 100.0,
+            dram_bytes: 404.0,
+            mlp: 8.0,
+            ..stream
+        };
+        let l = launch(1, 132 * 24);
+        let t0 = predict(&h100(), &l, &busy).time_us;
+        let t1 = predict(&d, &l, &busy).time_us;
+        assert!(t1 > t0, "{t0} {t1}");
     }
 
     #[test]

@@ -83,6 +83,11 @@ fn random_device(rng: &mut Rng, i: usize) -> Device {
     } else {
         rng.log_uniform(0.5, 200.0)
     };
+    c.departure_delay_coalesced_dram_cycles.value = if rng.range(0, 3) == 0 {
+        0.0
+    } else {
+        rng.log_uniform(0.25, 50.0)
+    };
     d.validate("random").unwrap();
     d
 }
