@@ -157,7 +157,7 @@ pub struct Calibration {
     pub shared_issue_cycles: Figure,
     #[serde(default = "default_block_dispatch")]
     pub block_dispatch_cycles: Figure,
-    #[serde(default = "default_warp_drain")]
+    #[serde(default = "unmeasured")]
     pub warp_drain_cycles: Figure,
 }
 
@@ -179,11 +179,8 @@ fn default_l1_latency() -> Figure {
     Figure::table(L1_LATENCY_ESTIMATE_CYCLES)
 }
 
-fn default_warp_drain() -> Figure {
-    Figure::table(0.0)
-}
-
-/// A figure nobody measured, where 0 stands for "use the figure it refines".
+/// A figure nobody measured: 0, read as "no such cost" (`warp_drain_cycles`) or as "use the
+/// figure it refines" (`departure_delay_coalesced_dram_cycles`).
 fn unmeasured() -> Figure {
     Figure::table(0.0)
 }
@@ -631,7 +628,7 @@ impl Device {
                 // the four sub-partitions.
                 shared_issue_cycles: Figure::table(4.0),
                 block_dispatch_cycles: default_block_dispatch(),
-                warp_drain_cycles: default_warp_drain(),
+                warp_drain_cycles: unmeasured(),
             },
         }
     }
