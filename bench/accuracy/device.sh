@@ -67,15 +67,17 @@ limit_for() {
   awk -v e="$1" -v f="$LIMIT_FACTOR" -v lo="$LIMIT_MIN_S" -v hi="$LIMIT_MAX_S" \
     'BEGIN { l = e * f; if (l < lo) l = lo; if (l > hi) l = hi; printf "%d", l + 0.999 }'
 }
-# Kernel time the records hold: per sample the timed runs plus one warm-up at the median.
+# Kernel time the records hold: per sample the timed runs (each the mean of its
+# launches_per_run launches) plus the warm-up and the one-launch probe at the median.
 records_gpu_s() {
   cat "$1"/*.jsonl 2>/dev/null | awk '
-    { t = 0
+    { t = 0; per = 1
+      if (match($0, /"launches_per_run":[0-9]+/)) per = substr($0, RSTART + 19, RLENGTH - 19)
       if (match($0, /"time_runs_ms":\[[^]]*\]/)) {
         s = substr($0, RSTART + 16, RLENGTH - 17); n = split(s, v, ",")
-        for (i = 1; i <= n; i++) t += v[i]
+        for (i = 1; i <= n; i++) t += per * v[i]
       }
-      if (match($0, /"time_ms":[0-9.eE+-]+/)) t += substr($0, RSTART + 10, RLENGTH - 10)
+      if (match($0, /"time_ms":[0-9.eE+-]+/)) t += 2 * substr($0, RSTART + 10, RLENGTH - 10)
       sum += t }
     END { printf "%.3f", sum / 1000 }'
 }

@@ -635,6 +635,7 @@ mod tests {
             achieved_active_warps: 0.0,
             time_ms: if id == 0 { 0.007968 } else { 0.005376 },
             time_runs_ms: vec![],
+            launches_per_run: None,
             regs_per_thread: 32,
             smem_static: 0,
             smem_dynamic: 0,

@@ -751,6 +751,7 @@ mod tests {
                         achieved_active_warps: 48.25,
                         time_ms: t,
                         time_runs_ms: vec![t, t * 1.02, t * 0.99],
+                        launches_per_run: None,
                         regs_per_thread: 16,
                         smem_static: 0,
                         smem_dynamic: 0,

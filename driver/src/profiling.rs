@@ -857,6 +857,7 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
                 achieved_active_warps: num(row, "achieved_active_warps")?,
                 time_ms,
                 time_runs_ms: vec![time_ms],
+                launches_per_run: None,
                 regs_per_thread: u("regs_per_thread")? as u32,
                 smem_static: u("smem_static")? as u32,
                 smem_dynamic: u("smem_dynamic")? as u32,

@@ -114,10 +114,17 @@ pub struct Counters {
     pub dram_bytes_write: u64,
     /// `sm__warps_active.avg.per_cycle_active`: achieved active warps per SM.
     pub achieved_active_warps: f64,
-    /// Median elapsed time in milliseconds and every timed run.
+    /// Median elapsed time in milliseconds and every timed run (each the mean per launch of
+    /// its launches).
     pub time_ms: f64,
     #[serde(default)]
     pub time_runs_ms: Vec<f64>,
+    /// Launches per timed run, back to back behind a gate kernel (the collector's
+    /// `KLARAPTOR_COLLECT_BATCH_US`). `None` in records made before the collector batched:
+    /// each of their runs is one launch between a pair of events queued on an idle GPU, so
+    /// it includes the time the CPU took to queue the launch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launches_per_run: Option<u32>,
     /// `launch__registers_per_thread`.
     pub regs_per_thread: u32,
     /// `launch__shared_mem_per_block_static`, `…_dynamic` (bytes).

@@ -91,6 +91,7 @@ fn entry_with(
                     achieved_active_warps: 41.7 + f64::from(b[1]) / 7.0,
                     time_ms: time,
                     time_runs_ms: vec![time * 1.01, time, time * 0.999, 0.1 + 0.2, time],
+                    launches_per_run: None,
                     regs_per_thread: 32,
                     smem_static: 0,
                     smem_dynamic: 0,

@@ -78,6 +78,7 @@ fn counters(s: &LinkSpec, sizes: &[i64], b: [u32; 3], time_ms: f64) -> Counters 
         achieved_active_warps: 32.0,
         time_ms,
         time_runs_ms: vec![time_ms; 5],
+        launches_per_run: None,
         regs_per_thread: 32,
         smem_static: 0,
         smem_dynamic: 0,

@@ -4,7 +4,7 @@
 //! Two modes ([`Settings`], read from the environment once, when the collector starts):
 //! - full (the default): time and hardware counters, as below;
 //! - time only (`KLARAPTOR_COLLECT_TIME_ONLY=1`): the warm-up and timed launches only. CUPTI
-//!   is not loaded and no profiler pass runs, so a shape costs `warmup + runs` launches. Each
+//!   is not loaded and no profiler pass runs, so a shape costs only its timing launches. Each
 //!   sample still has `counters`, with `time_ms`, `time_runs_ms`, `regs_per_thread` and
 //!   `smem_*` set and every hardware field 0; `inst_executed == 0` marks such a sample (a
 //!   launch that ran executes at least one instruction). The accuracy study uses it for its
@@ -15,8 +15,10 @@
 //! config image built for the table's metrics, and the L2 flush kernel and buffer made.
 //!
 //! Per request, in three phases:
-//! 1. timing: every shape's warm-up and timed launches (before the profiler is enabled, so
-//!    that it cannot touch the times);
+//! 1. timing: every shape's warm-up launches, one timed launch, then the timed runs, each
+//!    of as many launches back to back as last `KLARAPTOR_COLLECT_BATCH_US` together, behind
+//!    a gate kernel that holds the stream while the CPU queues them ([`crate::gate`]); all
+//!    before the profiler is enabled, so that it cannot touch the times;
 //! 2. profiling: the shapes that ran, in as few range-profiler sessions as CUPTI allows (all
 //!    of them in one by default; `KLARAPTOR_COLLECT_RANGES=<n>` caps a session at n shapes,
 //!    1 being the collector's first design, one session per shape). A session is one
@@ -42,6 +44,7 @@ use crate::debug::{self, debug};
 use crate::driver::{Context, Driver, Event, Kernel};
 use crate::error::{Error, Result};
 use crate::flush::L2Flush;
+use crate::gate::Gate;
 use crate::load;
 use crate::metrics::{self, Resolved, TABLE};
 use crate::request::{runtime_error_name, Request};
@@ -62,7 +65,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// What the collector does, from the environment (see the module documentation).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// `KLARAPTOR_COLLECT_TIME_ONLY`: time the shapes, read no counters.
     pub time_only: bool,
@@ -78,6 +81,30 @@ pub struct Settings {
     /// `KLARAPTOR_COLLECT_TIMING`: one `klaraptor-collect: timing …` line per request on
     /// stderr, saying where its wall time went ([`SweepStats`]).
     pub timing: bool,
+    /// `KLARAPTOR_COLLECT_BATCH_US` (default [`DEFAULT_BATCH_US`]): each timed run launches
+    /// the shape back to back until the run lasts about this many microseconds (at most
+    /// [`MAX_BATCH`] launches) and records the mean per launch; 0: one launch per run.
+    pub batch_us: u32,
+}
+
+/// The default of [`Settings::batch_us`]: the events' resolution (about 0.5 µs) then weighs
+/// under 1 % of a run.
+pub const DEFAULT_BATCH_US: u32 = 100;
+/// The most launches in one timed run.
+pub const MAX_BATCH: u32 = 100;
+
+impl Default for Settings {
+    /// What an empty environment gives.
+    fn default() -> Self {
+        Settings {
+            time_only: false,
+            no_flush: false,
+            extra_metrics: Vec::new(),
+            ranges_per_session: None,
+            timing: false,
+            batch_us: DEFAULT_BATCH_US,
+        }
+    }
 }
 
 impl Settings {
@@ -109,12 +136,23 @@ impl Settings {
                 }
             }
         });
+        let batch_us = env("KLARAPTOR_COLLECT_BATCH_US").map_or(DEFAULT_BATCH_US, |v| {
+            let text = v.to_string_lossy();
+            text.trim().parse::<u32>().unwrap_or_else(|_| {
+                eprintln!(
+                    "klaraptor-collect: warning: KLARAPTOR_COLLECT_BATCH_US={text} is not a \
+                     whole number of microseconds; using {DEFAULT_BATCH_US}"
+                );
+                DEFAULT_BATCH_US
+            })
+        });
         Settings {
             time_only: flag("KLARAPTOR_COLLECT_TIME_ONLY"),
             no_flush: flag("KLARAPTOR_COLLECT_NO_FLUSH"),
             extra_metrics,
             ranges_per_session,
             timing: flag("KLARAPTOR_COLLECT_TIMING"),
+            batch_us,
         }
     }
 }
@@ -138,6 +176,8 @@ struct ContextState {
     device: CUdevice,
     /// `None` in time-only mode.
     profiling: Option<Profiling>,
+    /// Queued before each timed run ([`crate::gate`]).
+    gate: Gate,
 }
 
 /// What the profiler passes of one context need.
@@ -215,8 +255,8 @@ struct SessionOutcome {
 /// What the timing phase gave for one shape.
 #[derive(Debug, Clone, PartialEq)]
 enum Timed {
-    /// The timed runs (ms) and their median.
-    Runs(Vec<f64>, f64),
+    /// The timed runs (ms per launch), their median, and the launches per run.
+    Runs(Vec<f64>, f64, u32),
     Failed(String),
 }
 
@@ -322,9 +362,9 @@ impl Collector {
                     timed.push(Timed::Failed(format!("not run: {why}")));
                     continue;
                 }
-                timed.push(match self.time_shape(req, i, &start, &stop) {
-                    Ok(runs) => match median(&runs) {
-                        Some(m) => Timed::Runs(runs, m),
+                timed.push(match self.time_shape(&st.gate, req, i, &start, &stop) {
+                    Ok((runs, n)) => match median(&runs) {
+                        Some(m) => Timed::Runs(runs, m, n),
                         None => {
                             Timed::Failed(format!("the timed runs gave no usable time: {runs:?}"))
                         }
@@ -438,10 +478,12 @@ impl Collector {
             Some(cupti) => Some(self.profiling_setup(cupti, ctx, device)?),
             None => None,
         };
+        let gate = Gate::new(&self.driver)?;
         self.contexts.push(ContextState {
             ctx,
             device,
             profiling,
+            gate,
         });
         Ok(self.contexts.len() - 1)
     }
@@ -568,31 +610,64 @@ impl Collector {
         })
     }
 
-    /// Warm-up launches, then `runs` launches each between the two events on the request's
-    /// stream; the elapsed time of each, in milliseconds.
+    /// Warm-up launches, one timed launch that sets how many launches a run needs
+    /// ([`batch`]), then `runs` timed runs of that many launches: the mean time per launch of
+    /// each run, in milliseconds, and the launches per run.
     fn time_shape(
         &self,
+        gate: &Gate,
         req: &Request,
         i: usize,
         start: &Event,
         stop: &Event,
-    ) -> std::result::Result<Vec<f64>, ShapeError> {
+    ) -> std::result::Result<(Vec<f64>, u32), ShapeError> {
         for _ in 0..req.warmup {
             self.launch(req, i)?;
         }
         self.driver
             .stream_synchronize(req.stream)
             .map_err(|e| self.after_failed_sync(e))?;
+        let one = self.timed_run(gate, req, i, 1, start, stop)?;
+        let n = batch(one, self.settings.batch_us);
         let mut runs = Vec::with_capacity(req.runs as usize);
         for _ in 0..req.runs {
-            start.record(req.stream)?;
-            self.launch(req, i)?;
-            stop.record(req.stream)?;
-            stop.synchronize().map_err(|e| self.after_failed_sync(e))?;
-            runs.push(stop.elapsed_since(start)?);
+            runs.push(self.timed_run(gate, req, i, n, start, stop)?);
         }
-        debug!("shape {i}: times {runs:?} ms");
-        Ok(runs)
+        debug!("shape {i}: one launch {one} ms; {n} launch(es) a run: {runs:?} ms per launch");
+        Ok((runs, n))
+    }
+
+    /// One timed run: the gate, the start event, `n` launches, the stop event; again with a
+    /// longer gate while the queueing does not fit in it. The mean per launch (ms).
+    fn timed_run(
+        &self,
+        gate: &Gate,
+        req: &Request,
+        i: usize,
+        n: u32,
+        start: &Event,
+        stop: &Event,
+    ) -> std::result::Result<f64, ShapeError> {
+        loop {
+            let queueing = Instant::now();
+            gate.hold(req.stream)?;
+            start.record(req.stream)?;
+            for _ in 0..n {
+                self.launch(req, i)?;
+            }
+            stop.record(req.stream)?;
+            let queued = queueing.elapsed();
+            let fitted = gate.fitted(queued);
+            stop.synchronize().map_err(|e| self.after_failed_sync(e))?;
+            if fitted {
+                return Ok(stop.elapsed_since(start)? / f64::from(n));
+            }
+            debug!(
+                "queueing {n} launch(es) took {queued:?}, longer than the gate allows: again \
+                 with a gate of {:?}",
+                gate.length()
+            );
+        }
     }
 
     /// The profiler passes of the shapes `todo` (indices into the request, in order), in
@@ -861,6 +936,20 @@ impl Collector {
     }
 }
 
+/// Launches per timed run: enough that the run lasts `target_us`, from the time of one
+/// launch (`one_ms`); 1 when the target is 0 or the time is unusable, at most [`MAX_BATCH`].
+fn batch(one_ms: f64, target_us: u32) -> u32 {
+    if target_us == 0 || !(one_ms.is_finite() && one_ms > 0.0) {
+        return 1;
+    }
+    let n = (f64::from(target_us) / (one_ms * 1e3)).ceil();
+    if n >= f64::from(MAX_BATCH) {
+        MAX_BATCH
+    } else {
+        (n as u32).max(1)
+    }
+}
+
 /// Milliseconds since `t`.
 fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
@@ -876,13 +965,12 @@ fn outcome(
 ) -> (Option<Counters>, Option<String>) {
     match (timed, hw) {
         (Timed::Failed(msg), _) => (None, Some(msg)),
-        (Timed::Runs(_, _), Some(Err(msg))) => (None, Some(msg)),
-        (Timed::Runs(runs, t), hw) => {
+        (Timed::Runs(..), Some(Err(msg))) => (None, Some(msg)),
+        (Timed::Runs(runs, t, n), hw) => {
             let hw = hw.map(|h| h.expect("the error case is matched above"));
-            (
-                Some(counters(hw.as_ref(), t, runs, res, dynamic_smem)),
-                None,
-            )
+            let mut c = counters(hw.as_ref(), t, runs, res, dynamic_smem);
+            c.launches_per_run = Some(n);
+            (Some(c), None)
         }
     }
 }
@@ -968,6 +1056,7 @@ fn counters(
         achieved_active_warps: hw.achieved_active_warps,
         time_ms,
         time_runs_ms: runs,
+        launches_per_run: None,
         regs_per_thread: res.regs,
         smem_static: res.smem_static,
         smem_dynamic: u32::try_from(dynamic_smem).unwrap_or(u32::MAX),
@@ -1008,6 +1097,7 @@ mod tests {
                 achieved_active_warps: 52.75,
                 time_ms: 0.0123,
                 time_runs_ms: vec![0.0125, 0.0123, 0.0121],
+                launches_per_run: None,
                 regs_per_thread: 16,
                 smem_static: 0,
                 smem_dynamic: 0,
@@ -1075,6 +1165,29 @@ mod tests {
             assert_eq!(s.ranges_per_session, None, "{bad:?}");
         }
         assert!(!Settings::from_env(&env_of(&[("KLARAPTOR_COLLECT_TIME_ONLY", "")])).time_only);
+        assert_eq!(s.batch_us, DEFAULT_BATCH_US);
+        let batch = |v: &'static str| {
+            Settings::from_env(&env_of_owned(vec![("KLARAPTOR_COLLECT_BATCH_US", v)])).batch_us
+        };
+        assert_eq!((batch("0"), batch(" 250 ")), (0, 250));
+        for bad in ["-1", "lots", "1.5"] {
+            assert_eq!(batch(bad), DEFAULT_BATCH_US, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_run_launches_enough_to_last_the_target_within_bounds() {
+        // 5 µs a launch, 100 µs a run: 20 launches; 7 µs: 15 (rounded up).
+        assert_eq!(batch(0.005, 100), 20);
+        assert_eq!(batch(0.007, 100), 15);
+        // A launch that outlasts the target runs alone; a tiny one, at most MAX_BATCH times.
+        assert_eq!(batch(2.0, 100), 1);
+        assert_eq!(batch(0.0001, 100), MAX_BATCH);
+        // Batching off, or a first time that cannot be used: one launch a run.
+        assert_eq!(batch(0.005, 0), 1);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(batch(bad, 100), 1, "{bad}");
+        }
     }
 
     #[test]
@@ -1103,6 +1216,7 @@ mod tests {
                 achieved_active_warps: 0.0,
                 time_ms: 0.0123,
                 time_runs_ms: vec![0.0125, 0.0123, 0.0121],
+                launches_per_run: None,
                 regs_per_thread: 10,
                 smem_static: 4096,
                 smem_dynamic: 512,
@@ -1177,7 +1291,7 @@ mod tests {
         let runs = vec![0.02, 0.01, 0.03];
         // Measured: the profile's counters with the timing's times.
         let (c, e) = outcome(
-            Timed::Runs(runs.clone(), 0.02),
+            Timed::Runs(runs.clone(), 0.02, 4),
             Some(Ok(some_hardware())),
             &res,
             0,
@@ -1186,13 +1300,14 @@ mod tests {
         let c = c.unwrap();
         assert_eq!((c.inst_executed, c.dram_bytes_read), (1000, 12_800));
         assert_eq!((c.time_ms, c.time_runs_ms.clone()), (0.02, runs.clone()));
+        assert_eq!(c.launches_per_run, Some(4));
         assert_eq!(c.regs_per_thread, 32);
         // Time-only: not profiled, zero hardware counters.
-        let (c, e) = outcome(Timed::Runs(runs.clone(), 0.02), None, &res, 0);
+        let (c, e) = outcome(Timed::Runs(runs.clone(), 0.02, 1), None, &res, 0);
         assert_eq!((c.unwrap().inst_executed, e), (0, None));
         // Profiled in vain: no counters at all (never zeros that look measured).
         let (c, e) = outcome(
-            Timed::Runs(runs, 0.02),
+            Timed::Runs(runs, 0.02, 1),
             Some(Err("CUPTI returned no range for this shape".into())),
             &res,
             0,

@@ -32,6 +32,11 @@
 //! - `KLARAPTOR_COLLECT_RANGES=<n>`: at most n shapes per range-profiler session (default:
 //!   every shape of a request in one session; 1 gives one session per shape, the first
 //!   design, for comparisons; see [`mod@collect`]);
+//! - `KLARAPTOR_COLLECT_BATCH_US=<µs>` (default 100): how long one timed run should last.
+//!   Each run is queued behind a gate kernel ([`gate`]) so that the CPU's queueing is not
+//!   timed, and repeats the shape's launch back to back until it lasts about that long (at
+//!   most 100 launches, counted from one timed launch after the warm-up); `time_runs_ms`
+//!   holds each run's mean per launch and `launches_per_run` the count. 0: one launch a run;
 //! - `KLARAPTOR_COLLECT_TIMING=1`: one `klaraptor-collect: timing <kernel> key=value …` line
 //!   per request on stderr: where its wall time went ([`sweep::SweepStats`]);
 //! - `KLARAPTOR_COLLECT_EXTRA_METRICS=a.sum,b.sum`: metrics collected besides the table's and
@@ -50,6 +55,7 @@ pub(crate) mod debug;
 pub mod driver;
 pub mod error;
 pub mod flush;
+pub mod gate;
 pub mod load;
 pub mod metrics;
 pub mod request;
@@ -110,6 +116,40 @@ pub unsafe extern "C" fn klaraptor_collect(req: *const klaraptor_collect_request
                 .unwrap_or_default();
             eprintln!("klaraptor-collect: internal error (please report): {what}");
             2
+        }
+    }
+}
+
+/// The collector's hand-written PTX assembles for the oldest and the newest architecture
+/// CUDA 13 targets, with the entry point the collector looks up (ptxas from
+/// scripts/setup's toolchain).
+#[cfg(test)]
+pub(crate) mod ptx_check {
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    pub fn assembles(file: &str, entry: &str) {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let ptxas = root.join("../../.toolchain/cuda/bin/ptxas");
+        assert!(
+            ptxas.exists(),
+            "{} is missing: run scripts/setup",
+            ptxas.display()
+        );
+        let src = root.join("src/ptx").join(file);
+        let text = std::fs::read_to_string(&src).expect("read the PTX");
+        assert!(text.contains(entry), "{file} has no {entry}");
+        for arch in ["sm_75", "sm_90"] {
+            let out = Command::new(&ptxas)
+                .args(["-arch", arch, "-o", "/dev/null"])
+                .arg(&src)
+                .output()
+                .expect("run ptxas");
+            assert!(
+                out.status.success(),
+                "ptxas -arch {arch} {file}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 }

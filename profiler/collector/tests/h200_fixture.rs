@@ -359,6 +359,7 @@ fn the_time_only_check_accepts_zero_counters_and_refuses_measured_ones() {
                     achieved_active_warps: 0.0,
                     time_ms: keep.0,
                     time_runs_ms: keep.1,
+                    launches_per_run: None,
                     regs_per_thread: keep.2,
                     smem_static: keep.3,
                     smem_dynamic: keep.4,
