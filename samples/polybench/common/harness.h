@@ -7,13 +7,19 @@
 //   - `--steps T` (programs with a time loop only) sets the number of time steps.
 //   - `--time [REPS]` switches to timing mode: the reference check is skipped, and each
 //     kernel launch is preceded by one warm-up launch of the same kernel with the same
-//     arguments and then repeated REPS (default 5) times, each repetition timed on its own
-//     with a pair of cudaEvents. At the end one line per launch site and data size:
+//     arguments and then timed REPS (default 5) times with a pair of cudaEvents. Each timed
+//     repetition is queued behind a gate (a host function that holds the stream until the
+//     CPU has queued the start event, the launches and the stop event, so that the events
+//     time the GPU and not the CPU's queueing) and launches the kernel n times back to
+//     back, n set from one timed launch so that a repetition lasts about 100 us (at most
+//     100; 1 for kernels of 100 us or more); its time is the mean per launch. This is how
+//     klaraptor's collector times shapes, so the two agree. At the end one line per launch
+//     site and data size:
 //
 //       KL_TIME <kernel> <d1>x<d2>... median_ms=<t> block=<bx>x<by>x<bz> launches=<k>
 //
 //     <d1>x<d2>... are the kernel's data parameters in the order of its annotation;
-//     median_ms is the median over the REPS repetitions of one launch; for a launch site in
+//     median_ms is the median over the REPS repetitions of the time of one launch; for a launch site in
 //     a host loop (k launches of the same kernel with the same data sizes per program run,
 //     e.g. LU's k loop or a time loop) it is the sum over the k launches of each launch's
 //     median, i.e. what that site costs in one run of the program. block is the shape the
@@ -40,6 +46,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -48,6 +55,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -267,18 +275,12 @@ public:
     launch();
     KL_CHECK(cudaGetLastError());
     KL_CHECK(cudaDeviceSynchronize());
-    std::vector<float> ms((size_t)reps_);
-    for (int r = 0; r < reps_; ++r) {
-      KL_CHECK(cudaEventRecord(start_));
-      launch();
-      KL_CHECK(cudaGetLastError());
-      KL_CHECK(cudaEventRecord(stop_));
-      KL_CHECK(cudaEventSynchronize(stop_));
-      KL_CHECK(cudaEventElapsedTime(&ms[(size_t)r], start_, stop_));
-    }
+    const int n = batch(timed(launch, 1));
+    std::vector<double> ms((size_t)reps_);
+    for (int r = 0; r < reps_; ++r) ms[(size_t)r] = timed(launch, n);
     std::sort(ms.begin(), ms.end());
     double median = reps_ % 2 ? ms[(size_t)reps_ / 2]
-                              : 0.5 * ((double)ms[(size_t)reps_ / 2 - 1] + ms[(size_t)reps_ / 2]);
+                              : 0.5 * (ms[(size_t)reps_ / 2 - 1] + ms[(size_t)reps_ / 2]);
     unsigned seen[3];
     KL_CHECK(cudaMemcpyFromSymbol(seen, kl_seen_block, sizeof seen));
     std::string block = std::to_string(seen[0]) + "x" + std::to_string(seen[1]) + "x" +
@@ -302,6 +304,45 @@ public:
   }
 
 private:
+  // How long one timed repetition should last, and the most launches it may hold.
+  static constexpr double kRepetitionMs = 0.1;
+  static constexpr int kMaxLaunches = 100;
+
+  static int batch(double one_ms) {
+    if (!(one_ms > 0) || one_ms >= kRepetitionMs) return 1;
+    return (int)std::min<double>(kMaxLaunches, std::ceil(kRepetitionMs / one_ms));
+  }
+
+  // The gate: a host function on the stream that returns once `open` is set.
+#if !defined(KL_CPU_EMULATION)
+  static void CUDART_CB hold(void *open) {
+    auto *flag = static_cast<std::atomic<int> *>(open);
+    while (!flag->load(std::memory_order_acquire)) std::this_thread::yield();
+  }
+#endif
+
+  // One timed repetition: the gate, the start event, n launches, the stop event, then the
+  // gate opens. The mean time of one launch, in ms.
+  template <class Launch> double timed(Launch &launch, int n) {
+    cudaError_t err = cudaSuccess;
+#if !defined(KL_CPU_EMULATION)
+    open_.store(0, std::memory_order_release);
+    err = cudaLaunchHostFunc(0, hold, &open_);
+#endif
+    if (err == cudaSuccess) err = cudaEventRecord(start_);
+    for (int i = 0; i < n && err == cudaSuccess; ++i) {
+      launch();
+      err = cudaGetLastError();
+    }
+    if (err == cudaSuccess) err = cudaEventRecord(stop_);
+    open_.store(1, std::memory_order_release); // never left closed, even on an error
+    KL_CHECK(err);
+    KL_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    KL_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return (double)ms / n;
+  }
+
   struct Occupancy {
     std::string kernel;
     int block, min_grid;
@@ -330,6 +371,7 @@ private:
   bool on_;
   int reps_;
   cudaEvent_t start_{}, stop_{};
+  std::atomic<int> open_{1};
   std::vector<Site> sites_;
   std::vector<Occupancy> occ_;
 };
