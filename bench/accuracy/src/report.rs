@@ -381,8 +381,9 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
     let _ = writeln!(
         s,
         "The klaraptor and default runs time their shape with the sample's own harness \
-         (`--time 5`: one warm-up, the median of five launches). Where the site is a single \
-         launch, that median should match the sweep's time of the same shape.\n"
+         (`--time 5`: one warm-up, then the median of five timed repetitions, each timed as \
+         `samples/polybench/common/harness.h` says). Where the site is a single launch, that median \
+         should match the sweep's time of the same shape.\n"
     );
     let _ = writeln!(
         s,
@@ -530,6 +531,17 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
 
     // Method.
     let _ = writeln!(s, "\n## How each method was timed\n");
+    let runs = match st.sweep_launches {
+        Some((lo, hi)) => format!(
+            "one warm-up launch, one timed launch, then five timed runs, each queued behind the \
+             collector's gate kernel (so that the CPU's queueing is not timed) and holding {lo} \
+             to {hi} launches back to back, as many as last about 100 µs; the median of the \
+             runs' mean time per launch kept"
+        ),
+        None => "one warm-up launch, then five launches each between two CUDA events, the \
+                 median kept"
+            .to_string(),
+    };
     let _ = writeln!(
         s,
         "- **Exhaustive sweep** (the *optimum* and every other method's time): the program's \
@@ -537,10 +549,9 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
          `--time 1`; at the first launch of each swept kernel the profiling runtime launched \
          every candidate shape (66 power-of-two shapes in 2-D; 1, 2, 4, 8, 16 and the 32 \
          multiples of 32 in 1-D) under the time-only collector (`KLARAPTOR_COLLECT_TIME_ONLY=1`: \
-         one warm-up launch, then five launches each between two CUDA events, the median kept; \
-         no L2 flush between them, as a program launching the kernel repeatedly sees it). For a \
-         kernel launched from a host loop (lu, gramschm, adi's column kernels, doitgen, 3dconv) \
-         that is the loop's first launch.\n\
+         {runs}; no L2 flush between them, as a program launching the kernel repeatedly sees \
+         it). For a kernel launched from a host loop (lu, gramschm, adi's column kernels, \
+         doitgen, 3dconv) that is the loop's first launch.\n\
          - **klaraptor**: the instrumented build, `KLARAPTOR_LOG=… <program> <sizes> --time 5`; \
          the log's decision (`source=model`) gives the shape; its time is the sweep's time of \
          that shape.\n\

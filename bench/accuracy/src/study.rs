@@ -88,6 +88,10 @@ pub struct Study {
     pub summaries: BTreeMap<String, Vec<SummaryRow>>,
     /// Things that did not go as planned (missing sweeps, failed jobs).
     pub warnings: Vec<String>,
+    /// How the sweep timed its shapes: the fewest and most launches per timed run over its
+    /// samples; `None` when its records predate the collector's batching (one launch a run,
+    /// not gated).
+    pub sweep_launches: Option<(u32, u32)>,
 }
 
 /// Where the inputs are.
@@ -214,6 +218,14 @@ impl Study {
                     continue;
                 };
                 for sw in found {
+                    for n in sw
+                        .samples
+                        .iter()
+                        .filter_map(|s| s.counters.as_ref()?.launches_per_run)
+                    {
+                        let (lo, hi) = st.sweep_launches.unwrap_or((n, n));
+                        st.sweep_launches = Some((lo.min(n), hi.max(n)));
+                    }
                     let mut by_size: BTreeMap<Vec<i64>, Vec<&klaraptor_profiler::record::Sample>> =
                         BTreeMap::new();
                     for s in &sw.samples {

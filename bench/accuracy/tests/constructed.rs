@@ -178,6 +178,8 @@ fn sweep(s: &LinkSpec, sizes: &[i64], drop: usize) -> Vec<Sample> {
             c.inst_global_ld = 0;
             c.gld_requests = 0;
             c.gld_sectors = 0;
+            // Batched as the collector does: runs of ~100 µs, at most 100 launches.
+            c.launches_per_run = Some((0.1 / t).ceil().clamp(1.0, 100.0) as u32);
             Sample {
                 sizes: sizes.to_vec(),
                 block: b,
@@ -580,6 +582,16 @@ fn the_report_files() {
         "**short**",
     ] {
         assert!(md.contains(needle), "the report lacks {needle:?}:\n{md}");
+    }
+    // The method section says how the sweep timed, from the records' launches per run.
+    let st = Study::load(&f.paths, &f.sizes).unwrap();
+    let (lo, hi) = st.sweep_launches.expect("the sweep's records are batched");
+    assert!(1 <= lo && lo <= hi && hi <= 100, "{lo}..{hi}");
+    for needle in [
+        format!("holding {lo} to {hi} launches back to back"),
+        "gate kernel".to_string(),
+    ] {
+        assert!(md.contains(&needle), "the report lacks {needle:?}");
     }
     for c in &w.charts {
         let svg = std::fs::read_to_string(c).unwrap();
