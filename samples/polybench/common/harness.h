@@ -19,13 +19,14 @@
 //       KL_TIME <kernel> <d1>x<d2>... median_ms=<t> block=<bx>x<by>x<bz> launches=<k>
 //
 //     <d1>x<d2>... are the kernel's data parameters in the order of its annotation;
-//     median_ms is the median over the REPS repetitions of the time of one launch; for a launch site in
-//     a host loop (k launches of the same kernel with the same data sizes per program run,
-//     e.g. LU's k loop or a time loop) it is the sum over the k launches of each launch's
-//     median, i.e. what that site costs in one run of the program. block is the shape the
-//     kernel really ran with, read back from the device (KL_RECORD_BLOCK), so it is the one
-//     klaraptor chose when the launch was rewritten. Then one line per kernel (for launch
-//     sites that name their kernel function) with what the CUDA occupancy API suggests:
+//     median_ms is the median over the REPS repetitions of the time of one launch; for a
+//     launch site in a host loop (k launches of the same kernel with the same data sizes per
+//     program run, e.g. LU's k loop or a time loop) it is the sum over the k launches of
+//     each launch's median, i.e. what that site costs in one run of the program. block is the
+//     shape the kernel really ran with, read back from the device (KL_RECORD_BLOCK), so it is
+//     the one klaraptor chose when the launch was rewritten. Then one line per kernel (for
+//     launch sites that name their kernel function) with what the CUDA occupancy API
+//     suggests:
 //
 //       KL_OCC <kernel> block=<n> min_grid=<g>
 //
