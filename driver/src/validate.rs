@@ -9,6 +9,17 @@
 //! - **optimum**: the fastest measured shape;
 //! - **klaraptor**: the shape the instrumented build chose (its `KLARAPTOR_LOG` line), or the
 //!   rational program's first-ranked shape where no run logged one;
+//! - **settled**: the shape the runtime's refinement settled on (its `KLARAPTOR_LOG` line
+//!   `… refine: settled on block=…`, [`parse_refine`]): on the first launches of a kernel at
+//!   a data size the runtime times the model's top shapes and the program's own one on the
+//!   GPU and keeps the fastest. A case whose log has no such line (too few launches) has no
+//!   settled shape, said in its `how`; the summaries count those cases, and the cases where
+//!   the settled shape is more than 3 % slower than the program's own
+//!   ([`SLOWER_THAN_DEFAULT`]);
+//! - **profiled_best**: the shape the kernel's own profile (the profile-database entry its
+//!   rational program was built from) measured fastest at the profiled data size nearest to
+//!   the case's, in the logarithm of the sizes ([`profiled_best`]): what picking from the
+//!   profile alone, without a model, would give;
 //! - **default**: the program's own shape;
 //! - **occupancy**: the block `cudaOccupancyMaxPotentialBlockSize` suggests: in the study the
 //!   API's own answer (the sample harness calls it on the GPU), in `klaraptor validate`
@@ -20,7 +31,9 @@
 //! shapes with both, says how well the model orders the shapes.
 //!
 //! Also here: the readers of what a sweep and a run leave (the profiling runtime's records,
-//! the runtime's decision log lines) and the JSON records both tools write.
+//! the runtime's decision and refinement log lines) and the JSON records and summaries both
+//! tools write. Every method's shape is looked up in the same sweep; a record names the
+//! kernel by its source name and its mangled name (template instances share the first).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,28 +49,47 @@ use crate::rational::RationalProgram;
 pub enum Method {
     Optimum,
     Klaraptor,
+    Settled,
+    ProfiledBest,
     Default,
     Occupancy,
 }
 
 impl Method {
-    pub const ALL: [Method; 4] = [
+    pub const ALL: [Method; 6] = [
         Method::Optimum,
         Method::Klaraptor,
+        Method::Settled,
+        Method::ProfiledBest,
         Method::Default,
         Method::Occupancy,
     ];
     /// The methods that are compared with the optimum.
-    pub const COMPARED: [Method; 3] = [Method::Klaraptor, Method::Default, Method::Occupancy];
+    pub const COMPARED: [Method; 5] = [
+        Method::Klaraptor,
+        Method::Settled,
+        Method::ProfiledBest,
+        Method::Default,
+        Method::Occupancy,
+    ];
+    /// The methods every study had from the start, compared on the cases where all three
+    /// have a ratio.
+    pub const COMMON: [Method; 3] = [Method::Klaraptor, Method::Default, Method::Occupancy];
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Optimum => "optimum",
             Method::Klaraptor => "klaraptor",
+            Method::Settled => "settled",
+            Method::ProfiledBest => "profiled_best",
             Method::Default => "default",
             Method::Occupancy => "occupancy",
         }
     }
 }
+
+/// The settled shape is flagged when its time exceeds the program's own shape's by this
+/// factor (more than 3 % slower), both timed by the sweep.
+pub const SLOWER_THAN_DEFAULT: f64 = 1.03;
 
 /// The shape a method picked at one kernel × size, and its time in the sweep.
 #[derive(Debug, Clone, Default)]
@@ -77,13 +109,29 @@ pub struct Pick {
     pub harness_launches: Option<u64>,
     /// Something a reader should know (a fallback, a disagreement).
     pub flag: Option<String>,
+    /// settled: how many launches the runtime took to settle (`None` when it settled from
+    /// its choices cache); which candidate won (`model#<i>`, `program`, `profiled`); whether
+    /// it came from the choices cache.
+    pub launches: Option<u64>,
+    pub candidate: Option<String>,
+    pub from_cache: Option<bool>,
+    /// settled: whether its time in the sweep exceeds the program's own shape's by more than
+    /// 3 % ([`SLOWER_THAN_DEFAULT`]); `None` when either is not timed.
+    pub slower_than_default: Option<bool>,
+    /// profiled_best: the profiled data size the shape was taken at, and the profile's time
+    /// of the shape there.
+    pub profiled_at: Option<Vec<i64>>,
+    pub profile_time_ms: Option<f64>,
 }
 
 /// One kernel at one data size.
 #[derive(Debug, Clone, Default)]
 pub struct Case {
     pub program: String,
+    /// The kernel's name in the source, and its mangled name (which tells template
+    /// instances apart).
     pub kernel: String,
+    pub mangled: String,
     /// The run it came from: the study's job id (`<program>/x<k>`), validate's `run<i>`.
     pub job: String,
     pub dim: u8,
@@ -214,6 +262,13 @@ impl Case {
                 }
             }
         }
+        let default_ms = self.picks.get(&Method::Default).and_then(|p| p.time_ms);
+        if let Some(p) = self.picks.get_mut(&Method::Settled) {
+            p.slower_than_default = match (p.time_ms, default_ms) {
+                (Some(t), Some(d)) => Some(t > d * SLOWER_THAN_DEFAULT),
+                _ => None,
+            };
+        }
         let (mut xs, mut ys) = (Vec::new(), Vec::new());
         for (b, t) in &self.measured {
             if let Some(p) = self.predicted.get(b) {
@@ -259,6 +314,247 @@ pub fn decision_pick(d: &Decision, first: Option<[u32; 3]>, run: &str) -> Pick {
         k.flag = Some(format!("klaraptor did not choose: {}", d.source));
     }
     k
+}
+
+/// The settled pick of a case from a run's refinement lines (`run` says which run): the
+/// block of its settled line at the case's kernel and data values, with the launches it took
+/// and the candidate that won; without one, no block and a `how` that says why (`trying`:
+/// the run's `refine: trying` line at those values, when it began refining).
+pub fn settled_pick(settled: Option<&Refine>, trying: Option<&RefineTrying>, run: &str) -> Pick {
+    let Some(r) = settled else {
+        return Pick {
+            how: match trying {
+                Some(t) => format!(
+                    "did not settle: {run} began refining (trying {} of {} shapes{}) but \
+                     logged no settled line (too few launches)",
+                    t.tried,
+                    t.of.map_or_else(|| "?".to_string(), |m| m.to_string()),
+                    t.program_block
+                        .map(|b| format!(" and the program's {}", shape_text(b)))
+                        .unwrap_or_default()
+                ),
+                None => format!(
+                    "did not settle: no refine line of this kernel at these data values in {run} \
+                     (too few launches, or a runtime without refinement)"
+                ),
+            },
+            ..Pick::default()
+        };
+    };
+    let how = match (r.from_cache, r.launches, r.of_first) {
+        (true, _, _) => format!(
+            "the runtime's refinement in {run}: settled from the choices cache (candidate={})",
+            r.candidate
+        ),
+        (false, n, q) => format!(
+            "the runtime's refinement in {run}: settled after {} launches (candidate={}{})",
+            n.map_or_else(|| "?".to_string(), |n| n.to_string()),
+            r.candidate,
+            q.map(|q| format!(
+                ", {q} of the model's first choice's time as the runtime measured it"
+            ))
+            .unwrap_or_default()
+        ),
+    };
+    Pick {
+        block: Some(r.block),
+        how,
+        launches: r.launches,
+        candidate: Some(r.candidate.clone()),
+        from_cache: Some(r.from_cache),
+        flag: r.from_cache.then(|| {
+            "settled from the choices cache: a choice of an earlier run, not this one's".into()
+        }),
+        ..Pick::default()
+    }
+}
+
+/// One timed sample of a profile: data sizes, block, time (ms).
+pub type ProfileSample = (Vec<i64>, [u32; 3], f64);
+
+/// The profile's fastest shape at the profiled size nearest to a case's ([`profiled_best`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfiledBest {
+    pub block: [u32; 3],
+    /// The profiled data size it was measured at.
+    pub sizes: Vec<i64>,
+    /// The profile's time of that shape there.
+    pub time_ms: f64,
+}
+
+/// The shape the profile measured fastest at the profiled data size nearest to `sizes`:
+/// nearest in the logarithm of the data values (the Euclidean distance between the vectors
+/// of `ln v`, values below 1 taken as 1), on a tie the larger size (the larger product of
+/// the values, then the lexicographically larger). Samples of another number of data values
+/// than `sizes`, and times that are not positive and finite, are left out; several samples of
+/// one shape at one size are averaged; of equally fast shapes the first in (x, y, z) order is
+/// taken. `None` when the profile has no usable sample.
+pub fn profiled_best(samples: &[ProfileSample], sizes: &[i64]) -> Option<ProfiledBest> {
+    let ln = |v: i64| (v.max(1) as f64).ln();
+    let mut by_size: BTreeMap<&[i64], BTreeMap<[u32; 3], (f64, u32)>> = BTreeMap::new();
+    for (sz, b, t) in samples {
+        if sz.len() != sizes.len() || !(t.is_finite() && *t > 0.0) {
+            continue;
+        }
+        let e = by_size.entry(sz).or_default().entry(*b).or_insert((0.0, 0));
+        e.0 += t;
+        e.1 += 1;
+    }
+    let dist = |sz: &[i64]| -> f64 {
+        sz.iter()
+            .zip(sizes)
+            .map(|(&a, &b)| (ln(a) - ln(b)).powi(2))
+            .sum::<f64>()
+    };
+    let work = |sz: &[i64]| sz.iter().map(|&v| v as f64).product::<f64>();
+    let mut nearest: Option<(&[i64], f64)> = None;
+    for &sz in by_size.keys() {
+        let d = dist(sz);
+        let better = match nearest {
+            None => true,
+            Some((n, nd)) => {
+                let tol = 1e-9 * nd.max(d).max(1e-12);
+                if (d - nd).abs() <= tol {
+                    work(sz).total_cmp(&work(n)).then_with(|| sz.cmp(n)).is_gt()
+                } else {
+                    d < nd
+                }
+            }
+        };
+        if better {
+            nearest = Some((sz, d));
+        }
+    }
+    let (at, _) = nearest?;
+    let (block, time_ms) = by_size[at]
+        .iter()
+        .map(|(b, (t, n))| (*b, t / f64::from(*n)))
+        .fold(None, |best: Option<([u32; 3], f64)>, (b, t)| match best {
+            Some((_, bt)) if bt <= t => best,
+            _ => Some((b, t)),
+        })?;
+    Some(ProfiledBest {
+        block,
+        sizes: at.to_vec(),
+        time_ms,
+    })
+}
+
+/// The profile of a kernel as profiled_best reads it: its timed samples, and where they
+/// came from (for the `how` texts).
+#[derive(Debug, Clone, Default)]
+pub struct ProfileTimes {
+    pub samples: Vec<ProfileSample>,
+    pub source: String,
+}
+
+impl ProfileTimes {
+    /// The timed samples among `samples` (those without an error, with a time).
+    pub fn from_samples<'a>(
+        samples: impl IntoIterator<Item = &'a Sample>,
+        source: impl Into<String>,
+    ) -> ProfileTimes {
+        ProfileTimes {
+            samples: samples
+                .into_iter()
+                .filter(|s| s.error.is_none())
+                .filter_map(|s| Some((s.sizes.clone(), s.block, s.counters.as_ref()?.time_ms)))
+                .collect(),
+            source: source.into(),
+        }
+    }
+}
+
+/// The profile-database entry the rational program `m` was built from: the entry of its
+/// kernel (mangled name), code hash and device, captured when `m`'s provenance says. `Err`
+/// says why there is none.
+pub fn manifest_profile(
+    db: &klaraptor_profiler::db::ProfileDb,
+    m: &RationalProgram,
+) -> std::result::Result<ProfileTimes, String> {
+    let entry = match db.get(&m.mangled, &m.provenance.code_hash, &m.device.name) {
+        Ok(Some(e)) => e,
+        Ok(None) => {
+            return Err(format!(
+                "no profile of {} ({}, code hash {}) for {} in {}",
+                m.kernel,
+                m.mangled,
+                m.provenance.code_hash,
+                m.device.name,
+                db.root().display()
+            ))
+        }
+        Err(e) => return Err(format!("the profile database: {e:#}")),
+    };
+    if entry.captured_at != m.provenance.captured_at {
+        return Err(format!(
+            "the profile of {} in {} was captured {}, the rational program was built from one \
+             captured {}: relink the program to compare with this profile",
+            m.kernel,
+            db.root().display(),
+            entry.captured_at,
+            m.provenance.captured_at
+        ));
+    }
+    Ok(ProfileTimes::from_samples(
+        &entry.samples,
+        format!(
+            "the profile its rational program was built from ({}, captured {})",
+            db.root().display(),
+            entry.captured_at
+        ),
+    ))
+}
+
+/// The profiled_best pick of a case at `sizes` from the kernel's profile (`Err`: why there
+/// is none); `labels` name the data values in the `how` text.
+pub fn profiled_best_pick(
+    profile: std::result::Result<&ProfileTimes, &str>,
+    labels: &[String],
+    sizes: &[i64],
+) -> Pick {
+    let p = match profile {
+        Ok(p) => p,
+        Err(why) => {
+            return Pick {
+                how: format!("no profile: {why}"),
+                ..Pick::default()
+            }
+        }
+    };
+    match profiled_best(&p.samples, sizes) {
+        Some(b) => {
+            let at: Vec<String> = labels
+                .iter()
+                .zip(&b.sizes)
+                .map(|(l, v)| format!("{l}={v}"))
+                .collect();
+            let at = if at.len() == b.sizes.len() {
+                at.join(" ")
+            } else {
+                format!("{:?}", b.sizes)
+            };
+            Pick {
+                block: Some(b.block),
+                how: format!(
+                    "the fastest shape of {} at the nearest profiled size ({at}, {:.4} ms \
+                     there; the grid from the annotation's formula)",
+                    p.source, b.time_ms
+                ),
+                profiled_at: Some(b.sizes),
+                profile_time_ms: Some(b.time_ms),
+                ..Pick::default()
+            }
+        }
+        None => Pick {
+            how: format!(
+                "no timed sample of {} data values in {}",
+                sizes.len(),
+                p.source
+            ),
+            ..Pick::default()
+        },
+    }
 }
 
 /// What the study calls the occupancy API in its `how` texts.
@@ -449,11 +745,76 @@ pub fn stats(ratios: &[f64]) -> Option<Stats> {
     })
 }
 
+/// One method's line of the JSON summaries both tools write ([`summaries`]).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MethodSummary {
+    pub method: &'static str,
+    /// The cases with a ratio, and the statistics over them (null without any).
+    pub cases: usize,
+    pub geomean: Option<f64>,
+    pub min: Option<f64>,
+    pub share_ge_090: Option<f64>,
+    pub below_090: usize,
+    pub below_080: usize,
+    /// The cases without a ratio (no shape, or a shape the sweep did not time).
+    pub without_ratio: usize,
+    /// settled only: the cases whose run logged no settled line, and the cases whose settled
+    /// shape is more than 3 % slower than the program's own in the sweep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_settled: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slower_than_default: Option<usize>,
+    /// profiled_best only: the cases without a profile to pick from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_profile: Option<usize>,
+}
+
+/// The summary of every compared method over `cases` (one line per method, also for a
+/// method no case has a ratio of).
+pub fn summaries(cases: &[Case]) -> Vec<MethodSummary> {
+    Method::COMPARED
+        .into_iter()
+        .map(|m| {
+            let r: Vec<f64> = cases.iter().filter_map(|c| c.ratio(m)).collect();
+            let x = stats(&r);
+            let no_block = cases
+                .iter()
+                .filter(|c| c.picks.get(&m).and_then(|p| p.block).is_none())
+                .count();
+            MethodSummary {
+                method: m.as_str(),
+                cases: r.len(),
+                geomean: x.map(|x| x.geomean),
+                min: x.map(|x| x.min),
+                share_ge_090: x.map(|x| x.share_ge_090),
+                below_090: r.iter().filter(|&&v| v < 0.90).count(),
+                below_080: r.iter().filter(|&&v| v < 0.80).count(),
+                without_ratio: cases.len() - r.len(),
+                not_settled: (m == Method::Settled).then_some(no_block),
+                slower_than_default: (m == Method::Settled).then(|| {
+                    cases
+                        .iter()
+                        .filter(|c| {
+                            c.picks
+                                .get(&m)
+                                .and_then(|p| p.slower_than_default)
+                                .unwrap_or(false)
+                        })
+                        .count()
+                }),
+                no_profile: (m == Method::ProfiledBest).then_some(no_block),
+            }
+        })
+        .collect()
+}
+
 /// One record of the JSON both tools write: one per case × method.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
     pub program: String,
+    /// The kernel's source name and mangled name (template instances share the first).
     pub kernel: String,
+    pub mangled: String,
     /// Data parameter → value (the kernel's annotation labels).
     pub sizes: serde_json::Map<String, serde_json::Value>,
     pub method: &'static str,
@@ -474,6 +835,25 @@ pub struct Record {
     pub harness_launches: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flag: Option<String>,
+    /// settled: the launches the runtime took to settle (null: from the choices cache, or
+    /// it did not settle), the candidate that won, whether it came from the choices cache,
+    /// and whether it is more than 3 % slower than the program's own shape (null: either
+    /// not timed). Present in every settled record, absent in the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launches: Option<Option<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_cache: Option<Option<bool>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slower_than_default: Option<Option<bool>>,
+    /// profiled_best: the profiled data size (parameter → value) its shape was taken at, and
+    /// the profile's time of the shape there (null: no profile). Present in every
+    /// profiled_best record, absent in the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiled_at: Option<Option<serde_json::Map<String, serde_json::Value>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_time_ms: Option<Option<f64>>,
     /// The run the case came from ([`Case::job`]).
     pub job: String,
 }
@@ -488,9 +868,19 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
         }
         for m in Method::ALL {
             let Some(p) = c.picks.get(&m) else { continue };
+            let settled = m == Method::Settled;
+            let profiled = m == Method::ProfiledBest;
+            let at = p.profiled_at.as_ref().map(|at| {
+                let mut map = serde_json::Map::new();
+                for (l, v) in c.labels.iter().zip(at) {
+                    map.insert(l.clone(), serde_json::Value::from(*v));
+                }
+                map
+            });
             out.push(Record {
                 program: c.program.clone(),
                 kernel: c.kernel.clone(),
+                mangled: c.mangled.clone(),
                 sizes: sizes.clone(),
                 method: m.as_str(),
                 block: p.block,
@@ -501,6 +891,12 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
                 harness_ms: p.harness_ms,
                 harness_launches: p.harness_launches,
                 flag: p.flag.clone(),
+                launches: settled.then_some(p.launches),
+                candidate: settled.then(|| p.candidate.clone()),
+                from_cache: settled.then_some(p.from_cache),
+                slower_than_default: settled.then_some(p.slower_than_default),
+                profiled_at: profiled.then_some(at),
+                profile_time_ms: profiled.then_some(p.profile_time_ms),
                 job: c.job.clone(),
             });
         }
@@ -575,11 +971,11 @@ pub fn parse_decision(line: &str) -> Option<Result<Decision>> {
     Some(
         (|| -> Result<Decision> {
             let (head, tail) = rest.split_once(" source=").context("no source=")?;
-            let mut toks = head.split_whitespace();
-            let kernel = toks.next().context("no kernel")?.to_string();
+            let (kernel, head) = split_kernel_name(head).context("no kernel")?;
+            let kernel = kernel.to_string();
             let mut data = Vec::new();
             let (mut block, mut grid) = (None, None);
-            for t in toks {
+            for t in head.split_whitespace() {
                 let (k, v) = t.split_once('=').with_context(|| format!("token {t:?}"))?;
                 match k {
                     "block" => block = parse_block(v),
@@ -612,6 +1008,252 @@ pub fn parse_decision(line: &str) -> Option<Result<Decision>> {
         })()
         .with_context(|| format!("in the log line {line:?}")),
     )
+}
+
+/// Splits `<kernel name> <rest>`: the name ends at the first blank outside `<…>`, `(…)` and
+/// `[…]`, so a template instance's name (`axpy<float, 4>`) stays whole. `None` for an empty
+/// name.
+fn split_kernel_name(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    let mut depth = 0u32;
+    let mut end = s.len();
+    for (i, c) in s.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth = depth.saturating_sub(1),
+            c if c.is_whitespace() && depth == 0 => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    (end > 0).then(|| (&s[..end], &s[end..]))
+}
+
+/// The `L=v` data values of a log line's head (after the kernel's name).
+fn data_values(head: &str) -> Result<Vec<(String, i64)>> {
+    head.split_whitespace()
+        .map(|t| {
+            let (k, v) = t.split_once('=').with_context(|| format!("token {t:?}"))?;
+            Ok((
+                k.to_string(),
+                v.parse::<i64>()
+                    .with_context(|| format!("data value {t:?}"))?,
+            ))
+        })
+        .collect()
+}
+
+/// One `refine: settled on …` line of `KLARAPTOR_LOG`: the shape the runtime's refinement
+/// kept for a kernel at some data values, after timing the model's top shapes and the
+/// program's own one on the GPU (or taken from its choices cache):
+///
+/// ```text
+/// klaraptor: <kernel> L=v… refine: settled on block=AxBxC grid=AxBxC after launches=<n>, <r> of the model's first choice's time (candidate=<c> extra_us=<x>) device=<i>:<name>
+/// klaraptor: <kernel> L=v… refine: settled on block=AxBxC grid=AxBxC from the choices cache (candidate=<c>) device=<i>:<name>
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refine {
+    pub kernel: String,
+    pub data: Vec<(String, i64)>,
+    pub block: [u32; 3],
+    pub grid: [u32; 3],
+    /// The launches it took (`None` from the choices cache).
+    pub launches: Option<u64>,
+    /// The kept shape's measured time over the model's first choice's (`None` from the
+    /// cache).
+    pub of_first: Option<f64>,
+    /// `model#<i>`, `program` or `profiled`.
+    pub candidate: String,
+    /// The time the refinement's own launches cost beyond the model's choice, µs.
+    pub extra_us: Option<f64>,
+    pub from_cache: bool,
+    /// `<ordinal>:<name>`.
+    pub device: String,
+}
+
+impl Refine {
+    pub fn sizes(&self) -> Vec<i64> {
+        self.data.iter().map(|(_, v)| *v).collect()
+    }
+}
+
+/// One `refine: trying …` line: the runtime began refining a kernel at some data values.
+///
+/// ```text
+/// klaraptor: <kernel> L=v… refine: trying <n> of <m> shapes and the program's AxBxC [(<list>)] device=<i>:<name>
+/// ```
+///
+/// (`<m>` may be `?`; a line that says `(the program's is among them)` instead has no
+/// separate program block.)
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefineTrying {
+    pub kernel: String,
+    pub data: Vec<(String, i64)>,
+    pub tried: u32,
+    /// The candidates there were (`None`: `?`).
+    pub of: Option<u32>,
+    pub program_block: Option<[u32; 3]>,
+    pub device: String,
+}
+
+impl RefineTrying {
+    pub fn sizes(&self) -> Vec<i64> {
+        self.data.iter().map(|(_, v)| *v).collect()
+    }
+}
+
+/// A refine line's kernel, data values and what follows `refine: `; `None` for another line.
+fn refine_parts(line: &str) -> Option<(&str, &str)> {
+    let rest = line.strip_prefix("klaraptor: ")?;
+    if rest.contains(" source=") {
+        return None;
+    }
+    let (head, tail) = rest.split_once(" refine: ")?;
+    Some((head, tail))
+}
+
+/// The text between `key` and the first of `ends` (or the end) in `s`.
+fn after<'a>(s: &'a str, key: &str, ends: &[char]) -> Option<&'a str> {
+    let i = s.find(key)? + key.len();
+    let t = &s[i..];
+    Some(&t[..t.find(|c| ends.contains(&c)).unwrap_or(t.len())])
+}
+
+/// Parses a `refine: settled on` line ([`Refine`]); `None` for any other line (decision
+/// lines, `refine: trying` lines, …).
+pub fn parse_refine(line: &str) -> Option<Result<Refine>> {
+    let (head, tail) = refine_parts(line)?;
+    let body = tail.strip_prefix("settled on ")?;
+    Some(
+        (|| -> Result<Refine> {
+            let (kernel, head) = split_kernel_name(head).context("no kernel")?;
+            let data = data_values(head)?;
+            let (body, device) = body.rsplit_once(" device=").context("no device=")?;
+            let block = after(body, "block=", &[' '])
+                .and_then(parse_block)
+                .context("no block=")?;
+            let grid = after(body, " grid=", &[' '])
+                .and_then(parse_block)
+                .context("no grid=")?;
+            let candidate = after(body, "(candidate=", &[' ', ')'])
+                .filter(|c| !c.is_empty())
+                .context("no candidate=")?
+                .to_string();
+            let from_cache = body.contains(" from the choices cache");
+            let (launches, of_first, extra_us) = if from_cache {
+                (None, None, None)
+            } else {
+                let key = " after launches=";
+                let at = body.find(key).context("no launches=")? + key.len();
+                let (launches, rest) = body[at..]
+                    .split_once(", ")
+                    .context("no `, <r> of the model's first choice's time`")?;
+                let launches = launches
+                    .parse::<u64>()
+                    .with_context(|| format!("launches={launches:?}"))?;
+                // `?` when the runtime could not time the model's first choice.
+                let r = match rest.split(' ').next().unwrap_or_default() {
+                    "?" => None,
+                    r => Some(
+                        r.parse::<f64>()
+                            .with_context(|| format!("time ratio {r:?}"))?,
+                    ),
+                };
+                let x = match after(body, " extra_us=", &[' ', ')']) {
+                    Some(x) => Some(
+                        x.parse::<f64>()
+                            .with_context(|| format!("extra_us={x:?}"))?,
+                    ),
+                    None => None,
+                };
+                (Some(launches), r, x)
+            };
+            Ok(Refine {
+                kernel: kernel.to_string(),
+                data,
+                block,
+                grid,
+                launches,
+                of_first,
+                candidate,
+                extra_us,
+                from_cache,
+                device: device.trim().to_string(),
+            })
+        })()
+        .with_context(|| format!("in the log line {line:?}")),
+    )
+}
+
+/// Parses a `refine: trying` line ([`RefineTrying`]); `None` for any other line.
+pub fn parse_refine_trying(line: &str) -> Option<Result<RefineTrying>> {
+    let (head, tail) = refine_parts(line)?;
+    let body = tail.strip_prefix("trying ")?;
+    Some(
+        (|| -> Result<RefineTrying> {
+            let (kernel, head) = split_kernel_name(head).context("no kernel")?;
+            let data = data_values(head)?;
+            let (body, device) = body.rsplit_once(" device=").context("no device=")?;
+            let (n, rest) = body.split_once(" of ").context("no `<n> of <m>`")?;
+            let (m, rest) = rest.split_once(' ').context("no `<m> shapes`")?;
+            let of = match m {
+                "?" => None,
+                m => Some(m.parse().with_context(|| format!("{m:?}"))?),
+            };
+            let program_block = rest
+                .strip_prefix("shapes and the program's ")
+                .and_then(|b| parse_block(b.split(' ').next().unwrap_or_default()));
+            Ok(RefineTrying {
+                kernel: kernel.to_string(),
+                data,
+                tried: n.trim().parse().with_context(|| format!("{n:?}"))?,
+                of,
+                program_block,
+                device: device.trim().to_string(),
+            })
+        })()
+        .with_context(|| format!("in the log line {line:?}")),
+    )
+}
+
+/// The refinement lines of a log.
+#[derive(Debug, Clone, Default)]
+pub struct Refines {
+    pub settled: Vec<Refine>,
+    pub trying: Vec<RefineTrying>,
+}
+
+impl Refines {
+    /// The settled line and the trying line of a kernel (source or mangled name) at some
+    /// data values.
+    pub fn of(&self, names: &[&str], sizes: &[i64]) -> (Option<&Refine>, Option<&RefineTrying>) {
+        (
+            self.settled
+                .iter()
+                .find(|r| names.contains(&r.kernel.as_str()) && r.sizes() == sizes),
+            self.trying
+                .iter()
+                .find(|r| names.contains(&r.kernel.as_str()) && r.sizes() == sizes),
+        )
+    }
+}
+
+/// The refinement lines of a log file (other lines are skipped).
+pub fn read_refines(path: &Path) -> Result<Refines> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Refines::default();
+    for (i, l) in text.lines().enumerate() {
+        let at = || format!("{}:{}", path.display(), i + 1);
+        if let Some(r) = parse_refine(l) {
+            out.settled.push(r.with_context(at)?);
+        } else if let Some(r) = parse_refine_trying(l) {
+            out.trying.push(r.with_context(at)?);
+        }
+    }
+    Ok(out)
 }
 
 /// The decision lines of a log file (other lines are skipped).
@@ -793,6 +1435,216 @@ mod tests {
         .is_err());
     }
 
+    #[test]
+    fn refine_lines() {
+        let r = parse_refine(
+            "klaraptor: gemm NI=1000 NJ=1000 NK=1000 refine: settled on block=64x4x1 \
+             grid=16x250x1 after launches=9, 0.874 of the model's first choice's time \
+             (candidate=model#2 extra_us=41.5) device=0:NVIDIA H200",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.kernel, "gemm");
+        assert_eq!(r.sizes(), [1000, 1000, 1000]);
+        assert_eq!(r.data[2].0, "NK");
+        assert_eq!((r.block, r.grid), ([64, 4, 1], [16, 250, 1]));
+        assert_eq!(r.launches, Some(9));
+        assert_eq!(r.of_first, Some(0.874));
+        assert_eq!(r.candidate, "model#2");
+        assert_eq!(r.extra_us, Some(41.5));
+        assert!(!r.from_cache);
+        assert_eq!(r.device, "0:NVIDIA H200");
+        // The program's own shape won: its dims, candidate=program.
+        let p = parse_refine(
+            "klaraptor: mvt_x1 N=5000 refine: settled on block=256x1x1 grid=20x1x1 after \
+             launches=5, 1 of the model's first choice's time (candidate=program extra_us=0) \
+             device=1:Some GPU, rev 2",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((p.block, p.candidate.as_str()), ([256, 1, 1], "program"));
+        assert_eq!((p.launches, p.of_first), (Some(5), Some(1.0)));
+        assert_eq!(p.device, "1:Some GPU, rev 2");
+        // From the choices cache: no launches.
+        let c = parse_refine(
+            "klaraptor: k N=7 refine: settled on block=128x1x1 grid=1x1x1 from the choices \
+             cache (candidate=profiled) device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(c.from_cache);
+        assert_eq!((c.launches, c.of_first, c.extra_us), (None, None, None));
+        assert_eq!(c.candidate, "profiled");
+        // A template instance's name, with blanks and commas inside <…>.
+        let t = parse_refine(
+            "klaraptor: axpy<float, 4> N=1048576 refine: settled on block=512x1x1 \
+             grid=2048x1x1 after launches=12, 0.95 of the model's first choice's time \
+             (candidate=model#1 extra_us=3.25) device=0:NVIDIA H200",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.kernel, "axpy<float, 4>");
+        assert_eq!(t.sizes(), [1048576]);
+        // The trying line.
+        let y = parse_refine_trying(
+            "klaraptor: axpy<float, 4> N=1048576 refine: trying 3 of 37 shapes and the \
+             program's 256x1x1 device=0:NVIDIA H200",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(y.kernel, "axpy<float, 4>");
+        assert_eq!(
+            (y.tried, y.of, y.program_block),
+            (3, Some(37), Some([256, 1, 1]))
+        );
+        assert_eq!(y.sizes(), [1048576]);
+        // With the list of the shapes tried; without a known count, and with the program's
+        // shape among the model's.
+        let y = parse_refine_trying(
+            "klaraptor: k N=7 refine: trying 3 of ? shapes and the program's 32x8x1 \
+             (model#1=64x4x1 model#2=32x4x1 model#3=16x16x1) device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (y.tried, y.of, y.program_block),
+            (3, None, Some([32, 8, 1]))
+        );
+        let y = parse_refine_trying(
+            "klaraptor: k N=7 refine: trying 3 of 66 shapes (the program's is among them) \
+             (model#1=32x8x1) device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((y.of, y.program_block), (Some(66), None));
+        // The runtime could not time the model's first choice: no ratio.
+        let q = parse_refine(
+            "klaraptor: k N=7 refine: settled on block=32x8x1 grid=1x1x1 after launches=9, ? \
+             of the model's first choice's time (candidate=program extra_us=0.0) device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((q.launches, q.of_first), (Some(9), None));
+        // Other refine lines are neither.
+        let other = "klaraptor: k N=7 refine: no candidate could be timed: the program's own \
+                     launch from now on device=0:G";
+        assert!(parse_refine(other).is_none() && parse_refine_trying(other).is_none());
+        // Neither parser takes the other's lines, nor decision lines; and the decision
+        // parser takes no refine line.
+        let trying = "klaraptor: k N=7 refine: trying 3 of 37 shapes and the program's \
+                      256x1x1 device=0:G";
+        let settled = "klaraptor: k N=7 refine: settled on block=128x1x1 grid=1x1x1 from \
+                       the choices cache (candidate=program) device=0:G";
+        let decision =
+            "klaraptor: k N=7 block=128x1x1 grid=1x1x1 source=model predicted_us=3 device=0:G";
+        assert!(parse_refine(trying).is_none());
+        assert!(parse_refine_trying(settled).is_none());
+        assert!(parse_refine(decision).is_none() && parse_refine_trying(decision).is_none());
+        assert!(parse_decision(trying).is_none() && parse_decision(settled).is_none());
+        // Damaged lines are errors.
+        for bad in [
+            "klaraptor: k N=x refine: settled on block=1x1x1 grid=1x1x1 from the choices \
+             cache (candidate=program) device=0:G",
+            "klaraptor: k N=7 refine: settled on block=1x1x1 grid=1x1x1 after launches=a, 1 \
+             of the model's first choice's time (candidate=program extra_us=0) device=0:G",
+            "klaraptor: k N=7 refine: settled on block=1x1x1 grid=1x1x1 from the choices \
+             cache device=0:G",
+        ] {
+            assert!(parse_refine(bad).unwrap().is_err(), "{bad}");
+        }
+        // The decision parser copes with the same names.
+        let d = parse_decision(
+            "klaraptor: axpy<float, 4> N=64 block=32x1x1 grid=2x1x1 source=program device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((d.kernel.as_str(), d.sizes()), ("axpy<float, 4>", vec![64]));
+        // A log file: both kinds, found by kernel and data values.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        std::fs::write(&log, format!("{decision}\n{trying}\n{settled}\nother\n")).unwrap();
+        let rs = read_refines(&log).unwrap();
+        assert_eq!((rs.settled.len(), rs.trying.len()), (1, 1));
+        let (s, t) = rs.of(&["k", "_Z1kPfi"], &[7]);
+        assert!(s.is_some() && t.is_some());
+        assert_eq!(rs.of(&["k"], &[8]), (None, None));
+    }
+
+    #[test]
+    fn profiled_best_rule() {
+        let s = |sz: &[i64], b: u32, t: f64| (sz.to_vec(), [b, 1, 1], t);
+        let prof = vec![
+            s(&[256, 256], 32, 3.0),
+            s(&[256, 256], 64, 2.0),
+            s(&[512, 512], 64, 5.0),
+            s(&[512, 512], 128, 4.0),
+            s(&[1024, 1024], 128, 9.0),
+            s(&[1024, 1024], 256, 8.0),
+            s(&[1024, 1024], 512, 8.0),
+        ];
+        // Nearest in log space: 700 is nearer 512 (ln 700/512 = 0.31) than 1024 (0.38).
+        let b = profiled_best(&prof, &[700, 700]).unwrap();
+        assert_eq!(
+            (b.block, b.sizes.clone(), b.time_ms),
+            ([128, 1, 1], vec![512, 512], 4.0)
+        );
+        // Far beyond the profile: the largest size; equal times: the first shape.
+        assert_eq!(
+            profiled_best(&prof, &[100_000, 100_000]).unwrap().block,
+            [256, 1, 1]
+        );
+        // Below it: the smallest; sizes below 1 count as 1.
+        assert_eq!(profiled_best(&prof, &[0, -5]).unwrap().sizes, [256, 256]);
+        // Ties in log distance: 512 sits halfway between 256 and 1024 in ln.
+        let tie = vec![
+            s(&[256, 1024], 32, 1.0),
+            s(&[1024, 256], 64, 1.0),
+            s(&[256, 256], 128, 1.0),
+            s(&[1024, 1024], 256, 1.0),
+        ];
+        // From 512²: 256² and 1024² are both at distance sqrt(2)·ln 2, [256, 1024] and
+        // [1024, 256] too: the largest product (1024²) wins.
+        let b = profiled_best(&tie, &[512, 512]).unwrap();
+        assert_eq!((b.block, b.sizes), ([256, 1, 1], vec![1024, 1024]));
+        // Without [1024, 1024]: equal products, the lexicographically larger ([1024, 256]).
+        let b = profiled_best(&tie[..3], &[512, 512]).unwrap();
+        assert_eq!((b.block, b.sizes), ([64, 1, 1], vec![1024, 256]));
+        // One dimension, a tie: 512 between 256 and 1024.
+        let one = vec![s(&[256], 32, 1.0), s(&[1024], 64, 1.0)];
+        assert_eq!(profiled_best(&one, &[512]).unwrap().block, [64, 1, 1]);
+        // Repeated samples of a shape are averaged; bad times and other arities left out.
+        let rep = vec![
+            s(&[100], 32, 1.0),
+            s(&[100], 32, 3.0),
+            s(&[100], 64, 1.9),
+            s(&[100], 128, 0.0),
+            s(&[100], 256, f64::NAN),
+            s(&[100, 5], 512, 0.1),
+        ];
+        let b = profiled_best(&rep, &[100]).unwrap();
+        assert_eq!((b.block, b.time_ms), ([64, 1, 1], 1.9));
+        assert!(profiled_best(&rep, &[100, 5, 1]).is_none());
+        assert!(profiled_best(&[], &[100]).is_none());
+        // The pick: its how names the profile and the size; no profile says why.
+        let p = ProfileTimes {
+            samples: prof,
+            source: "the profile X".into(),
+        };
+        let labels = vec!["N".to_string(), "M".to_string()];
+        let k = profiled_best_pick(Ok(&p), &labels, &[700, 700]);
+        assert_eq!(k.block, Some([128, 1, 1]));
+        assert_eq!(k.profiled_at, Some(vec![512, 512]));
+        assert_eq!(k.profile_time_ms, Some(4.0));
+        assert!(
+            k.how
+                .contains("the profile X at the nearest profiled size (N=512 M=512"),
+            "{}",
+            k.how
+        );
+        let n = profiled_best_pick(Err("none here"), &labels, &[700, 700]);
+        assert_eq!((n.block, n.how.as_str()), (None, "no profile: none here"));
+    }
+
     /// A sample as the time-only collector writes it (hardware counters 0).
     fn sample(block: [u32; 3], time_ms: Option<f64>, error: Option<&str>) -> Sample {
         let counters = time_ms.map(|t| {
@@ -878,6 +1730,101 @@ mod tests {
         let methods: Vec<&str> = recs.iter().map(|r| r.method).collect();
         assert_eq!(methods, ["optimum", "klaraptor", "default"]);
         assert_eq!(recs[1].sizes["N"], 100);
+
+        // settled and profiled_best: timed by the same sweep, in the records and summaries.
+        c.picks.insert(
+            Method::Default,
+            Pick {
+                block: Some([64, 1, 1]),
+                ..Pick::default()
+            },
+        );
+        let settled = parse_refine(
+            "klaraptor: k N=100 refine: settled on block=256x1x1 grid=1x1x1 after \
+             launches=6, 0.98 of the model's first choice's time (candidate=program \
+             extra_us=1) device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        c.picks.insert(
+            Method::Settled,
+            settled_pick(Some(&settled), None, "the run"),
+        );
+        let prof = ProfileTimes {
+            samples: vec![(vec![50], [128, 1, 1], 0.5), (vec![50], [32, 1, 1], 0.9)],
+            source: "a profile".into(),
+        };
+        c.picks.insert(
+            Method::ProfiledBest,
+            profiled_best_pick(Ok(&prof), &c.labels, &c.sizes),
+        );
+        c.mangled = "_Z1kPfi".into();
+        c.time_picks();
+        let s = &c.picks[&Method::Settled];
+        assert_eq!(
+            (s.time_ms, s.ratio, s.launches),
+            (Some(1.25), Some(0.8), Some(6))
+        );
+        // 1.25 ms against the default's 2 ms: not slower.
+        assert_eq!(s.slower_than_default, Some(false));
+        let p = &c.picks[&Method::ProfiledBest];
+        assert_eq!((p.block, p.ratio), (Some([128, 1, 1]), Some(1.0)));
+        let recs = records(std::slice::from_ref(&c));
+        let methods: Vec<&str> = recs.iter().map(|r| r.method).collect();
+        assert_eq!(
+            methods,
+            [
+                "optimum",
+                "klaraptor",
+                "settled",
+                "profiled_best",
+                "default"
+            ]
+        );
+        let j = serde_json::to_value(&recs).unwrap();
+        assert_eq!(j[2]["launches"], 6);
+        assert_eq!(j[2]["candidate"], "program");
+        assert_eq!(j[2]["slower_than_default"], false);
+        assert_eq!(j[2]["mangled"], "_Z1kPfi");
+        assert_eq!(j[3]["profiled_at"]["N"], 50);
+        assert_eq!(j[3]["profile_time_ms"], 0.5);
+        assert!(j[1].get("launches").is_none() && j[1].get("profiled_at").is_none());
+        // A case that did not settle, and one whose settled shape is slower than the default
+        // by more than 3 %.
+        let mut d = c.clone();
+        d.picks
+            .insert(Method::Settled, settled_pick(None, None, "the run"));
+        d.time_picks();
+        assert!(d.picks[&Method::Settled].how.starts_with("did not settle"));
+        let recs = records(std::slice::from_ref(&d));
+        let j = serde_json::to_value(&recs).unwrap();
+        assert!(j[2]["block"].is_null() && j[2]["launches"].is_null());
+        let mut e = c.clone();
+        e.picks.get_mut(&Method::Settled).unwrap().block = Some([32, 1, 1]);
+        e.time_picks();
+        assert_eq!(e.picks[&Method::Settled].slower_than_default, Some(true));
+        let sum = summaries(&[c.clone(), d, e]);
+        let by = |m: &str| sum.iter().find(|s| s.method == m).unwrap().clone();
+        let st = by("settled");
+        assert_eq!(
+            (st.cases, st.not_settled, st.slower_than_default),
+            (2, Some(1), Some(1))
+        );
+        assert_eq!((st.without_ratio, st.below_090, st.below_080), (1, 2, 1));
+        assert!((st.geomean.unwrap() - (0.8f64 * 0.25).sqrt()).abs() < 1e-12);
+        let pb = by("profiled_best");
+        assert_eq!(
+            (pb.cases, pb.no_profile, pb.geomean),
+            (3, Some(0), Some(1.0))
+        );
+        assert_eq!(by("klaraptor").not_settled, None);
+        let occ = by("occupancy");
+        assert_eq!((occ.cases, occ.geomean, occ.without_ratio), (0, None, 3));
+        let json = serde_json::to_value(&sum).unwrap();
+        assert!(json[0].get("not_settled").is_none());
+        assert_eq!(json[1]["not_settled"], 1);
+        assert_eq!(json[1]["slower_than_default"], 1);
+        assert_eq!(json[2]["no_profile"], 0);
     }
 
     #[test]
