@@ -9,6 +9,7 @@
 //! What it is not: no analysis, model or numerical code lives here; the driver only wires
 //! the stages together and maps their errors to messages and exit codes.
 
+pub mod choices_cmd;
 pub mod codegen;
 pub mod compile;
 pub mod device_cmd;

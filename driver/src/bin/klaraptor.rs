@@ -60,6 +60,9 @@ enum Cmd {
     },
     /// Look into the profile database and clean it: list, show, prune.
     Profile(klaraptor::profile_cmd::ProfileArgs),
+    /// Look into the choices cache (the launch shapes an instrumented program settled on
+    /// by timing its first launches, kept across runs) and clean it: list, show, prune.
+    Choices(klaraptor::choices_cmd::ChoicesArgs),
     /// Print what a profiling variant (klaraptor-cc --kl-profiling-variant=…) profiles: its
     /// sampling plan (the file KLARAPTOR_PROFILE_PLAN names), or with --candidates every
     /// candidate shape of its kernels (an exhaustive search), or with --recipes the recipe
@@ -108,6 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Cmd::Device(args) => klaraptor::device_cmd::run(args),
         Cmd::Profile(args) => klaraptor::profile_cmd::run(args),
+        Cmd::Choices(args) => klaraptor::choices_cmd::run(args),
         Cmd::Validate(args) => klaraptor::validate_cmd::run(args),
         Cmd::Inspect { target } => {
             klaraptor::inspect_cmd::inspect(&target)?;
