@@ -21,6 +21,11 @@ fn compiler() -> String {
 
 /// Compiles test_rt with `extra` flags into the test tmpdir; Err(diagnostics) on failure.
 fn build(name: &str, extra: &[&str]) -> Result<PathBuf, String> {
+    build_test("test_rt.c", name, extra)
+}
+
+/// Compiles `runtime-shim/tests/<source>` with the shim and the fake CUDA runtime.
+fn build_test(source: &str, name: &str, extra: &[&str]) -> Result<PathBuf, String> {
     let shim = Path::new(ROOT).join("runtime-shim");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtime-shim");
     std::fs::create_dir_all(&dir).unwrap();
@@ -35,7 +40,7 @@ fn build(name: &str, extra: &[&str]) -> Result<PathBuf, String> {
         .arg("-I")
         .arg(CUDA_INCLUDE)
         .arg(shim.join("src/klaraptor_rt.c"))
-        .arg(shim.join("tests/test_rt.c"))
+        .arg(shim.join("tests").join(source))
         .arg(shim.join("tests/fake_cudart.c"))
         .arg("-lpthread")
         .arg("-o")
@@ -62,7 +67,13 @@ fn test_rt() -> &'static Path {
 fn run(exe: &Path, scenario: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(exe);
     cmd.arg(scenario);
-    for v in ["KLARAPTOR_FORCE", "KLARAPTOR_DISABLE", "KLARAPTOR_LOG"] {
+    for v in [
+        "KLARAPTOR_FORCE",
+        "KLARAPTOR_DISABLE",
+        "KLARAPTOR_LOG",
+        "KLARAPTOR_REFINE",
+        "KLARAPTOR_CHOICES",
+    ] {
         cmd.env_remove(v);
     }
     cmd.env("TMPDIR", env!("CARGO_TARGET_TMPDIR"));
@@ -460,15 +471,27 @@ fn archive_for_the_driver() {
     let o = Command::new("nm").arg(&archive).output().unwrap();
     assert!(o.status.success());
     let syms = text(&o.stdout);
-    for def in [" T klaraptor_select", " T klaraptor_register"] {
+    for def in [
+        " T klaraptor_select",
+        " T klaraptor_register",
+        " T klaraptor_launch_begin",
+        " T klaraptor_launch_end",
+    ] {
         assert!(syms.contains(def), "{def} missing:\n{syms}");
     }
     for undef in [
         " U cudaGetDevice",
         " U cudaDeviceGetAttribute",
         " U cudaGetDeviceProperties",
+        " U cudaEventRecord",
+        " U cudaEventQuery",
+        " U cudaStreamIsCapturing",
     ] {
         assert!(syms.contains(undef), "{undef} missing:\n{syms}");
+    }
+    // Refinement never waits for the GPU.
+    for wait in ["Synchronize"] {
+        assert!(!syms.contains(wait), "{wait} referenced:\n{syms}");
     }
 }
 
@@ -796,4 +819,107 @@ fn profiling_progress_goes_to_a_file_descriptor_or_nowhere() {
         text(&o.stderr)
     );
     assert!(std::fs::read_dir(&records).unwrap().count() > 0);
+}
+
+/// Runs runtime-shim/tests/test_refine.c in a fresh scratch directory.
+fn run_refine(exe: &Path, scenario: &str) -> Output {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("runtime-shim")
+        .join(format!(
+            "refine-{}-{scenario}",
+            exe.file_name().unwrap().to_string_lossy()
+        ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.arg(scenario).arg(&dir);
+    for v in [
+        "KLARAPTOR_FORCE",
+        "KLARAPTOR_DISABLE",
+        "KLARAPTOR_LOG",
+        "KLARAPTOR_REFINE",
+        "KLARAPTOR_CHOICES",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.output().unwrap()
+}
+
+fn test_refine() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        build_test("test_refine.c", "test_refine", &["-O2"]).unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// Refinement against the fake GPU: the order of the tries, pruning, short-kernel medians,
+/// long kernels, results read only when ready (no synchronisation: the fake counts every
+/// wait), stream capture, a failing candidate, KLARAPTOR_REFINE, the choices cache (written,
+/// read back, a damaged file, an unwritable directory) and two threads on two streams.
+#[test]
+fn refinement_cases() {
+    let o = run_refine(test_refine(), "unit");
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{}{err}", text(&o.stdout));
+    assert_eq!(
+        text(&o.stdout),
+        lines(&[
+            "ok order",
+            "ok short",
+            "ok long",
+            "ok deferred",
+            "ok capture",
+            "ok failed",
+            "ok controls",
+            "ok cache",
+            "ok threads",
+            "all refinement cases passed",
+        ])
+    );
+    // Exactly one warning for the damaged file and one for the unwritable directory.
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 2, "{err}");
+    assert!(
+        warnings[0].contains("ignoring the damaged choices cache file")
+            && warnings[0].contains("/choices-damaged/stencil-"),
+        "{err}"
+    );
+    assert!(
+        warnings[1].contains("cannot write the choices cache in /proc/klaraptor-no-such-dir"),
+        "{err}"
+    );
+}
+
+/// Two processes settling the same key at once write the choices cache atomically: a third
+/// reading it meanwhile never sees half a file, and no temporary file is left.
+#[test]
+fn refinement_cache_shared_by_processes() {
+    let o = run_refine(test_refine(), "processes");
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ok processes\n");
+}
+
+/// Refinement's state under ThreadSanitizer (two threads, two streams), where the compiler
+/// has it.
+#[test]
+fn refinement_under_thread_sanitizer() {
+    let exe = match build_test(
+        "test_refine.c",
+        "test_refine_tsan",
+        &["-O1", "-g", "-fsanitize=thread"],
+    ) {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("skipped: no ThreadSanitizer build here:\n{e}");
+            return;
+        }
+    };
+    let o = run_refine(&exe, "unit");
+    let err = text(&o.stderr);
+    if err.contains("unexpected memory mapping") {
+        eprintln!("skipped: ThreadSanitizer cannot run here:\n{err}");
+        return;
+    }
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("ThreadSanitizer"), "{err}");
 }

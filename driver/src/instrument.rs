@@ -5,7 +5,7 @@
 //! ```text
 //! nvcc -cuda -ccbin clang++-19 <user flags> copy.cu -o host.ii     (device code embedded as nvcc built it)
 //! clang++-19 -S -emit-llvm -O0 host.ii -o host.ll                   (unoptimised: see compile_unit)
-//! IO-builder pass: klaraptor_select() before each annotated launch -> host.inst.bc
+//! IO-builder pass: klaraptor_launch_begin() before each annotated launch -> host.inst.bc
 //! clang++-19 -c -O<user> host.inst.bc -o host.o
 //! cc -c kernels.c -o kernels.o                                      (descriptors: grid formulas, constraints)
 //! ld -r host.o kernels.o -o <object>                                (one object: -c then a separate link works)
@@ -559,8 +559,10 @@ pub fn needs_runtime(path: &Path) -> bool {
     let Ok(bytes) = std::fs::read(path) else {
         return false;
     };
-    let needle = inject::SELECT_FN.as_bytes();
-    bytes.windows(needle.len()).any(|w| w == needle)
+    inject::ENTRY_FNS.iter().any(|f| {
+        let needle = f.as_bytes();
+        bytes.windows(needle.len()).any(|w| w == needle)
+    })
 }
 
 #[cfg(test)]

@@ -33,6 +33,18 @@
 //! then loads of the four (possibly rewritten) values, which become the push's first four
 //! operands. Shared memory and stream are left as they are.
 //!
+//! Where the pass can also place a call right after the launch (after the stub `call`, or
+//! at the top of an `invoke`'s normal destination when only the stub's block reaches it),
+//! it calls the timing form instead, which also takes the push's shared memory and stream
+//! and returns a ticket for the call after the launch (the runtime times the launches it
+//! tries while it refines its choice):
+//!
+//! ```llvm
+//! %t = call i64 @klaraptor_launch_begin(ptr @kernel_id, i32 n, ptr %data, ptr %gxy, ptr %gz, ptr %bxy, ptr %bz, i64 %shmem, ptr %stream)
+//! …                                   ; the push, the test, the stub call
+//! call void @klaraptor_launch_end(i64 %t)
+//! ```
+//!
 //! # Which kernel a launch is for
 //!
 //! The callee of the first call in the launch block that names a kernel decides: through
@@ -111,8 +123,16 @@ use inkwell::{AddressSpace, IntPredicate};
 
 use crate::clang::kernel_symbol;
 
-/// The runtime entry point the pass calls before each instrumented launch.
+/// The runtime entry point the pass calls before an instrumented launch whose end it cannot
+/// place.
 pub const SELECT_FN: &str = "klaraptor_select";
+/// The runtime entry point the pass calls before an instrumented launch, with its stream.
+pub const BEGIN_FN: &str = "klaraptor_launch_begin";
+/// The runtime entry point the pass calls right after that launch.
+pub const END_FN: &str = "klaraptor_launch_end";
+/// Every runtime entry point an instrumented launch calls first (an object that calls one
+/// needs the runtime).
+pub const ENTRY_FNS: [&str; 2] = [SELECT_FN, BEGIN_FN];
 const PUSH_FN: &str = "__cudaPushCallConfiguration";
 const REGISTER_FN: &str = "__cudaRegisterFunction";
 
@@ -197,8 +217,8 @@ pub enum InjectError {
         index: usize,
         ty: String,
     },
-    #[error("the module already declares @{SELECT_FN} with another type: {0}")]
-    SelectConflict(String),
+    #[error("the module already declares @{0} with another type: {1}")]
+    SelectConflict(String, String),
     #[error(
         "the module already declares @{name} with another type ({ty}) than the CUDA runtime's"
     )]
@@ -354,6 +374,8 @@ struct Pass<'m, 'ctx> {
     /// kernel id → its C string global.
     ids: HashMap<String, GlobalValue<'ctx>>,
     select: Option<FunctionValue<'ctx>>,
+    begin: Option<FunctionValue<'ctx>>,
+    end: Option<FunctionValue<'ctx>>,
 }
 
 fn fn_name(f: Option<FunctionValue<'_>>) -> String {
@@ -607,6 +629,8 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             registered: HashMap::new(),
             ids: HashMap::new(),
             select: None,
+            begin: None,
+            end: None,
         };
         pass.read_registrations();
         Ok(pass)
@@ -888,7 +912,7 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             plan.push((index, v, width));
         }
 
-        let select = self.select_fn()?;
+        let timed = self.timing_point(launch);
         let id = self.kernel_id(&target.id);
         let i32t = self.ctx.i32_type();
         let i64t = self.ctx.i64_type();
@@ -952,19 +976,29 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             let st = self.builder.build_store(at, wide)?;
             let _ = st.set_alignment(8);
         }
-        self.builder.build_call(
-            select,
-            &[
-                id.as_pointer_value().into(),
-                i32t.const_int(plan.len() as u64, false).into(),
-                data.into(),
-                gxy.into(),
-                gz.into(),
-                bxy.into(),
-                bz.into(),
-            ],
-            "",
-        )?;
+        let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> = vec![
+            id.as_pointer_value().into(),
+            i32t.const_int(plan.len() as u64, false).into(),
+            data.into(),
+            gxy.into(),
+            gz.into(),
+            bxy.into(),
+            bz.into(),
+        ];
+        let ticket = match timed {
+            Some((shmem, stream, _)) => {
+                args.push(shmem.into());
+                args.push(stream.into());
+                let begin = self.begin_fn()?;
+                let call = self.builder.build_call(begin, &args, "klaraptor.ticket")?;
+                call.try_as_basic_value().basic()
+            }
+            None => {
+                let select = self.select_fn()?;
+                self.builder.build_call(select, &args, "")?;
+                None
+            }
+        };
         let names = [
             "klaraptor.grid_xy.v",
             "klaraptor.grid_z.v",
@@ -978,8 +1012,57 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             }
             push.set_operand(n as u32, v);
         }
+        if let (Some((_, _, at)), Some(ticket)) = (timed, ticket) {
+            let end = self.end_fn()?;
+            self.builder.position_before(&at);
+            if let Some(loc) = launch.stub_call.get_debug_location() {
+                self.builder.set_current_debug_location(loc);
+            }
+            self.builder.build_call(end, &[ticket.into()], "")?;
+        }
         self.builder.unset_current_debug_location();
         Ok(Ok(()))
+    }
+
+    /// The push's shared memory and stream operands and the instruction before which the
+    /// call after the launch goes, when there is such a place: after the stub's `call`, or
+    /// at the top of an `invoke`'s normal destination that only the stub's block reaches.
+    #[allow(clippy::type_complexity)]
+    fn timing_point(
+        &self,
+        launch: &Launch<'ctx>,
+    ) -> Option<(
+        inkwell::values::IntValue<'ctx>,
+        PointerValue<'ctx>,
+        InstructionValue<'ctx>,
+    )> {
+        let push = launch.push;
+        let Some(BasicValueEnum::IntValue(shmem)) = operand_value(push, 4) else {
+            return None;
+        };
+        let Some(BasicValueEnum::PointerValue(stream)) = operand_value(push, 5) else {
+            return None;
+        };
+        if shmem.get_type().get_bit_width() != 64 {
+            return None;
+        }
+        let stub = launch.stub_call;
+        let at = match stub.get_opcode() {
+            InstructionOpcode::Call => stub.get_next_instruction()?,
+            InstructionOpcode::Invoke => {
+                let normal = stub.get_operand(stub.get_num_operands() - 3)?.block()?;
+                if self.predecessors(normal) != [stub.get_parent()?] {
+                    return None;
+                }
+                let mut i = normal.get_first_instruction()?;
+                while i.get_opcode() == InstructionOpcode::Phi {
+                    i = i.get_next_instruction()?;
+                }
+                i
+            }
+            _ => return None,
+        };
+        Some((shmem, stream, at))
     }
 
     fn zero_extends(&self, stub: CallSiteValue<'ctx>, index: usize) -> bool {
@@ -1461,6 +1544,7 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             Some(f) if f.get_type() == ty => f,
             Some(f) => {
                 return Err(InjectError::SelectConflict(
+                    SELECT_FN.into(),
                     f.get_type().print_to_string().to_string(),
                 ))
             }
@@ -1470,6 +1554,61 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         };
         self.select = Some(f);
         Ok(f)
+    }
+
+    /// `i64 @klaraptor_launch_begin(ptr, i32, ptr, ptr, ptr, ptr, ptr, i64, ptr)`.
+    fn begin_fn(&mut self) -> Result<FunctionValue<'ctx>, InjectError> {
+        if let Some(f) = self.begin {
+            return Ok(f);
+        }
+        let ptr = self.ctx.ptr_type(AddressSpace::default());
+        let i64t = self.ctx.i64_type();
+        let ty = i64t.fn_type(
+            &[
+                ptr.into(),
+                self.ctx.i32_type().into(),
+                ptr.into(),
+                ptr.into(),
+                ptr.into(),
+                ptr.into(),
+                ptr.into(),
+                i64t.into(),
+                ptr.into(),
+            ],
+            false,
+        );
+        let f = self.declare(BEGIN_FN, ty)?;
+        self.begin = Some(f);
+        Ok(f)
+    }
+
+    /// `void @klaraptor_launch_end(i64)`.
+    fn end_fn(&mut self) -> Result<FunctionValue<'ctx>, InjectError> {
+        if let Some(f) = self.end {
+            return Ok(f);
+        }
+        let ty = self
+            .ctx
+            .void_type()
+            .fn_type(&[self.ctx.i64_type().into()], false);
+        let f = self.declare(END_FN, ty)?;
+        self.end = Some(f);
+        Ok(f)
+    }
+
+    fn declare(
+        &self,
+        name: &str,
+        ty: inkwell::types::FunctionType<'ctx>,
+    ) -> Result<FunctionValue<'ctx>, InjectError> {
+        match self.module.get_function(name) {
+            Some(f) if f.get_type() == ty => Ok(f),
+            Some(f) => Err(InjectError::SelectConflict(
+                name.into(),
+                f.get_type().print_to_string().to_string(),
+            )),
+            None => Ok(self.module.add_function(name, ty, Some(Linkage::External))),
+        }
     }
 
     /// A private unnamed_addr constant C string holding `id`, one per id.

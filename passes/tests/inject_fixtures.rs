@@ -139,7 +139,7 @@ fn check_templates(opt: &str) {
     let selects = m
         .get_functions()
         .flat_map(instructions)
-        .filter(|&i| callee_name(i).as_deref() == Some("klaraptor_select"))
+        .filter(|&i| callee_name(i).as_deref() == Some("klaraptor_launch_begin"))
         .count();
     assert_eq!(selects, 2);
 }
@@ -390,7 +390,7 @@ fn check_multi(opt: &str) {
         .collect();
     assert_eq!(relax_ids[0], relax_ids[1]);
     assert!(
-        m.get_function("klaraptor_select")
+        m.get_function("klaraptor_launch_begin")
             .unwrap()
             .count_basic_blocks()
             == 0
@@ -458,6 +458,7 @@ fn no_targets_changes_nothing() {
     let ctx = Context::create();
     let m = parse(&ctx, &out);
     assert!(m.get_function("klaraptor_select").is_none());
+    assert!(m.get_function("klaraptor_launch_begin").is_none());
     for l in launches(&m) {
         check_untouched(&l);
     }

@@ -68,8 +68,11 @@ fn build_with(
     assert!(
         undefined
             .lines()
-            .any(|l| l.trim_end().ends_with(" klaraptor_select")),
-        "the object calls klaraptor_select:\n{undefined}"
+            .any(|l| l.trim_end().ends_with(" klaraptor_launch_begin"))
+            && undefined
+                .lines()
+                .any(|l| l.trim_end().ends_with(" klaraptor_launch_end")),
+        "the object calls klaraptor_launch_begin and _end:\n{undefined}"
     );
     let exe = dir.join("app");
     ok(Command::new(nvcc())
@@ -80,8 +83,10 @@ fn build_with(
         .arg(&exe));
     let defined = ok(Command::new("nm").arg(&exe));
     assert!(
-        defined.lines().any(|l| l.ends_with(" T klaraptor_select")),
-        "klaraptor_select linked in"
+        defined
+            .lines()
+            .any(|l| l.ends_with(" T klaraptor_launch_begin")),
+        "klaraptor_launch_begin linked in"
     );
     exe
 }

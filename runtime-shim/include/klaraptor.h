@@ -39,6 +39,11 @@ typedef struct klaraptor_device {
   int smem_per_block_optin; /* bytes */
   int smem_per_sm;          /* bytes */
   int cc_major, cc_minor;
+  /* Part of the device's identity (the choices cache's key); 0 where the device does not
+   * say. */
+  int clock_khz;      /* peak SM clock */
+  int mem_clock_khz;  /* peak memory clock */
+  int mem_bus_bits;   /* global memory bus width */
 } klaraptor_device;
 
 typedef struct klaraptor_kernel {
@@ -64,11 +69,15 @@ typedef struct klaraptor_kernel {
 /* Called by generated constructors. A second registration of the same id is ignored. */
 void klaraptor_register(const klaraptor_kernel *k);
 
+/* Rational programs carry their own version: 1 ends at `source`, 2 adds `rank`,
+ * `profiled_best` and `code_hash` (what the runtime's refinement needs). */
+#define KLARAPTOR_MODEL_ABI_VERSION 2
+
 /* A rational program: what klaraptor-cc generates at link time for one kernel and one device
  * (app.klaraptor/<kernel>.<device>.c). Registered from that file's constructor; the shim uses
  * the model whose device name equals the name of the device current at the launch. */
 typedef struct klaraptor_model {
-  int abi_version;          /* KLARAPTOR_ABI_VERSION */
+  int abi_version;          /* KLARAPTOR_MODEL_ABI_VERSION (1 is still accepted) */
   const char *id;           /* the kernel's mangled name */
   const char *device;       /* the device name the model was made for, e.g. "NVIDIA H200" */
   /* Picks block[0..3) for data on dev; returns 0, or nonzero when it cannot decide. The
@@ -76,14 +85,36 @@ typedef struct klaraptor_model {
   int (*select)(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
                 double *predicted_us);
   const char *source;       /* path of the generated C, for logs and `klaraptor inspect` */
+  /* Version 2. The model's k best distinct shapes for data on dev, best first, into
+   * blocks[0..) (and their predicted microseconds into predicted_us when it is not NULL);
+   * returns how many shapes the model may choose from (k or more when it filled k), or a
+   * negative value when it cannot rank. The first one is what `select` picks. */
+  int (*rank)(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3],
+              double *predicted_us);
+  /* Version 2, may be NULL. The shape the profile measured fastest at the profiled size
+   * nearest data; returns 0, or nonzero when there is none. */
+  int (*profiled_best)(const int64_t *data, const klaraptor_device *dev, uint32_t block[3]);
+  /* Version 2: the hash of the kernel's device code the model was profiled for (the choices
+   * cache's key). */
+  const char *code_hash;
 } klaraptor_model;
 
 /* A second registration of the same (id, device) is ignored. */
 void klaraptor_register_model(const klaraptor_model *m);
 
-/* Called before each instrumented launch; may rewrite the four dims in place. */
+/* Called before each instrumented launch; may rewrite the four dims in place. Never times
+ * the launch (the pass calls it where it cannot place klaraptor_launch_end). */
 void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
                       uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z);
+
+/* Called before each instrumented launch whose end the pass can see: as klaraptor_select,
+ * and also given the launch's dynamic shared memory and stream, so that the runtime may time
+ * the launch while it refines its choice. Returns a ticket to hand to klaraptor_launch_end
+ * right after the launch (0: nothing to do). */
+uint64_t klaraptor_launch_begin(const char *id, int32_t n_data, const int64_t *data,
+                                uint64_t *grid_xy, uint32_t *grid_z, uint64_t *block_xy,
+                                uint32_t *block_z, uint64_t shmem, void *stream);
+void klaraptor_launch_end(uint64_t ticket);
 
 #ifdef __cplusplus
 }

@@ -13,9 +13,15 @@
  *   node with a release store, and logs. The table grows by doubling at half load: the new
  *   table is filled, then published; old tables are kept (never freed) because a reader may
  *   still be probing them. Their sizes sum to less than the current one.
- * - Environment: KLARAPTOR_DISABLE, KLARAPTOR_FORCE and KLARAPTOR_LOG are read once, at the
- *   first klaraptor_select (not at registration: constructors run before main, and a program
- *   may set them in main).
+ * - Environment: KLARAPTOR_DISABLE, KLARAPTOR_FORCE, KLARAPTOR_LOG, KLARAPTOR_REFINE and
+ *   KLARAPTOR_CHOICES are read once, at the first launch (not at registration: constructors
+ *   run before main, and a program may set them in main).
+ * - Refinement: a memo node whose model choice is not yet confirmed is *unsettled*; its
+ *   launches take the lock and time a few candidate shapes (the model's best k, the
+ *   profile's fastest, the program's own) with CUDA events on the launch's own stream, read
+ *   later without waiting; when every candidate has its samples the fastest is stored, the
+ *   node is published as settled (release store) and written to the choices cache. A settled
+ *   node costs the hit path one acquire load more.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -30,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "klaraptor.h"
@@ -43,6 +50,8 @@
 /* Small helpers                                                                            */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define INFINITY_US 1e300
 
 /* Appends to a fixed buffer; truncates silently. */
 typedef struct sbuf {
@@ -164,7 +173,8 @@ static mentry *_Atomic g_models;
 
 void klaraptor_register_model(const klaraptor_model *m) {
   if (!m) return;
-  if (m->abi_version != KLARAPTOR_ABI_VERSION || !m->id || !m->device || !m->select) {
+  if (m->abi_version < 1 || m->abi_version > KLARAPTOR_MODEL_ABI_VERSION || !m->id ||
+      !m->device || !m->select) {
     warn("ignoring a malformed rational program for kernel %s", m->id ? m->id : "(null)");
     return;
   }
@@ -252,9 +262,14 @@ typedef struct config {
   int log_fd_owned;
   force_entry *force;
   size_t n_force;
+  int refine_k;      /* the model's shapes refinement tries; 0: no refinement */
+  char *choices_dir; /* the choices cache; NULL: off */
 } config;
 
-static config g_cfg = {0, -1, 0, NULL, 0};
+#define REFINE_DEFAULT_K 3
+#define REFINE_MAX_K 8
+
+static config g_cfg = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, NULL};
 static atomic_int g_inited;
 
 /* Parses "<bx>[x<by>[x<bz>]]"; returns 0 on success. */
@@ -343,6 +358,26 @@ static void cfg_bad_force(void *ctx, const char *s, size_t n) {
        (int)n, s);
 }
 
+/* KLARAPTOR_CHOICES (off/0: none), else $XDG_CACHE_HOME/klaraptor/choices, else
+ * $HOME/.cache/klaraptor/choices; NULL when off or there is no home. */
+static char *choices_dir_from_env(void) {
+  const char *c = getenv("KLARAPTOR_CHOICES");
+  char buf[4096];
+  if (c && *c) {
+    if (strcmp(c, "off") == 0 || strcmp(c, "0") == 0) return NULL;
+    snprintf(buf, sizeof buf, "%s", c);
+  } else {
+    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (x && *x)
+      snprintf(buf, sizeof buf, "%s/klaraptor/choices", x);
+    else if (h && *h)
+      snprintf(buf, sizeof buf, "%s/.cache/klaraptor/choices", h);
+    else
+      return NULL;
+  }
+  return strdup(buf);
+}
+
 static void read_env_locked(void) {
   const char *d = getenv("KLARAPTOR_DISABLE");
   g_cfg.disabled = d && *d && strcmp(d, "0") != 0;
@@ -365,6 +400,22 @@ static void read_env_locked(void) {
       }
     }
   }
+  g_cfg.refine_k = REFINE_DEFAULT_K;
+  const char *r = getenv("KLARAPTOR_REFINE");
+  if (r && *r && strcmp(r, "on") != 0) {
+    char *end = NULL;
+    long v = strtol(r, &end, 10);
+    if (strcmp(r, "off") == 0)
+      g_cfg.refine_k = 0;
+    else if (end && *end == 0 && end != r && v >= 0 && v <= REFINE_MAX_K)
+      g_cfg.refine_k = (int)v;
+    else
+      warn("KLARAPTOR_REFINE=%s: expected off, on or a number of shapes from 0 to %d; "
+           "using %d",
+           r, REFINE_MAX_K, REFINE_DEFAULT_K);
+  }
+  free(g_cfg.choices_dir);
+  g_cfg.choices_dir = choices_dir_from_env();
   if (g_cfg.disabled && g_cfg.log_fd >= 0) {
     static const char msg[] =
         "klaraptor: KLARAPTOR_DISABLE is set: every launch keeps the program's dims\n";
@@ -439,6 +490,23 @@ static int cudart_query(int ordinal, klaraptor_device *dev, char *err, size_t er
       return -1;
     }
     memcpy((char *)dev + attrs[i].off, &v, sizeof v);
+  }
+  /* Identity only: a device that does not say leaves 0. */
+  static const struct {
+    enum cudaDeviceAttr attr;
+    size_t off;
+  } ident[] = {
+      {cudaDevAttrClockRate, offsetof(klaraptor_device, clock_khz)},
+      {cudaDevAttrMemoryClockRate, offsetof(klaraptor_device, mem_clock_khz)},
+      {cudaDevAttrGlobalMemoryBusWidth, offsetof(klaraptor_device, mem_bus_bits)},
+  };
+  for (size_t i = 0; i < sizeof ident / sizeof ident[0]; i++) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, ident[i].attr, ordinal) != cudaSuccess) {
+      (void)cudaGetLastError();
+      v = 0;
+    }
+    memcpy((char *)dev + ident[i].off, &v, sizeof v);
   }
   /* Only the name is read from cudaDeviceProp. It is the first member in every CUDA
    * version, but the struct's size is not: the cudart this is linked with may be older or
@@ -594,12 +662,16 @@ typedef struct decision {
   uint32_t block[3], grid[3];
 } decision;
 
+struct refine;
+
 typedef struct memo_node {
   const kentry *e;
   int ordinal;
   int32_t n;
   uint64_t hash;
-  decision d;
+  _Atomic int settled; /* 0 while refinement tries shapes: the launch takes the slow path */
+  decision d;          /* final once settled; while unsettled, the model's first choice */
+  struct refine *r;    /* under g_lock; NULL when the node never refined */
   int64_t data[];
 } memo_node;
 
@@ -729,13 +801,15 @@ static void log_mismatch(kentry *e, int32_t n_data) {
 
 /* Under g_lock. Fills d and the source text; *devp is the device (NULL if unknown). */
 static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_t *data,
-                          decision *d, sbuf *src, const klaraptor_device **devp) {
+                          decision *d, sbuf *src, const klaraptor_device **devp,
+                          const klaraptor_model **modelp) {
   const klaraptor_kernel *k = e->k;
   char errbuf[512];
   sbuf why = {errbuf, sizeof errbuf, 0};
   errbuf[0] = 0;
   d->keep = 1;
   *devp = NULL;
+  *modelp = NULL;
   if (cur_rc != 0) {
     sb_printf(src, "fallback: no current device (error %d)", cur_rc);
     return;
@@ -793,10 +867,22 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
   }
   d->keep = 0;
   memcpy(d->block, b, sizeof b);
+  *modelp = model;
   if (predicted >= 0)
     sb_printf(src, "model predicted_us=%.3g", predicted);
   else
     sb_printf(src, "model");
+}
+
+/* " <label>=<value>..." of a launch's data values. */
+static void sb_data(sbuf *b, const klaraptor_kernel *k, const int64_t *data) {
+  for (int i = 0; i < k->n_data; i++) {
+    const char *label = k->data_names[i];
+    if (label)
+      sb_printf(b, " %s=%" PRId64, label, data[i]);
+    else
+      sb_printf(b, " d%d=%" PRId64, i, data[i]);
+  }
 }
 
 static void log_decision(const kentry *e, const int64_t *data, const decision *d,
@@ -804,15 +890,8 @@ static void log_decision(const kentry *e, const int64_t *data, const decision *d
                          int ordinal, const klaraptor_device *dev) {
   char buf[4096];
   sbuf b = {buf, sizeof buf - 1, 0};
-  const klaraptor_kernel *k = e->k;
-  sb_printf(&b, "klaraptor: %s", kname(k));
-  for (int i = 0; i < k->n_data; i++) {
-    const char *label = k->data_names[i];
-    if (label)
-      sb_printf(&b, " %s=%" PRId64, label, data[i]);
-    else
-      sb_printf(&b, " d%d=%" PRId64, i, data[i]);
-  }
+  sb_printf(&b, "klaraptor: %s", kname(e->k));
+  sb_data(&b, e->k, data);
   const uint32_t *bl = d->keep ? pb : d->block, *gr = d->keep ? pg : d->grid;
   sb_printf(&b, " block=%ux%ux%u grid=%ux%ux%u source=%s device=%d:%s", bl[0], bl[1], bl[2],
             gr[0], gr[1], gr[2], src, ordinal, dev ? dev->name : "unknown");
@@ -868,21 +947,771 @@ static void note_profile(const kentry *e, const int64_t *data, const uint64_t *g
   if (fn) fn(e->k, data, *grid_xy, *grid_z, *block_xy, *block_z);
 }
 
-void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
-                      uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z) {
+/* ---------------------------------------------------------------------------------------- */
+/* Timing primitives (CUDA events on the launch's stream; never a synchronisation)          */
+
+typedef void *kl_event;
+
+#ifndef KLARAPTOR_NO_CUDART
+static int timing_available(void) { return 1; }
+static int ev_create(kl_event *e) {
+  cudaEvent_t ev;
+  if (cudaEventCreateWithFlags(&ev, cudaEventDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  *e = (kl_event)ev;
+  return 0;
+}
+static int ev_record(kl_event e, void *stream) {
+  if (cudaEventRecord((cudaEvent_t)e, (cudaStream_t)stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return 0;
+}
+/* 0: complete; 1: not yet; -1: an error (left for the program to see). */
+static int ev_query(kl_event e) {
+  cudaError_t r = cudaEventQuery((cudaEvent_t)e);
+  if (r == cudaSuccess) return 0;
+  return r == cudaErrorNotReady ? 1 : -1;
+}
+static int ev_elapsed_us(kl_event a, kl_event b, double *us) {
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  *us = (double)ms * 1e3;
+  return 0;
+}
+static void ev_destroy(kl_event e) {
+  if (e && cudaEventDestroy((cudaEvent_t)e) != cudaSuccess) (void)cudaGetLastError();
+}
+/* 1 when work on the stream is being captured into a graph (or that cannot be told). */
+static int stream_capturing(void *stream) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &st) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+/* A launch error the program has not read yet (not cleared: it is the program's). */
+static int launch_error_pending(void) { return cudaPeekAtLastError() != cudaSuccess; }
+/* Event calls in this thread must not be refused (and invalidate a capture) because another
+ * thread captures in global mode: relaxed for the duration of a refinement step. */
+static int capture_mode_relaxed(void) {
+  enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return (int)m;
+}
+static void capture_mode_restore(int old) {
+  if (old < 0) return;
+  enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)old;
+  if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) (void)cudaGetLastError();
+}
+#else
+static int timing_available(void) { return 0; }
+static int ev_create(kl_event *e) {
+  *e = NULL;
+  return -1;
+}
+static int ev_record(kl_event e, void *stream) {
+  (void)e;
+  (void)stream;
+  return -1;
+}
+static int ev_query(kl_event e) {
+  (void)e;
+  return -1;
+}
+static int ev_elapsed_us(kl_event a, kl_event b, double *us) {
+  (void)a;
+  (void)b;
+  *us = 0;
+  return -1;
+}
+static void ev_destroy(kl_event e) { (void)e; }
+static int stream_capturing(void *stream) {
+  (void)stream;
+  return 1;
+}
+static int launch_error_pending(void) { return 0; }
+static int capture_mode_relaxed(void) { return -1; }
+static void capture_mode_restore(int old) { (void)old; }
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Refinement                                                                               */
+
+#define RF_MAX_CANDS (REFINE_MAX_K + 2)
+#define RF_MAX_SAMPLES 5
+#define RF_MAX_TRIES 64
+#define RF_PRUNE 1.5       /* a candidate whose fastest sample is this much slower is out */
+#define RF_SHORT_US 20.0   /* kernels shorter than this get RF_MAX_SAMPLES samples */
+#define RF_LONG_US 1000.0  /* kernels at least this long get one sample */
+#define RF_STALE 64        /* a try not ended after this many launches of its key is dropped */
+
+typedef struct rf_cand {
+  char label[24];  /* model#<i>, profiled, program */
+  int program;     /* 1: the program's own dims (the launch keeps what it brings) */
+  uint32_t block[3], grid[3];
+  int issued;      /* timed launches begun */
+  int n;           /* samples read */
+  int out;         /* 1: slower than the best by RF_PRUNE; 2: its launch failed */
+  double us[RF_MAX_SAMPLES];
+} rf_cand;
+
+enum { TRY_FREE, TRY_BEGUN, TRY_ENDED, TRY_ABANDONED, TRY_DONE };
+
+typedef struct rf_try {
+  int cand;
+  int state;     /* under g_lock */
+  int failed;    /* the launch reported an error */
+  int begun_at;  /* the key's launch count when it began */
+  void *stream;
+  kl_event ev0, ev1;
+} rf_try;
+
+typedef struct refine {
+  const klaraptor_model *model;
+  const klaraptor_device *dev;
+  int nc;
+  rf_cand c[RF_MAX_CANDS];
+  int n_shapes;   /* shapes the model may choose from (-1: unknown) */
+  int warmed;
+  int launches;   /* launches of the key so far */
+  int ntries;
+  int capture_logged;
+  rf_try t[RF_MAX_TRIES];
+} refine;
+
+static void sb_block(sbuf *b, const uint32_t x[3]) { sb_printf(b, "%ux%ux%u", x[0], x[1], x[2]); }
+
+static double cand_median(const rf_cand *c) {
+  double v[RF_MAX_SAMPLES];
+  int n = c->n;
+  memcpy(v, c->us, (size_t)n * sizeof v[0]);
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  if (n == 0) return INFINITY_US;
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double cand_min(const rf_cand *c) {
+  double m = INFINITY_US;
+  for (int i = 0; i < c->n; i++)
+    if (c->us[i] < m) m = c->us[i];
+  return m;
+}
+
+/* Samples a candidate needs: short kernels are noisy, long ones are not. */
+static int cand_needed(const rf_cand *c) {
+  if (c->n == 0) return 3;
+  double m = cand_median(c);
+  if (m >= RF_LONG_US) return 1;
+  if (m < RF_SHORT_US) return RF_MAX_SAMPLES;
+  return 3;
+}
+
+/* Adds a candidate unless an equal one is there (same block and grid; the program's shape
+ * merges into an equal model shape, which then also stands for the program's). Returns its
+ * index or -1. */
+static int rf_add(refine *r, const char *label, int program, const uint32_t b[3],
+                  const uint32_t g[3]) {
+  for (int i = 0; i < r->nc; i++)
+    if (memcmp(r->c[i].block, b, 3 * sizeof b[0]) == 0 &&
+        memcmp(r->c[i].grid, g, 3 * sizeof g[0]) == 0)
+      return -1;
+  if (r->nc >= RF_MAX_CANDS) return -1;
+  rf_cand *c = &r->c[r->nc];
+  memset(c, 0, sizeof *c);
+  snprintf(c->label, sizeof c->label, "%s", label);
+  c->program = program;
+  memcpy(c->block, b, 3 * sizeof b[0]);
+  memcpy(c->grid, g, 3 * sizeof g[0]);
+  return r->nc++;
+}
+
+/* A model shape the runtime may launch: the limits, the constraints, the grid. */
+static int rf_shape_ok(const klaraptor_kernel *k, const klaraptor_device *dev,
+                       const int64_t *data, const uint32_t b[3], uint32_t g[3]) {
+  char wb[256];
+  sbuf why = {wb, sizeof wb, 0};
+  if (check_block(k, dev, b, &why) != 0) return 0;
+  if (k->allowed && !k->allowed(data, b)) return 0;
+  return compute_grid(k, dev, data, b, g, &why) == 0;
+}
+
+/* Under g_lock: the candidates of a key whose model chose d. NULL when there is nothing to
+ * refine (one candidate). */
+static refine *rf_new(const kentry *e, const klaraptor_model *m, const klaraptor_device *dev,
+                      const int64_t *data, const decision *d, const uint32_t pb[3],
+                      const uint32_t pg[3]) {
+  refine *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->model = m;
+  r->dev = dev;
+  r->n_shapes = -1;
+  rf_add(r, "model#1", 0, d->block, d->grid);
+  if (m->abi_version >= 2 && m->rank) {
+    uint32_t blocks[REFINE_MAX_K][3];
+    int total = m->rank(data, dev, g_cfg.refine_k, blocks, NULL);
+    r->n_shapes = total;
+    int filled = total < g_cfg.refine_k ? total : g_cfg.refine_k;
+    for (int i = 1; i < filled; i++) {
+      uint32_t g[3];
+      char label[24];
+      snprintf(label, sizeof label, "model#%d", (i + 1) % 100);
+      if (rf_shape_ok(e->k, dev, data, blocks[i], g)) rf_add(r, label, 0, blocks[i], g);
+    }
+  }
+  if (m->abi_version >= 2 && m->profiled_best) {
+    uint32_t b[3] = {1, 1, 1}, g[3];
+    if (m->profiled_best(data, dev, b) == 0 && rf_shape_ok(e->k, dev, data, b, g))
+      rf_add(r, "profiled", 0, b, g);
+  }
+  rf_add(r, "program", 1, pb, pg);
+  if (r->nc < 2) {
+    free(r);
+    return NULL;
+  }
+  return r;
+}
+
+/* ---- the choices cache ---- */
+
+static int g_choices_warned; /* under g_lock */
+
+static void sb_device_id(sbuf *b, const klaraptor_device *dev) {
+  sb_printf(b, "%s|sm=%d|cc=%d.%d|clock_khz=%d|mem_clock_khz=%d|bus_bits=%d", dev->name,
+            dev->sm_count, dev->cc_major, dev->cc_minor, dev->clock_khz, dev->mem_clock_khz,
+            dev->mem_bus_bits);
+}
+
+static void sb_data_values(sbuf *b, const klaraptor_kernel *k, const int64_t *data) {
+  sbuf t = *b;
+  sb_data(&t, k, data);
+  /* without the leading space */
+  if (t.len > b->len && b->p[b->len] == ' ') {
+    memmove(b->p + b->len, b->p + b->len + 1, t.len - b->len);
+    t.len--;
+  }
+  b->len = t.len;
+}
+
+/* The file of a key: <dir>/<name>-<hash of the key>.choice. */
+static int choices_path(const kentry *e, const klaraptor_model *m, const klaraptor_device *dev,
+                        const int64_t *data, char *path, size_t pathlen) {
+  if (!g_cfg.choices_dir || !m || m->abi_version < 2 || !m->code_hash) return -1;
+  char kb[2048];
+  sbuf key = {kb, sizeof kb, 0};
+  kb[0] = 0;
+  sb_printf(&key, "%s\n%s\n", e->k->id, m->code_hash);
+  sb_device_id(&key, dev);
+  sb_printf(&key, "\n");
+  sb_data_values(&key, e->k, data);
+  char name[65];
+  const char *n = kname(e->k);
+  size_t i = 0;
+  for (; n[i] && i < 64; i++) {
+    char ch = n[i];
+    int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+    name[i] = ok ? ch : '_';
+  }
+  name[i] = 0;
+  int w = snprintf(path, pathlen, "%s/%s-%016" PRIx64 ".choice", g_cfg.choices_dir, name,
+                   fnv1a(kb));
+  return w > 0 && (size_t)w < pathlen ? 0 : -1;
+}
+
+static void choices_warn_once(const char *fmt, const char *path, const char *why) {
+  if (g_choices_warned) return;
+  g_choices_warned = 1;
+  warn(fmt, path, why);
+}
+
+static int parse_block3(const char *s, uint32_t b[3]) {
+  unsigned v[3];
+  if (parse_shape(s, strlen(s), v) != 0) return -1;
+  b[0] = v[0];
+  b[1] = v[1];
+  b[2] = v[2];
+  return 0;
+}
+
+/* The value of "key = value" in text (NUL-terminated lines), or NULL. */
+static const char *kv_get(char *const *lines, int n, const char *key) {
+  size_t kl = strlen(key);
+  for (int i = 0; i < n; i++)
+    if (strncmp(lines[i], key, kl) == 0 && strncmp(lines[i] + kl, " = ", 3) == 0)
+      return lines[i] + kl + 3;
+  return NULL;
+}
+
+/* Under g_lock. 0 and the settled decision (and candidate label) when the cache has the
+ * key; -1 otherwise (a damaged file: one warning per process). */
+static int choices_read(const kentry *e, const klaraptor_model *m, const klaraptor_device *dev,
+                        const int64_t *data, decision *d, char *label, size_t labellen) {
+  char path[4352];
+  if (choices_path(e, m, dev, data, path, sizeof path) != 0) return -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[8192];
+  size_t len = 0;
+  for (;;) {
+    ssize_t r = read(fd, text + len, sizeof text - 1 - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    len += (size_t)r;
+    if (len == sizeof text - 1) break;
+  }
+  close(fd);
+  text[len] = 0;
+  char *lines[64];
+  int n = 0;
+  for (char *p = text; *p && n < 64;) {
+    char *q = strchr(p, '\n');
+    if (q) *q = 0;
+    size_t l = strlen(p);
+    while (l > 0 && (p[l - 1] == ' ' || p[l - 1] == '\r')) p[--l] = 0;
+    if (*p && *p != '#') lines[n++] = p;
+    if (!q) break;
+    p = q + 1;
+  }
+  const char *version = kv_get(lines, n, "version"), *kernel = kv_get(lines, n, "kernel"),
+             *hash = kv_get(lines, n, "code_hash"), *devid = kv_get(lines, n, "device_id"),
+             *vals = kv_get(lines, n, "data"), *block = kv_get(lines, n, "block"),
+             *cand = kv_get(lines, n, "candidate");
+  if (!version || strcmp(version, "1") != 0 || !kernel || !hash || !devid || !vals || !block ||
+      !cand) {
+    choices_warn_once("ignoring the damaged choices cache file %s (%s); it is rewritten when "
+                      "the launch settles again",
+                      path, "a field is missing or has another version");
+    return -1;
+  }
+  char kb[2048];
+  sbuf want = {kb, sizeof kb, 0};
+  kb[0] = 0;
+  sb_device_id(&want, dev);
+  char vb[1024];
+  sbuf wv = {vb, sizeof vb, 0};
+  vb[0] = 0;
+  sb_data_values(&wv, e->k, data);
+  /* Another key with the same file name: not ours, not damaged. */
+  if (strcmp(kernel, e->k->id) != 0 || strcmp(hash, m->code_hash) != 0 ||
+      strcmp(devid, kb) != 0 || strcmp(vals, vb) != 0)
+    return -1;
+  memset(d, 0, sizeof *d);
+  if (strcmp(block, "program") == 0) {
+    d->keep = 1;
+  } else {
+    uint32_t b[3], g[3];
+    if (parse_block3(block, b) != 0 || !rf_shape_ok(e->k, dev, data, b, g)) {
+      choices_warn_once("ignoring the damaged choices cache file %s (%s); it is rewritten when "
+                        "the launch settles again",
+                        path, "its block cannot be launched");
+      return -1;
+    }
+    d->keep = 0;
+    memcpy(d->block, b, sizeof b);
+    memcpy(d->grid, g, sizeof g);
+  }
+  snprintf(label, labellen, "%s", cand);
+  return 0;
+}
+
+static int mkdir_p(const char *dir) {
+  char p[4096];
+  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return -1;
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = 0;
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+    *s = '/';
+  }
+  if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+  return 0;
+}
+
+/* Under g_lock: writes the settled choice, atomically (a temporary file renamed over the
+ * old one), so that concurrent runs of the program never see half a file. */
+static void choices_write(const kentry *e, const refine *r, const int64_t *data, int best,
+                          int launches) {
+  char path[4352];
+  if (choices_path(e, r->model, r->dev, data, path, sizeof path) != 0) return;
+  char text[8192];
+  sbuf b = {text, sizeof text, 0};
+  text[0] = 0;
+  const rf_cand *c = &r->c[best];
+  sb_printf(&b,
+            "# klaraptor: a settled launch choice, written by the program's runtime (safe to "
+            "delete)\nversion = 1\nkernel = %s\nname = %s\ncode_hash = %s\ndevice = %s\n"
+            "device_id = ",
+            e->k->id, kname(e->k), r->model->code_hash, r->dev->name);
+  sb_device_id(&b, r->dev);
+  sb_printf(&b, "\ndata = ");
+  sb_data_values(&b, e->k, data);
+  sb_printf(&b, "\nblock = ");
+  if (c->program) {
+    sb_printf(&b, "program\nprogram_block = ");
+    sb_block(&b, c->block);
+  } else {
+    sb_block(&b, c->block);
+  }
+  sb_printf(&b, "\ncandidate = %s\nlaunches = %d\ntimes_us =", c->label, launches);
+  for (int i = 0; i < r->nc; i++) {
+    if (r->c[i].n == 0) continue;
+    sb_printf(&b, " ");
+    sb_block(&b, r->c[i].block);
+    sb_printf(&b, ":%.2f", cand_median(&r->c[i]));
+  }
+  sb_printf(&b, "\n");
+  if (b.len + 1 >= b.cap) return;
+  if (mkdir_p(g_cfg.choices_dir) != 0) {
+    choices_warn_once("cannot write the choices cache in %s (%s); set KLARAPTOR_CHOICES to "
+                      "another directory or to off",
+                      g_cfg.choices_dir, strerror(errno));
+    return;
+  }
+  static unsigned counter;
+  char tmp[4400];
+  const char *slash = strrchr(path, '/');
+  snprintf(tmp, sizeof tmp, "%.*s/.%s.%ld.%u.tmp", (int)(slash - path), path, slash + 1,
+           (long)getpid(), counter++);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    choices_warn_once("cannot write the choices cache in %s (%s); set KLARAPTOR_CHOICES to "
+                      "another directory or to off",
+                      g_cfg.choices_dir, strerror(errno));
+    return;
+  }
+  size_t off = 0;
+  int ok = 1;
+  while (off < b.len) {
+    ssize_t w = write(fd, text + off, b.len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      ok = 0;
+      break;
+    }
+    off += (size_t)w;
+  }
+  if (close(fd) != 0) ok = 0;
+  if (!ok || rename(tmp, path) != 0) {
+    int err = errno;
+    unlink(tmp);
+    choices_warn_once("cannot write the choices cache in %s (%s); set KLARAPTOR_CHOICES to "
+                      "another directory or to off",
+                      g_cfg.choices_dir, strerror(err));
+  }
+}
+
+/* ---- stepping ---- */
+
+static void rf_log(const kentry *e, const int64_t *data, const klaraptor_device *dev,
+                   int ordinal, const char *fmt, ...) {
+  if (g_cfg.log_fd < 0) return;
+  char buf[4096];
+  sbuf b = {buf, sizeof buf - 1, 0};
+  sb_printf(&b, "klaraptor: %s", kname(e->k));
+  sb_data(&b, e->k, data);
+  sb_printf(&b, " refine: ");
+  if (b.len + 1 < b.cap) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + b.len, b.cap - b.len, fmt, ap);
+    va_end(ap);
+    if (n > 0) b.len += (size_t)n;
+    if (b.len >= b.cap) b.len = b.cap - 1;
+  }
+  sb_printf(&b, " device=%d:%s", ordinal, dev ? dev->name : "unknown");
+  buf[b.len++] = '\n';
+  log_line(buf, b.len);
+}
+
+static void rf_log_trying(const kentry *e, const int64_t *data, const refine *r, int ordinal) {
+  char list[512];
+  sbuf l = {list, sizeof list, 0};
+  list[0] = 0;
+  const rf_cand *prog = NULL;
+  int n_model = 0;
+  for (int i = 0; i < r->nc; i++) {
+    if (r->c[i].program) {
+      prog = &r->c[i];
+      continue;
+    }
+    n_model++;
+    sb_printf(&l, "%s%s=", l.len ? " " : "", r->c[i].label);
+    sb_block(&l, r->c[i].block);
+  }
+  char shapes[32];
+  if (r->n_shapes >= 0)
+    snprintf(shapes, sizeof shapes, "%d", r->n_shapes);
+  else
+    snprintf(shapes, sizeof shapes, "?");
+  if (prog)
+    rf_log(e, data, r->dev, ordinal,
+           "trying %d of %s shapes and the program's %ux%ux%u (%s)", n_model, shapes,
+           prog->block[0], prog->block[1], prog->block[2], list);
+  else
+    rf_log(e, data, r->dev, ordinal,
+           "trying %d of %s shapes (the program's is among them) (%s)", n_model, shapes, list);
+}
+
+/* Reads the tries whose end event has been recorded and has completed; never waits. */
+static void rf_poll(refine *r) {
+  for (int i = 0; i < r->ntries; i++) {
+    rf_try *t = &r->t[i];
+    if (t->state == TRY_BEGUN && r->launches - t->begun_at > RF_STALE) {
+      /* never ended (the launch was skipped, or threw): forget it */
+      t->state = TRY_ABANDONED;
+      continue;
+    }
+    if (t->state != TRY_ENDED) continue;
+    int q = ev_query(t->ev1);
+    if (q == 1) continue;
+    double us = 0;
+    rf_cand *c = &r->c[t->cand];
+    if (t->failed) {
+      c->out = 2;
+    } else if (q == 0 && ev_elapsed_us(t->ev0, t->ev1, &us) == 0 && us > 0) {
+      if (c->n < RF_MAX_SAMPLES) c->us[c->n++] = us;
+    }
+    ev_destroy(t->ev0);
+    ev_destroy(t->ev1);
+    t->ev0 = t->ev1 = NULL;
+    t->state = TRY_DONE;
+  }
+}
+
+static int rf_pending(const refine *r, int cand) {
+  int p = 0;
+  for (int i = 0; i < r->ntries; i++)
+    if (r->t[i].cand == cand && (r->t[i].state == TRY_BEGUN || r->t[i].state == TRY_ENDED))
+      p++;
+  return p;
+}
+
+/* The candidate that looks fastest so far (the model's first before any sample). */
+static int rf_best(const refine *r) {
+  int best = -1;
+  double bt = INFINITY_US;
+  for (int i = 0; i < r->nc; i++) {
+    if (r->c[i].out || r->c[i].n == 0) continue;
+    double m = cand_median(&r->c[i]);
+    if (m < bt) {
+      bt = m;
+      best = i;
+    }
+  }
+  if (best >= 0) return best;
+  for (int i = 0; i < r->nc; i++)
+    if (!r->c[i].out) return i;
+  return -1;
+}
+
+static void rf_prune(refine *r) {
+  int b = rf_best(r);
+  if (b < 0 || r->c[b].n == 0) return;
+  double bt = cand_median(&r->c[b]);
+  /* Two samples at least (one may be an outlier), or the one a long kernel needs. */
+  for (int i = 0; i < r->nc; i++) {
+    const rf_cand *c = &r->c[i];
+    int enough = c->n >= 2 || (c->n >= 1 && cand_needed(c) == 1);
+    if (!c->out && enough && i != b && cand_min(c) > RF_PRUNE * bt) r->c[i].out = 1;
+  }
+}
+
+/* 1 when every candidate still in has its samples. */
+static int rf_complete(const refine *r) {
+  int any = 0;
+  for (int i = 0; i < r->nc; i++) {
+    const rf_cand *c = &r->c[i];
+    if (c->out) continue;
+    if (c->n < cand_needed(c)) return 0;
+    any = 1;
+  }
+  return any;
+}
+
+/* Under g_lock: stores the fastest candidate as the node's decision and publishes it. */
+static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
+  refine *r = m->r;
+  int best = rf_best(r);
+  decision d;
+  memset(&d, 0, sizeof d);
+  if (best < 0) {
+    /* every candidate failed to launch: the program's own launch */
+    d.keep = 1;
+  } else if (r->c[best].program) {
+    d.keep = 1;
+  } else {
+    memcpy(d.block, r->c[best].block, sizeof d.block);
+    memcpy(d.grid, r->c[best].grid, sizeof d.grid);
+  }
+  for (int i = 0; i < r->ntries; i++) {
+    rf_try *t = &r->t[i];
+    if (t->state == TRY_ENDED) {
+      ev_destroy(t->ev0);
+      ev_destroy(t->ev1);
+      t->ev0 = t->ev1 = NULL;
+      t->state = TRY_DONE;
+    } else if (t->state == TRY_BEGUN) {
+      t->state = TRY_ABANDONED; /* klaraptor_launch_end frees its events */
+    }
+  }
+  m->d = d;
+  atomic_store_explicit(&m->settled, 1, memory_order_release);
+  if (best < 0) {
+    rf_log(m->e, data, r->dev, ordinal,
+           "no candidate could be timed: the program's own launch from now on");
+    return;
+  }
+  double bt = cand_median(&r->c[best]);
+  double extra = 0;
+  for (int i = 0; i < r->nc; i++)
+    for (int j = 0; j < r->c[i].n; j++) extra += r->c[i].us[j] - bt;
+  if (r->warmed && r->c[0].n) extra += cand_median(&r->c[0]) - bt; /* the untimed warm-up */
+  char ratio[32] = "?";
+  if (r->c[0].n && cand_median(&r->c[0]) > 0)
+    snprintf(ratio, sizeof ratio, "%.3f", bt / cand_median(&r->c[0]));
+  rf_log(m->e, data, r->dev, ordinal,
+         "settled on block=%ux%ux%u grid=%ux%ux%u after launches=%d, %s of the model's first "
+         "choice's time (candidate=%s extra_us=%.1f)",
+         r->c[best].block[0], r->c[best].block[1], r->c[best].block[2], r->c[best].grid[0],
+         r->c[best].grid[1], r->c[best].grid[2], r->launches, ratio, r->c[best].label, extra);
+  choices_write(m->e, r, data, best, r->launches);
+}
+
+/* Under g_lock, for an unsettled node: which dims this launch takes (*use: a candidate, or -1
+ * for the program's own) and, when it is timed, the try (NULL otherwise). */
+static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *stream,
+                       int can_time, int *use) {
+  refine *r = m->r;
+  r->launches++;
+  int old_mode = capture_mode_relaxed();
+  rf_try *ticket = NULL;
+  rf_poll(r);
+  *use = rf_best(r);
+  if (!can_time || stream_capturing(stream)) {
+    /* A graph captured now replays whatever it captured: the best guess, untimed. */
+    if (can_time && !r->capture_logged) {
+      r->capture_logged = 1;
+      rf_log(m->e, data, r->dev, ordinal,
+             "the stream is being captured: %s, untimed", r->c[*use].label);
+    }
+    goto out;
+  }
+  if (!r->warmed) {
+    /* The first launch of a key pays for loading the kernel and touching its data: untimed,
+     * with the model's choice. */
+    r->warmed = 1;
+    *use = 0;
+    goto out;
+  }
+  rf_prune(r);
+  if (rf_complete(r) || r->ntries >= RF_MAX_TRIES) {
+    int waiting = 0;
+    for (int i = 0; i < r->nc; i++) waiting += rf_pending(r, i);
+    if (!waiting || r->ntries >= RF_MAX_TRIES) {
+      rf_settle(m, data, ordinal);
+      *use = -2; /* the settled decision */
+      goto out;
+    }
+  }
+  int pick = -1;
+  for (int i = 0; i < r->nc; i++) {
+    rf_cand *c = &r->c[i];
+    if (c->out || c->n + rf_pending(r, i) >= cand_needed(c)) continue;
+    if (pick < 0 || c->issued < r->c[pick].issued) pick = i;
+  }
+  if (pick < 0 || launch_error_pending()) goto out; /* waiting for results */
+  rf_try *t = &r->t[r->ntries];
+  memset(t, 0, sizeof *t);
+  if (ev_create(&t->ev0) != 0) goto out;
+  if (ev_create(&t->ev1) != 0) {
+    ev_destroy(t->ev0);
+    goto out;
+  }
+  if (ev_record(t->ev0, stream) != 0) {
+    ev_destroy(t->ev0);
+    ev_destroy(t->ev1);
+    goto out;
+  }
+  t->cand = pick;
+  t->state = TRY_BEGUN;
+  t->begun_at = r->launches;
+  t->stream = stream;
+  r->ntries++;
+  r->c[pick].issued++;
+  *use = pick;
+  ticket = t;
+out:
+  capture_mode_restore(old_mode);
+  return ticket;
+}
+
+void klaraptor_launch_end(uint64_t ticket) {
+  if (!ticket) return;
+  rf_try *t = (rf_try *)(uintptr_t)ticket;
+  pthread_mutex_lock(&g_lock);
+  int old_mode = capture_mode_relaxed();
+  if (t->state == TRY_BEGUN) {
+    t->failed = launch_error_pending();
+    if (ev_record(t->ev1, t->stream) == 0) {
+      t->state = TRY_ENDED;
+    } else {
+      ev_destroy(t->ev0);
+      ev_destroy(t->ev1);
+      t->ev0 = t->ev1 = NULL;
+      t->state = TRY_DONE;
+    }
+  } else if (t->state == TRY_ABANDONED) {
+    ev_destroy(t->ev0);
+    ev_destroy(t->ev1);
+    t->ev0 = t->ev1 = NULL;
+    t->state = TRY_DONE;
+  }
+  capture_mode_restore(old_mode);
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* The program's dims of a launch, unpacked. */
+static void unpack(const uint64_t *grid_xy, const uint32_t *grid_z, const uint64_t *block_xy,
+                   const uint32_t *block_z, uint32_t pb[3], uint32_t pg[3]) {
+  pb[0] = (uint32_t)*block_xy;
+  pb[1] = (uint32_t)(*block_xy >> 32);
+  pb[2] = *block_z;
+  pg[0] = (uint32_t)*grid_xy;
+  pg[1] = (uint32_t)(*grid_xy >> 32);
+  pg[2] = *grid_z;
+}
+
+static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
+                       uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z, void *stream,
+                       int can_time) {
   if (!id || !grid_xy || !grid_z || !block_xy || !block_z || n_data < 0 ||
       (n_data > 0 && !data))
-    return;
+    return 0;
   ensure_init();
-  if (g_cfg.disabled) return;
+  if (g_cfg.disabled) return 0;
   kentry *e = kernel_for_id(id);
   if (!e) {
     log_unknown(id);
-    return;
+    return 0;
   }
   if (n_data != e->k->n_data) {
     log_mismatch(e, n_data);
-    return;
+    return 0;
   }
   int ordinal = -1;
   int cur_rc = g_current(&ordinal);
@@ -890,45 +1719,75 @@ void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint6
   uint64_t h = memo_hash(e, ordinal, n_data, data);
   const memo_node *m =
       memo_find(atomic_load_explicit(&g_memo, memory_order_acquire), h, e, ordinal, n_data, data);
-  if (m) {
+  if (m && atomic_load_explicit(&m->settled, memory_order_acquire)) {
     apply(&m->d, grid_xy, grid_z, block_xy, block_z);
     note_profile(e, data, grid_xy, grid_z, block_xy, block_z);
-    return;
+    return 0;
   }
 
-  /* Miss: decide under the lock (once per key, so one log line per new decision). */
+  /* A miss (decide under the lock: once per key, so one log line per new decision), or a
+   * key still refining. */
   decision d;
+  rf_try *ticket = NULL;
+  uint32_t pb[3], pg[3];
+  unpack(grid_xy, grid_z, block_xy, block_z, pb, pg);
   pthread_mutex_lock(&g_lock);
   m = memo_find(atomic_load_explicit(&g_memo, memory_order_relaxed), h, e, ordinal, n_data,
                 data);
-  if (m) {
-    d = m->d;
-  } else {
+  if (!m) {
     char srcbuf[768];
     sbuf src = {srcbuf, sizeof srcbuf, 0};
     srcbuf[0] = 0;
     const klaraptor_device *dev = NULL;
+    const klaraptor_model *model = NULL;
     memset(&d, 0, sizeof d);
-    decide_locked(e, cur_rc, ordinal, data, &d, &src, &dev);
+    decide_locked(e, cur_rc, ordinal, data, &d, &src, &dev, &model);
     memo_node *nm = malloc(sizeof *nm + (size_t)n_data * sizeof(int64_t));
     int stored = 0;
+    decision cached;
+    char cached_label[24] = "";
+    int from_cache = 0;
     if (nm) {
       nm->e = e;
       nm->ordinal = ordinal;
       nm->n = n_data;
       nm->hash = h;
       nm->d = d;
+      nm->r = NULL;
+      atomic_init(&nm->settled, 1);
       if (n_data) memcpy(nm->data, data, (size_t)n_data * sizeof(int64_t));
+      /* Refinement: a model's choice, timing possible, not the profiling variant. */
+      if (!d.keep && model && dev && g_cfg.refine_k > 0 && timing_available() &&
+          !atomic_load_explicit(&g_profile_note, memory_order_acquire)) {
+        if (choices_read(e, model, dev, data, &cached, cached_label, sizeof cached_label) ==
+            0) {
+          nm->d = cached;
+          from_cache = 1;
+        } else {
+          nm->r = rf_new(e, model, dev, data, &d, pb, pg);
+          if (nm->r) atomic_init(&nm->settled, 0);
+        }
+      }
       stored = memo_insert_locked(nm) == 0;
-      if (!stored) free(nm);
+      if (!stored) {
+        free(nm->r);
+        free(nm);
+        nm = NULL;
+      }
     }
     if (stored || !g_memo_full_logged) {
-      uint32_t pb[3] = {(uint32_t)*block_xy, (uint32_t)(*block_xy >> 32), *block_z};
-      uint32_t pg[3] = {(uint32_t)*grid_xy, (uint32_t)(*grid_xy >> 32), *grid_z};
       log_decision(e, data, &d, pb, pg, srcbuf, ordinal, dev);
       /* A forced shape that cannot be used is worth a word even without KLARAPTOR_LOG. */
       if (g_cfg.log_fd < 0 && strncmp(srcbuf, "fallback: forced", 16) == 0)
         warn("%s: KLARAPTOR_FORCE %s", kname(e->k), srcbuf + strlen("fallback: "));
+    }
+    if (nm && from_cache) {
+      const uint32_t *cb = cached.keep ? pb : cached.block, *cg = cached.keep ? pg : cached.grid;
+      rf_log(e, data, dev, ordinal,
+             "settled on block=%ux%ux%u grid=%ux%ux%u from the choices cache (candidate=%s)",
+             cb[0], cb[1], cb[2], cg[0], cg[1], cg[2], cached_label);
+    } else if (nm && nm->r) {
+      rf_log_trying(e, data, nm->r, ordinal);
     }
     if (!stored && !g_memo_full_logged) {
       g_memo_full_logged = 1;
@@ -936,10 +1795,40 @@ void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint6
                                 "every launch and not logged\n";
       log_line(msg, sizeof msg - 1);
     }
+    m = nm;
+  }
+  if (m && !atomic_load_explicit(&m->settled, memory_order_relaxed)) {
+    memo_node *mm = (memo_node *)m;
+    int use = -1;
+    ticket = rf_step(mm, data, ordinal, stream, can_time, &use);
+    if (use < 0) {
+      d = mm->d;
+    } else {
+      const rf_cand *c = &mm->r->c[use];
+      memset(&d, 0, sizeof d);
+      d.keep = c->program;
+      memcpy(d.block, c->block, sizeof d.block);
+      memcpy(d.grid, c->grid, sizeof d.grid);
+    }
+  } else if (m) {
+    d = m->d;
   }
   pthread_mutex_unlock(&g_lock);
   apply(&d, grid_xy, grid_z, block_xy, block_z);
   note_profile(e, data, grid_xy, grid_z, block_xy, block_z);
+  return (uint64_t)(uintptr_t)ticket;
+}
+
+void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
+                      uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z) {
+  (void)launch(id, n_data, data, grid_xy, grid_z, block_xy, block_z, NULL, 0);
+}
+
+uint64_t klaraptor_launch_begin(const char *id, int32_t n_data, const int64_t *data,
+                                uint64_t *grid_xy, uint32_t *grid_z, uint64_t *block_xy,
+                                uint32_t *block_z, uint64_t shmem, void *stream) {
+  (void)shmem;
+  return launch(id, n_data, data, grid_xy, grid_z, block_xy, block_z, stream, 1);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -949,8 +1838,11 @@ void klaraptor__reset_for_tests(void) {
   pthread_mutex_lock(&g_lock);
   memo_table *t = atomic_load_explicit(&g_memo, memory_order_relaxed);
   if (t) {
-    for (size_t i = 0; i <= t->mask; i++) free(atomic_load_explicit(&t->slots[i],
-                                                                    memory_order_relaxed));
+    for (size_t i = 0; i <= t->mask; i++) {
+      memo_node *m = atomic_load_explicit(&t->slots[i], memory_order_relaxed);
+      if (m) free(m->r);
+      free(m);
+    }
   }
   while (t) {
     memo_table *r = t->retired;
@@ -981,6 +1873,10 @@ void klaraptor__reset_for_tests(void) {
   g_cfg.log_fd = -1;
   g_cfg.log_fd_owned = 0;
   g_cfg.disabled = 0;
+  g_cfg.refine_k = REFINE_DEFAULT_K;
+  free(g_cfg.choices_dir);
+  g_cfg.choices_dir = NULL;
+  g_choices_warned = 0;
   atomic_store_explicit(&g_inited, 0, memory_order_release);
   pthread_mutex_unlock(&g_lock);
 }

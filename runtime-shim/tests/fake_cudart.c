@@ -66,3 +66,153 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   strcpy(prop->name, device == 0 ? "NVIDIA H200" : "NVIDIA A100-SXM4-80GB");
   return cudaSuccess;
 }
+
+/* ---- Events, streams and launches, for the refinement tests ----
+ *
+ * Every stream (any pointer; NULL is the default stream) has a clock in microseconds: the
+ * time at which the work queued on it so far ends. fake_cudart_kernel(stream, us) queues a
+ * kernel of that length. An event recorded on a stream takes the stream's clock; it is
+ * complete once the GPU's progress (fake_cudart_gpu_us) has reached it, or at once while
+ * fake_cudart_gpu_follows is set. Elapsed times are read only between complete events, as
+ * CUDA does. Every call that would make the host wait (cudaDeviceSynchronize,
+ * cudaStreamSynchronize, cudaEventSynchronize) is counted in fake_cudart_syncs: the runtime
+ * must never make one. fake_cudart_capturing names a stream being captured into a graph;
+ * fake_cudart_launch_error is what cudaPeekAtLastError reports. */
+#include <pthread.h>
+#include <stdlib.h>
+
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+double fake_cudart_gpu_us = 0;
+int fake_cudart_gpu_follows = 1;
+int fake_cudart_syncs = 0;
+int fake_cudart_events_live = 0;
+int fake_cudart_records = 0;
+void *fake_cudart_capturing = (void *)-1;
+_Thread_local int fake_cudart_launch_error = 0; /* per thread, as CUDA's last error */
+int fake_cudart_capture_mode = cudaStreamCaptureModeGlobal;
+
+#define FAKE_STREAMS 64
+static struct {
+  void *s;
+  double t;
+} fake_streams[FAKE_STREAMS];
+static int fake_n_streams;
+
+static double *fake_clock(void *s) {
+  for (int i = 0; i < fake_n_streams; i++)
+    if (fake_streams[i].s == s) return &fake_streams[i].t;
+  if (fake_n_streams == FAKE_STREAMS) abort();
+  fake_streams[fake_n_streams].s = s;
+  fake_streams[fake_n_streams].t = 0;
+  return &fake_streams[fake_n_streams++].t;
+}
+
+void fake_cudart_kernel(void *stream, double us) {
+  pthread_mutex_lock(&fake_lock);
+  *fake_clock(stream) += us;
+  pthread_mutex_unlock(&fake_lock);
+}
+
+void fake_cudart_reset_streams(void) {
+  pthread_mutex_lock(&fake_lock);
+  fake_n_streams = 0;
+  fake_cudart_gpu_us = 0;
+  pthread_mutex_unlock(&fake_lock);
+}
+
+typedef struct fake_event {
+  double t;
+  int recorded;
+} fake_event;
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+  (void)flags;
+  fake_event *f = calloc(1, sizeof *f);
+  if (!f) return cudaErrorMemoryAllocation;
+  pthread_mutex_lock(&fake_lock);
+  fake_cudart_events_live++;
+  pthread_mutex_unlock(&fake_lock);
+  *e = (cudaEvent_t)f;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  pthread_mutex_lock(&fake_lock);
+  fake_cudart_events_live--;
+  pthread_mutex_unlock(&fake_lock);
+  free(e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  fake_event *f = (fake_event *)e;
+  pthread_mutex_lock(&fake_lock);
+  if ((void *)s == fake_cudart_capturing) {
+    pthread_mutex_unlock(&fake_lock);
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  f->t = *fake_clock((void *)s);
+  f->recorded = 1;
+  fake_cudart_records++;
+  pthread_mutex_unlock(&fake_lock);
+  return cudaSuccess;
+}
+
+static int fake_done(const fake_event *f) {
+  return !f->recorded || fake_cudart_gpu_follows || f->t <= fake_cudart_gpu_us;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  pthread_mutex_lock(&fake_lock);
+  int done = fake_done((fake_event *)e);
+  pthread_mutex_unlock(&fake_lock);
+  return done ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  fake_event *x = (fake_event *)a, *y = (fake_event *)b;
+  pthread_mutex_lock(&fake_lock);
+  cudaError_t r = cudaSuccess;
+  if (!x->recorded || !y->recorded)
+    r = cudaErrorInvalidResourceHandle;
+  else if (!fake_done(x) || !fake_done(y))
+    r = cudaErrorNotReady;
+  else
+    *ms = (float)((y->t - x->t) / 1000.0);
+  pthread_mutex_unlock(&fake_lock);
+  return r;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  (void)e;
+  fake_cudart_syncs++;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  (void)s;
+  fake_cudart_syncs++;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  fake_cudart_syncs++;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st) {
+  *st = (void *)s == fake_cudart_capturing ? cudaStreamCaptureStatusActive
+                                           : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return (cudaError_t)fake_cudart_launch_error; }
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
+  pthread_mutex_lock(&fake_lock);
+  enum cudaStreamCaptureMode old = (enum cudaStreamCaptureMode)fake_cudart_capture_mode;
+  fake_cudart_capture_mode = (int)*mode;
+  *mode = old;
+  pthread_mutex_unlock(&fake_lock);
+  return cudaSuccess;
+}

@@ -285,7 +285,9 @@ pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
             while let Some(x) = i {
                 match callee_name(x).as_deref() {
                     Some("__cudaPushCallConfiguration") => break,
-                    Some("klaraptor_select") => selects.push(read_select(m, x)),
+                    Some("klaraptor_select" | "klaraptor_launch_begin") => {
+                        selects.push(read_select(m, x))
+                    }
                     _ => {}
                 }
                 i = x.get_previous_instruction();
@@ -325,7 +327,9 @@ pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
                 .filter(|_| stub_call.is_none());
             while let Some(x) = i {
                 if callee_name(x).is_some_and(|n| {
-                    !n.starts_with("llvm.") && !n.starts_with("__cuda") && n != "klaraptor_select"
+                    !n.starts_with("llvm.")
+                        && !n.starts_with("__cuda")
+                        && !n.starts_with("klaraptor_")
                 }) {
                     stub_call = Some(x);
                     break;
@@ -333,6 +337,46 @@ pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
                 i = x.get_next_instruction();
             }
             let stub_call = stub_call.expect("a stub call in the success block");
+            // The timing form: the ticket the begin call returned goes to the end call
+            // right after the stub call (or at the top of an invoke's normal destination),
+            // and the begin call passes the push's shared memory and stream.
+            for sel in &selects {
+                if callee_name(sel.call).as_deref() != Some("klaraptor_launch_begin") {
+                    continue;
+                }
+                assert!(
+                    same_value(op(sel.call, 7), op(push, 4)),
+                    "begin passes the shmem"
+                );
+                assert!(
+                    same_value(op(sel.call, 8), op(push, 5)),
+                    "begin passes the stream"
+                );
+                let mut after = match stub_call.get_opcode() {
+                    InstructionOpcode::Invoke => {
+                        let normal = match stub_call.get_operand(stub_call.get_num_operands() - 3) {
+                            Some(Operand::Block(b)) => b,
+                            other => panic!("invoke operand {other:?}"),
+                        };
+                        normal.get_first_instruction()
+                    }
+                    _ => stub_call.get_next_instruction(),
+                };
+                while let Some(x) = after.filter(|x| x.get_opcode() == InstructionOpcode::Phi) {
+                    after = x.get_next_instruction();
+                }
+                let end = after.expect("an instruction after the launch");
+                assert_eq!(
+                    callee_name(end).as_deref(),
+                    Some("klaraptor_launch_end"),
+                    "the end call right after the launch: {end:?}"
+                );
+                assert_eq!(
+                    op(end, 0).as_instruction_value(),
+                    Some(sel.call),
+                    "the end call takes the begin call's ticket"
+                );
+            }
             out.push(Launch {
                 function: f.get_name().to_string_lossy().into_owned(),
                 push,

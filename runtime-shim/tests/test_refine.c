@@ -1,0 +1,519 @@
+/* Tests of the runtime's refinement without a GPU: the shim linked with the fake CUDA runtime
+ * (tests/fake_cudart.c), whose streams keep a clock that each fake kernel advances by its
+ * length, so that the CUDA events the shim records on a launch's stream measure exactly the
+ * time the test gave that shape. Driven by tests/runtime_shim.rs as
+ *
+ *   test_refine unit <dir>    in-process cases; prints "ok <case>" per case; <dir> is a
+ *                             scratch directory for logs and choices caches
+ *   test_refine processes <dir>
+ *                             rounds of two processes settling the same key at once and a
+ *                             third reading the cache file meanwhile
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "klaraptor.h"
+#include "klaraptor_internal.h"
+
+extern double fake_cudart_gpu_us;
+extern int fake_cudart_gpu_follows;
+extern int fake_cudart_syncs;
+extern int fake_cudart_events_live;
+extern int fake_cudart_records;
+extern void *fake_cudart_capturing;
+extern _Thread_local int fake_cudart_launch_error;
+extern int fake_cudart_capture_mode;
+void fake_cudart_kernel(void *stream, double us);
+void fake_cudart_reset_streams(void);
+
+static int g_failures;
+static const char *g_case = "";
+static char g_dir[2048];
+
+#define CHECK(c)                                                                         \
+  do {                                                                                   \
+    if (!(c)) {                                                                          \
+      fprintf(stderr, "FAIL %s: %s:%d: %s\n", g_case, __FILE__, __LINE__, #c);          \
+      g_failures++;                                                                      \
+      return;                                                                            \
+    }                                                                                    \
+  } while (0)
+
+/* ---------------------------------------------------------------------------------------- */
+/* The kernel and its rational program                                                      */
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int st_grid(const int64_t *d, const uint32_t b[3], uint32_t g[3]) {
+  if (d[0] <= 0) return 1;
+  g[0] = (uint32_t)cdiv(d[0], b[0]);
+  g[1] = g[2] = 1;
+  return 0;
+}
+static int st_allowed(const int64_t *d, const uint32_t b[3]) {
+  (void)d;
+  return b[0] % 32 == 0;
+}
+static const char *const n_names[] = {"n"};
+#define ID "_Z7stencilPfi"
+static const klaraptor_kernel k_st = {KLARAPTOR_ABI_VERSION, ID, "stencil", 1, n_names, 1,
+                                      st_grid, st_allowed, 32, 0, NULL, NULL};
+
+/* The model ranks 256 > 128 > 512 > the other multiples of 32 up to 1024 (32 shapes). */
+static const uint32_t g_order[] = {256, 128, 512, 64, 96, 160};
+static int st_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3],
+                   double *us) {
+  (void)data;
+  (void)dev;
+  for (int i = 0; i < k && i < 6; i++) {
+    blocks[i][0] = g_order[i];
+    blocks[i][1] = blocks[i][2] = 1;
+    if (us) us[i] = 10.0 + i;
+  }
+  return 32;
+}
+static int st_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
+                     double *us) {
+  uint32_t b[1][3];
+  st_rank(data, dev, 1, b, us);
+  memcpy(block, b[0], sizeof b[0]);
+  return 0;
+}
+static const klaraptor_model m_st = {KLARAPTOR_MODEL_ABI_VERSION, ID, "NVIDIA H200", st_select,
+                                     "stencil.NVIDIA_H200.c", st_rank, NULL,
+                                     "00c0ffee00c0ffee"};
+
+__attribute__((constructor)) static void register_all(void) {
+  klaraptor_register(&k_st);
+  klaraptor_register_model(&m_st);
+}
+
+/* Kernel times by block width, in microseconds: 128 is fastest, the program's 64 slowest. */
+static double g_scale = 1.0;
+static double g_outlier_bx = 0; /* the first launch of this width takes 8x */
+static double kernel_us(uint32_t bx) {
+  double t = bx == 128 ? 30 : bx == 256 ? 40 : bx == 512 ? 50 : bx == 64 ? 100 : 70;
+  if (g_outlier_bx == bx) {
+    g_outlier_bx = 0;
+    return 8 * t * g_scale;
+  }
+  return t * g_scale;
+}
+
+/* One launch of the program's work on `stream`: the shim chooses, the fake GPU runs it for
+ * kernel_us(width) (nothing when the launch "failed"). Returns the block width used. */
+static uint32_t run(void *stream, int64_t n, uint32_t fail_bx) {
+  uint32_t prog_bx = 64;
+  uint64_t gxy = (uint64_t)cdiv(n, prog_bx) | (1ull << 32), bxy = prog_bx | (1ull << 32);
+  uint32_t gz = 1, bz = 1;
+  uint64_t t = klaraptor_launch_begin(ID, 1, &n, &gxy, &gz, &bxy, &bz, 0, stream);
+  uint32_t bx = (uint32_t)bxy;
+  if (bx == fail_bx)
+    fake_cudart_launch_error = 9; /* cudaErrorInvalidConfiguration */
+  else
+    fake_cudart_kernel(stream, kernel_us(bx));
+  klaraptor_launch_end(t);
+  fake_cudart_launch_error = 0;
+  return bx;
+}
+
+static void fresh(const char *refine, const char *choices) {
+  char log[2200];
+  snprintf(log, sizeof log, "%s/log-%s.txt", g_dir, g_case);
+  unlink(log);
+  setenv("KLARAPTOR_LOG", log, 1);
+  if (refine)
+    setenv("KLARAPTOR_REFINE", refine, 1);
+  else
+    unsetenv("KLARAPTOR_REFINE");
+  setenv("KLARAPTOR_CHOICES", choices ? choices : "off", 1);
+  klaraptor__reset_for_tests();
+  fake_cudart_reset_streams();
+  fake_cudart_gpu_follows = 1;
+  fake_cudart_capturing = (void *)-1;
+  fake_cudart_records = 0;
+  g_scale = 1.0;
+  g_outlier_bx = 0;
+}
+
+/* The log so far. */
+static const char *log_text(void) {
+  static char buf[65536];
+  char log[2200];
+  snprintf(log, sizeof log, "%s/log-%s.txt", g_dir, g_case);
+  FILE *f = fopen(log, "r");
+  buf[0] = 0;
+  if (!f) return buf;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static int count(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Cases                                                                                    */
+
+/* The order of the tries, pruning, settling, the log, no synchronisation, no event left. */
+static void t_order(void) {
+  g_case = "order";
+  fresh(NULL, NULL);
+  uint32_t seq[16];
+  for (int i = 0; i < 16; i++) seq[i] = run(NULL, 4096, 0);
+  /* warm-up (model#1, untimed); two rounds of the four; the two slow ones are out (their
+   * fastest sample is more than 1.5x the best median); the third samples of the two left */
+  static const uint32_t want[16] = {256, 256, 128, 512, 64, 256, 128, 512,
+                                    64,  256, 128, 128, 128, 128, 128, 128};
+  for (int i = 0; i < 16; i++) {
+    if (seq[i] != want[i]) fprintf(stderr, "launch %d: %u, want %u\n", i + 1, seq[i], want[i]);
+    CHECK(seq[i] == want[i]);
+  }
+  const char *log = log_text();
+  CHECK(strstr(log, "klaraptor: stencil n=4096 block=256x1x1 grid=16x1x1 source=model "
+                    "predicted_us=10 device=0:NVIDIA H200 program_block=64x1x1\n"));
+  CHECK(strstr(log, "klaraptor: stencil n=4096 refine: trying 3 of 32 shapes and the "
+                    "program's 64x1x1 (model#1=256x1x1 model#2=128x1x1 model#3=512x1x1) "
+                    "device=0:NVIDIA H200\n"));
+  /* extra: 256: 3 x 10 (and 10 for the warm-up), 512: 2 x 20, 64: 2 x 70 */
+  CHECK(strstr(log, "klaraptor: stencil n=4096 refine: settled on block=128x1x1 grid=32x1x1 "
+                    "after launches=12, 0.750 of the model's first choice's time "
+                    "(candidate=model#2 extra_us=220.0) device=0:NVIDIA H200\n"));
+  CHECK(count(log, "\n") == 3);
+  CHECK(fake_cudart_syncs == 0);
+  CHECK(fake_cudart_events_live == 0);
+  CHECK(klaraptor__memo_size() == 1);
+  printf("ok order\n");
+}
+
+/* Short kernels: five samples each, the median, an outlier does not decide. */
+static void t_short(void) {
+  g_case = "short";
+  fresh(NULL, NULL);
+  g_scale = 0.2; /* 6, 8, 10 and 20 us */
+  g_outlier_bx = 128;
+  uint32_t last = 0;
+  int settled_at = 0;
+  for (int i = 0; i < 60 && !settled_at; i++) {
+    last = run(NULL, 4096, 0);
+    if (strstr(log_text(), "settled on")) settled_at = i + 1;
+  }
+  CHECK(settled_at > 0);
+  CHECK(strstr(log_text(), "settled on block=128x1x1"));
+  /* 128 and 256 both need five samples: one warm-up and at least ten timed launches */
+  CHECK(settled_at >= 11);
+  CHECK(last == 128);
+  CHECK(run(NULL, 4096, 0) == 128);
+  CHECK(fake_cudart_events_live == 0);
+  printf("ok short\n");
+}
+
+/* Long kernels: one sample each is enough. */
+static void t_long(void) {
+  g_case = "long";
+  fresh(NULL, NULL);
+  g_scale = 50; /* 1.5 to 5 ms */
+  for (int i = 0; i < 6; i++) run(NULL, 4096, 0);
+  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1 after launches=6,"));
+  printf("ok long\n");
+}
+
+/* Results that are not ready are not waited for: the launches go on with the best guess,
+ * and the key settles once the GPU has caught up. */
+static void t_deferred(void) {
+  g_case = "deferred";
+  fresh(NULL, NULL);
+  fake_cudart_gpu_follows = 0;
+  fake_cudart_gpu_us = 0;
+  int counts[1025] = {0};
+  for (int i = 0; i < 40; i++) counts[run(NULL, 4096, 0)]++;
+  CHECK(!strstr(log_text(), "settled"));
+  /* each candidate got its three tries in flight, the rest ran the model's first choice */
+  CHECK(counts[128] == 3 && counts[512] == 3 && counts[64] == 3);
+  CHECK(counts[256] == 40 - 9);
+  CHECK(fake_cudart_syncs == 0);
+  fake_cudart_gpu_us = 1e12; /* the GPU has run everything queued */
+  run(NULL, 4096, 0);
+  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1 after launches=41,"));
+  CHECK(run(NULL, 4096, 0) == 128);
+  CHECK(fake_cudart_events_live == 0);
+  printf("ok deferred\n");
+}
+
+/* A stream being captured into a graph: the model's choice, no event recorded there. */
+static void t_capture(void) {
+  g_case = "capture";
+  fresh(NULL, NULL);
+  void *s = (void *)0x1000;
+  fake_cudart_capturing = s;
+  for (int i = 0; i < 20; i++) CHECK(run(s, 4096, 0) == 256);
+  CHECK(fake_cudart_records == 0);
+  CHECK(fake_cudart_events_live == 0);
+  CHECK(count(log_text(), "the stream is being captured: model#1, untimed") == 1);
+  /* the capture mode of the thread is left as it was */
+  CHECK(fake_cudart_capture_mode == 0 /* cudaStreamCaptureModeGlobal */);
+  fake_cudart_capturing = (void *)-1; /* capture ended: refinement goes on */
+  for (int i = 0; i < 12; i++) run(s, 4096, 0);
+  CHECK(strstr(log_text(), "settled on block=128x1x1"));
+  printf("ok capture\n");
+}
+
+/* A candidate whose launch fails is never chosen (its timing would be near zero). */
+static void t_failed(void) {
+  g_case = "failed";
+  fresh(NULL, NULL);
+  for (int i = 0; i < 20; i++) run(NULL, 4096, 512);
+  CHECK(strstr(log_text(), "settled on block=128x1x1"));
+  CHECK(run(NULL, 4096, 0) == 128);
+  printf("ok failed\n");
+}
+
+/* KLARAPTOR_REFINE=off and =1. */
+static void t_controls(void) {
+  g_case = "controls";
+  fresh("off", NULL);
+  for (int i = 0; i < 20; i++) CHECK(run(NULL, 4096, 0) == 256);
+  CHECK(fake_cudart_records == 0);
+  CHECK(!strstr(log_text(), "refine:"));
+  fresh("1", NULL);
+  for (int i = 0; i < 10; i++) run(NULL, 4096, 0);
+  CHECK(strstr(log_text(), "refine: trying 1 of 32 shapes and the program's 64x1x1 "
+                           "(model#1=256x1x1)"));
+  CHECK(strstr(log_text(), "settled on block=256x1x1 grid=16x1x1 after launches=7,"));
+  /* the program's shape winning keeps the program's dims */
+  fresh("1", NULL);
+  g_scale = 1;
+  /* make 64 the fastest: the program wins */
+  for (int i = 0; i < 10; i++) {
+    uint32_t prog = 64;
+    int64_t n = 4096;
+    uint64_t gxy = (uint64_t)cdiv(n, prog) | (1ull << 32), bxy = prog | (1ull << 32);
+    uint32_t gz = 1, bz = 1;
+    uint64_t t = klaraptor_launch_begin(ID, 1, &n, &gxy, &gz, &bxy, &bz, 0, NULL);
+    fake_cudart_kernel(NULL, (uint32_t)bxy == 64 ? 5 : 40);
+    klaraptor_launch_end(t);
+  }
+  CHECK(strstr(log_text(), "settled on block=64x1x1 grid=64x1x1 after launches="));
+  CHECK(strstr(log_text(), "(candidate=program "));
+  CHECK(run(NULL, 4096, 0) == 64);
+  printf("ok controls\n");
+}
+
+static int read_file(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return (int)n;
+}
+
+/* The one *.choice file in dir (its path into out); the number of files, temporaries too. */
+static int choice_files(const char *dir, char *out, size_t cap, int *tmps) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  *tmps = 0;
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t l = strlen(e->d_name);
+    if (l > 7 && strcmp(e->d_name + l - 7, ".choice") == 0) {
+      snprintf(out, cap, "%s/%s", dir, e->d_name);
+      n++;
+    }
+    if (l > 4 && strcmp(e->d_name + l - 4, ".tmp") == 0) (*tmps)++;
+  }
+  closedir(d);
+  return n;
+}
+
+/* The choices cache: written when the key settles, read by the next run, a damaged file
+ * ignored with one warning and rewritten. */
+static void t_cache(void) {
+  g_case = "cache";
+  char dir[2200], path[4400], text[8192];
+  snprintf(dir, sizeof dir, "%s/choices-cache/a/b", g_dir);
+  fresh(NULL, dir);
+  for (int i = 0; i < 12; i++) run(NULL, 4096, 0);
+  int tmps = 0;
+  CHECK(choice_files(dir, path, sizeof path, &tmps) == 1 && tmps == 0);
+  CHECK(strstr(path, "/stencil-") && read_file(path, text, sizeof text) > 0);
+  CHECK(strstr(text, "version = 1\nkernel = _Z7stencilPfi\nname = stencil\n"
+                     "code_hash = 00c0ffee00c0ffee\ndevice = NVIDIA H200\n"
+                     "device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|"
+                     "bus_bits=0\ndata = n=4096\nblock = 128x1x1\ncandidate = model#2\n"
+                     "launches = 12\ntimes_us = 256x1x1:40.00 128x1x1:30.00 512x1x1:50.00 "
+                     "64x1x1:100.00\n"));
+  /* the next run starts settled */
+  fresh(NULL, dir);
+  CHECK(run(NULL, 4096, 0) == 128);
+  CHECK(fake_cudart_records == 0);
+  CHECK(strstr(log_text(), "refine: settled on block=128x1x1 grid=32x1x1 from the choices "
+                           "cache (candidate=model#2) device=0:NVIDIA H200\n"));
+  /* another size is another key */
+  for (int i = 0; i < 12; i++) run(NULL, 8192, 0);
+  CHECK(choice_files(dir, path, sizeof path, &tmps) == 2);
+  /* a damaged file: ignored (one warning, on stderr), refined again, rewritten */
+  snprintf(dir, sizeof dir, "%s/choices-damaged", g_dir);
+  fresh(NULL, dir);
+  for (int i = 0; i < 12; i++) run(NULL, 4096, 0);
+  CHECK(choice_files(dir, path, sizeof path, &tmps) == 1);
+  FILE *f = fopen(path, "w");
+  CHECK(f);
+  fputs("version = 1\nkernel = _Z7stencilPfi\nblock = 12", f); /* cut short */
+  fclose(f);
+  fresh(NULL, dir);
+  fprintf(stderr, "--- expect one warning:\n");
+  for (int i = 0; i < 12; i++) run(NULL, 4096, 0);
+  fprintf(stderr, "---\n");
+  CHECK(!strstr(log_text(), "from the choices cache"));
+  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1 after launches=12,"));
+  CHECK(read_file(path, text, sizeof text) > 0 && strstr(text, "block = 128x1x1\n"));
+  /* an unwritable directory: one warning, the run goes on */
+  fresh(NULL, "/proc/klaraptor-no-such-dir");
+  fprintf(stderr, "--- expect one warning:\n");
+  for (int i = 0; i < 12; i++) run(NULL, 4096, 0);
+  fprintf(stderr, "---\n");
+  CHECK(run(NULL, 4096, 0) == 128);
+  printf("ok cache\n");
+}
+
+/* Two threads on two streams: each timing belongs to its own stream. */
+typedef struct worker_arg {
+  void *stream;
+  int launches;
+} worker_arg;
+
+static void *worker(void *p) {
+  worker_arg *a = p;
+  for (int i = 0; i < a->launches; i++) run(a->stream, 4096, 0);
+  return NULL;
+}
+
+static void t_threads(void) {
+  g_case = "threads";
+  char dir[2200], path[4400], text[8192];
+  snprintf(dir, sizeof dir, "%s/choices-threads", g_dir);
+  fresh(NULL, dir);
+  pthread_t th[2];
+  worker_arg args[2] = {{(void *)0x10, 200}, {(void *)0x20, 200}};
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker, &args[i]);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  int tmps;
+  CHECK(choice_files(dir, path, sizeof path, &tmps) == 1);
+  CHECK(read_file(path, text, sizeof text) > 0);
+  /* exact medians: no try was timed across the two streams */
+  CHECK(strstr(text, "block = 128x1x1\n"));
+  CHECK(strstr(text, "256x1x1:40.00") && strstr(text, "128x1x1:30.00"));
+  CHECK(count(log_text(), "settled on") == 1);
+  CHECK(fake_cudart_syncs == 0);
+  printf("ok threads\n");
+}
+
+static int scenario_unit(void) {
+  t_order();
+  t_short();
+  t_long();
+  t_deferred();
+  t_capture();
+  t_failed();
+  t_controls();
+  t_cache();
+  t_threads();
+  if (!g_failures) printf("all refinement cases passed\n");
+  return g_failures != 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Several processes                                                                        */
+
+/* Rounds of: the cache file removed; two processes settle the same key at the same moment
+ * and write it; a third reads it all the while. The file is never seen half-written, and
+ * no temporary file is left. */
+static int scenario_processes(void) {
+  g_case = "processes";
+  char dir[2200], path[4400];
+  snprintf(dir, sizeof dir, "%s/choices-processes", g_dir);
+  for (int round = 0; round < 30; round++) {
+    int tmps;
+    if (choice_files(dir, path, sizeof path, &tmps) == 1) unlink(path);
+    int go[2];
+    if (pipe(go) != 0) return 2;
+    pid_t kids[3];
+    for (int k = 0; k < 3; k++) {
+      kids[k] = fork();
+      if (kids[k] == 0) {
+        close(go[1]);
+        char c;
+        if (read(go[0], &c, 1) < 0) _exit(3);
+        if (k < 2) {
+          fresh(NULL, dir);
+          for (int i = 0; i < 12; i++) run(NULL, 4096, 0);
+          _exit(0);
+        }
+        /* the reader: every complete read is a whole file */
+        for (int i = 0; i < 2000; i++) {
+          char p2[4400], text[8192];
+          int t2;
+          if (choice_files(dir, p2, sizeof p2, &t2) != 1) continue;
+          int n = read_file(p2, text, sizeof text);
+          if (n < 0) continue; /* renamed away between listing and opening */
+          if (!strstr(text, "times_us =") || text[n - 1] != '\n') {
+            fprintf(stderr, "half a file: %s\n", text);
+            _exit(1);
+          }
+        }
+        _exit(0);
+      }
+    }
+    close(go[0]);
+    close(go[1]); /* EOF releases all three at once */
+    for (int k = 0; k < 3; k++) {
+      int st = 0;
+      waitpid(kids[k], &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "round %d: process %d failed\n", round, k);
+        return 1;
+      }
+    }
+    if (choice_files(dir, path, sizeof path, &tmps) != 1 || tmps != 0) {
+      fprintf(stderr, "round %d: %d temporary files left\n", round, tmps);
+      return 1;
+    }
+    char text[8192];
+    if (read_file(path, text, sizeof text) <= 0 || !strstr(text, "block = 128x1x1\n")) {
+      fprintf(stderr, "round %d: bad file\n", round);
+      return 1;
+    }
+  }
+  printf("ok processes\n");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc != 3) {
+    fprintf(stderr, "usage: test_refine unit|processes <dir>\n");
+    return 2;
+  }
+  snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+  mkdir(g_dir, 0755);
+  klaraptor__set_device_query(NULL, NULL); /* the fake CUDA runtime's devices */
+  if (strcmp(argv[1], "unit") == 0) return scenario_unit();
+  if (strcmp(argv[1], "processes") == 0) return scenario_processes();
+  fprintf(stderr, "unknown scenario %s\n", argv[1]);
+  return 2;
+}
