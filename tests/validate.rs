@@ -280,12 +280,21 @@ fn gemm_and_atax_runs_on_the_h200() {
             "shapes",
             "optimum",
             "klaraptor",
+            "settled",
+            "profiled_best",
             "default",
             "occupancy",
             "spearman"
         ]
     );
-    assert!(out.contains("\noccupancy  geometric mean"), "{out}");
+    // The fixture's run predates the runtime's refinement: its log has no settled line.
+    assert!(out.contains("did not settle"), "{out}");
+    assert!(
+        out.contains("\nsettled        no timed case; 1 case(s) did not settle"),
+        "{out}"
+    );
+    assert!(out.contains("\nprofiled_best  geometric mean"), "{out}");
+    assert!(out.contains("\noccupancy      geometric mean"), "{out}");
     let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(j["device"], "NVIDIA H200");
     assert_eq!(j["runs"][0]["args"], "1000 1000 1000");
@@ -309,6 +318,32 @@ fn gemm_and_atax_runs_on_the_h200() {
         .as_f64()
         .unwrap();
     assert!((summary("occupancy") - o).abs() < 1e-12);
+    // settled: no line, so no block, a reason, and the summary counts the case.
+    let st = record(&j, "run1", "gemm", "settled");
+    assert!(st["block"].is_null() && st["ratio"].is_null(), "{st}");
+    assert!(st["launches"].is_null() && st.get("slower_than_default").is_some());
+    assert!(
+        st["how"].as_str().unwrap().starts_with("did not settle"),
+        "{st}"
+    );
+    let sum = |m: &str| -> Value {
+        j["summary"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["method"] == m)
+            .unwrap_or_else(|| panic!("no {m} summary"))
+            .clone()
+    };
+    assert_eq!(sum("settled")["not_settled"], 1);
+    assert_eq!(sum("settled")["slower_than_default"], 0);
+    assert!(sum("settled")["geomean"].is_null());
+    assert_eq!(j["cases"][0]["mangled"], "_Z4gemmPKfS0_Pfffiii");
+    assert!(j["cases"][0]["settled"].is_null());
+    // profiled_best: the committed profile the binary was built from.
+    check_profiled_best(&j, "gemm", "run1", "gemm", &[1000, 1000, 1000]);
+    assert_eq!(sum("profiled_best")["no_profile"], 0);
+    assert_eq!(sum("profiled_best")["cases"], 1);
 
     let json = tmp.path().join("atax.json");
     let o = validate(&[
@@ -325,6 +360,8 @@ fn gemm_and_atax_runs_on_the_h200() {
     check_case(&j, "atax", "run1", "atax_ax", &[10000, 10000], [576, 1, 1]);
     check_case(&j, "atax", "run1", "atax_aty", &[10000, 10000], [992, 1, 1]);
     check_case(&j, "atax", "run2", "atax_ax", &[20000, 5000], [640, 1, 1]);
+    check_profiled_best(&j, "atax", "run1", "atax_ax", &[10000, 10000]);
+    check_profiled_best(&j, "atax", "run2", "atax_ax", &[20000, 5000]);
     assert!(
         out.contains("run2 (`20000 5000`): atax_aty was not swept"),
         "{out}"
@@ -344,6 +381,174 @@ fn gemm_and_atax_runs_on_the_h200() {
         "{out}"
     );
     assert!(!out.contains("atax_ax "), "{out}");
+}
+
+/// The profiled_best record of a case against the committed H200 profile of its kernel,
+/// read here without klaraptor's readers: the profiled size nearest in the logarithm of the
+/// data values (no ties at the fixture's sizes), its fastest shape, timed by the sweep.
+fn check_profiled_best(j: &Value, program: &str, job: &str, kernel: &str, sizes: &[i64]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("samples/klaraptor-profiles/v1/nvidia-h200-2803d38c");
+    let rec = record(j, job, kernel, "profiled_best");
+    let mangled = rec["mangled"].as_str().unwrap();
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{mangled}-"))
+        })
+        .unwrap_or_else(|| panic!("no committed profile of {mangled}"));
+    let entry: toml::Value = toml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let mut times: BTreeMap<(Vec<i64>, [u32; 3]), f64> = BTreeMap::new();
+    for smp in entry["samples"].as_array().unwrap() {
+        let (Some(c), None) = (smp.get("counters"), smp.get("error")) else {
+            continue;
+        };
+        let sz: Vec<i64> = smp["sizes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_integer().unwrap())
+            .collect();
+        let b: Vec<u32> = smp["block"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_integer().unwrap() as u32)
+            .collect();
+        times.insert((sz, [b[0], b[1], b[2]]), c["time_ms"].as_float().unwrap());
+    }
+    let dist = |s: &[i64]| -> f64 {
+        s.iter()
+            .zip(sizes)
+            .map(|(a, b)| ((*a as f64) / (*b as f64)).ln().powi(2))
+            .sum()
+    };
+    let near = times
+        .keys()
+        .map(|(s, _)| s.clone())
+        .min_by(|a, b| dist(a).total_cmp(&dist(b)))
+        .unwrap();
+    let (best, _) = times
+        .iter()
+        .filter(|((s, _), _)| *s == near)
+        .map(|((_, b), t)| (*b, *t))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap();
+    assert_eq!(block(rec), best, "{kernel} {job}: {rec}");
+    let sweep = sweep_times(&fixture(program).join(job).join("records"), kernel);
+    let tbest = sweep.values().cloned().fold(f64::INFINITY, f64::min);
+    assert_eq!(rec["time_ms"].as_f64(), Some(sweep[&best]));
+    assert_eq!(rec["ratio"].as_f64(), Some(tbest / sweep[&best]));
+    for (l, v) in rec["profiled_at"].as_object().unwrap().values().zip(&near) {
+        assert_eq!(l.as_i64(), Some(*v));
+    }
+    assert!(
+        rec["how"]
+            .as_str()
+            .unwrap()
+            .contains("the profile its rational program was built from"),
+        "{rec}"
+    );
+}
+
+/// A run whose binary settled: the fixture's gemm run with refine lines added to its log,
+/// as the runtime writes them (KLARAPTOR_CHOICES=off, so no cache line).
+#[test]
+fn a_settled_run() {
+    let gemm = binary("gemm");
+    let tmp = tempfile::tempdir().unwrap();
+    let from = tmp.path().join("runs");
+    let src = fixture("gemm");
+    for f in ["args", "binary.log", "binary.status", "variant.status"] {
+        let to = from.join("run1").join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(src.join("run1").join(f), &to).unwrap();
+    }
+    let records = from.join("run1/records");
+    std::fs::create_dir_all(&records).unwrap();
+    for e in std::fs::read_dir(src.join("run1/records")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, records.join(p.file_name().unwrap())).unwrap();
+    }
+    let times = sweep_times(&records, "gemm");
+    let tbest = times.values().cloned().fold(f64::INFINITY, f64::min);
+    // It settles on 64×4 (model#2), which the sweep timed; 32×8 is the program's own.
+    let settled = [64, 4, 1];
+    let mut log = std::fs::read_to_string(from.join("run1/binary.log")).unwrap();
+    log.push_str(
+        "klaraptor: gemm NI=1000 NJ=1000 NK=1000 refine: trying 3 of 66 shapes and the \
+         program's 32x8x1 (model#1=32x32x1 model#2=64x4x1 model#3=32x16x1) device=0:NVIDIA H200\n\
+         klaraptor: gemm NI=1000 NJ=1000 NK=1000 refine: settled on block=64x4x1 \
+         grid=16x250x1 after launches=9, 0.912 of the model's first choice's time \
+         (candidate=model#2 extra_us=35.2) device=0:NVIDIA H200\n",
+    );
+    std::fs::write(from.join("run1/binary.log"), log).unwrap();
+    let json = tmp.path().join("gemm.json");
+    let o = validate(&[os(&gemm), os("--from"), os(&from), os("--json"), os(&json)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!out.contains("did not settle"), "{out}");
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let st = record(&j, "run1", "gemm", "settled");
+    assert_eq!(block(st), settled);
+    assert_eq!(st["time_ms"].as_f64(), Some(times[&settled]));
+    assert_eq!(st["ratio"].as_f64(), Some(tbest / times[&settled]));
+    assert_eq!(st["launches"], 9);
+    assert_eq!(st["candidate"], "model#2");
+    assert_eq!(st["from_cache"], false);
+    let slower = times[&settled] > 1.03 * times[&[32, 8, 1]];
+    assert_eq!(st["slower_than_default"], slower);
+    assert_eq!(j["cases"][0]["settled"], serde_json::json!(settled));
+    assert_eq!(j["cases"][0]["settled_launches"], 9);
+    let summary = j["summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["method"] == "settled")
+        .unwrap();
+    assert_eq!(summary["not_settled"], 0);
+    assert_eq!(summary["slower_than_default"], u64::from(slower));
+    assert_eq!(summary["geomean"].as_f64(), Some(tbest / times[&settled]));
+    let line = out.lines().find(|l| l.starts_with("settled ")).unwrap();
+    assert!(
+        line.contains(&format!(
+            "geometric mean {:.3} of optimal over 1 cases",
+            tbest / times[&settled]
+        )),
+        "{out}"
+    );
+    let row = out.lines().find(|l| l.starts_with("run1 ")).unwrap();
+    assert!(
+        row.contains(&format!("64x4 {:.4}ms", times[&settled])),
+        "{row}"
+    );
+    // An explicit --profile-db without the profile: profiled_best says so.
+    let empty = tmp.path().join("empty-db");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = validate(&[
+        os(&gemm),
+        os("--from"),
+        os(&from),
+        os("--json"),
+        os(&json),
+        os("--profile-db"),
+        os(&empty),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let pb = record(&j, "run1", "gemm", "profiled_best");
+    assert!(pb["block"].is_null(), "{pb}");
+    assert!(
+        pb["how"]
+            .as_str()
+            .unwrap()
+            .starts_with("no profile: no profile of gemm"),
+        "{pb}"
+    );
 }
 
 fn fails_with(o: &Output, what: &str) {

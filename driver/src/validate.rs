@@ -391,7 +391,9 @@ pub struct ProfiledBest {
 /// taken. `None` when the profile has no usable sample.
 pub fn profiled_best(samples: &[ProfileSample], sizes: &[i64]) -> Option<ProfiledBest> {
     let ln = |v: i64| (v.max(1) as f64).ln();
-    let mut by_size: BTreeMap<&[i64], BTreeMap<[u32; 3], (f64, u32)>> = BTreeMap::new();
+    // Per size, per shape: the sum of its times and their count.
+    type Sums = BTreeMap<[u32; 3], (f64, u32)>;
+    let mut by_size: BTreeMap<&[i64], Sums> = BTreeMap::new();
     for (sz, b, t) in samples {
         if sz.len() != sizes.len() || !(t.is_finite() && *t > 0.0) {
             continue;

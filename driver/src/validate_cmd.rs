@@ -1,7 +1,11 @@
 //! `klaraptor validate <binary> --sizes "<args>" …`: the accuracy study for a user's own
 //! program. For each run (the program's arguments), every annotated kernel the program
 //! launches is timed at every candidate block shape, at the data sizes the run launches it
-//! with, and klaraptor's choice, the program's own shape and the block size
+//! with, and klaraptor's choice, the shape the runtime's refinement settled on (`settled`:
+//! the binary runs with `KLARAPTOR_CHOICES=off`, so it settles in that run, not from an
+//! earlier run's cache), the profile's own fastest shape at the nearest profiled size
+//! (`profiled_best`, from the profile-database entry the rational program was built from:
+//! [`validate::manifest_profile`]), the program's own shape and the block size
 //! `cudaOccupancyMaxPotentialBlockSize` suggests (computed, not asked of the GPU:
 //! [`validate::computed_occupancy_pick`]) are compared with the fastest.
 //!
@@ -14,9 +18,14 @@
 //!                            runtime's layout: kernels.tsv, <stem>.jsonl)
 //! variant.log                its KLARAPTOR_LOG: the program's own block per kernel × size
 //! variant.{out,err,status}   its output and exit status
-//! binary.log                 KLARAPTOR_LOG of the binary itself: klaraptor's choice
+//! binary.log                 KLARAPTOR_LOG of the binary itself (KLARAPTOR_CHOICES=off):
+//!                            klaraptor's choice, and where it settled (`refine:` lines)
 //! binary.{out,err,status}
 //! ```
+//!
+//! The profile database is `--profile-db`, else the one klaraptor-cc would have used when
+//! linking in the binary's directory (`KLARAPTOR_PROFILE_DB`, the nearest
+//! `klaraptor-profiles/` at or above that directory, the per-user cache).
 //!
 //! `--from <out>` analyses such a directory again (made on another machine, or before a
 //! rebuild) without running anything. The comparison itself is [`crate::validate`], shared
@@ -30,6 +39,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+
+use klaraptor_profiler::db::{LocateEnv, ProfileDb};
 
 use crate::linkspec::{scan_bytes, LinkSpec};
 use crate::rational::{self, RationalProgram};
@@ -88,6 +99,11 @@ pub struct ValidateArgs {
     /// when the logs do not say which GPU ran.
     #[arg(long)]
     pub device: Option<String>,
+    /// The profile database the binary's rational programs were built from, for the
+    /// profiled_best method (default: the one klaraptor-cc finds from the binary's
+    /// directory: KLARAPTOR_PROFILE_DB, the nearest klaraptor-profiles/, the user cache).
+    #[arg(long, value_name = "DIR")]
+    pub profile_db: Option<PathBuf>,
 }
 
 /// One run of the program.
@@ -154,14 +170,20 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let v = analyze(
+    let db = profile_db(&args.binary, args.profile_db.as_deref());
+    let mut v = analyze(
         &dir,
         &program,
         &specs,
         &chosen,
         &manifests,
         args.device.as_deref(),
+        db.as_ref().ok(),
     )?;
+    if let Err(e) = &db {
+        v.notes
+            .push(format!("no profile database ({e:#}): no profiled_best"));
+    }
     print!("{}", table(&v));
     if let Some(j) = &args.json {
         let text = serde_json::to_string_pretty(&json(&v, &args.binary))? + "\n";
@@ -224,6 +246,24 @@ pub fn manifests_of(binary: &Path) -> Result<Vec<RationalProgram>> {
         .into_iter()
         .map(|(_, p)| p)
         .collect())
+}
+
+/// The profile database to read the binary's profiles from: `given`, else the one
+/// klaraptor-cc finds when it links in the binary's directory.
+pub fn profile_db(binary: &Path, given: Option<&Path>) -> Result<ProfileDb> {
+    if let Some(g) = given {
+        if !g.is_dir() {
+            bail!("--profile-db {}: not a directory", g.display());
+        }
+        return Ok(ProfileDb::open(g)?);
+    }
+    let mut env = LocateEnv::from_process()?;
+    let dir = binary
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    env.cwd = std::fs::canonicalize(dir).unwrap_or_else(|_| env.cwd.join(dir));
+    Ok(ProfileDb::locate_in(&env)?)
 }
 
 /// The profiling variant to sweep with, checked against the binary's kernels.
@@ -512,8 +552,10 @@ fn sweep_runs(
         }
         let t = Instant::now();
         let mut cmd = Command::new(&binary);
+        // No choices cache: the run settles by itself, as a first run does.
         cmd.args(&argv)
             .env("KLARAPTOR_LOG", dir.join("binary.log"))
+            .env("KLARAPTOR_CHOICES", "off")
             .env_remove("KLARAPTOR_FORCE")
             .env_remove("KLARAPTOR_DISABLE");
         let bs = run_to_files(cmd, &dir, "binary", timeout)?;
@@ -539,6 +581,14 @@ fn decisions_opt(path: &Path) -> Result<Vec<Decision>> {
         validate::read_decisions(path)
     } else {
         Ok(Vec::new())
+    }
+}
+
+fn refines_opt(path: &Path) -> Result<validate::Refines> {
+    if path.is_file() {
+        validate::read_refines(path)
+    } else {
+        Ok(validate::Refines::default())
     }
 }
 
@@ -633,10 +683,11 @@ fn manifest_for<'a>(
 }
 
 /// Reads the runs kept in `dir` and compares, per kernel × data size, klaraptor's choice,
-/// the program's own shape and the occupancy API's block with the fastest shape of the
-/// sweep.
+/// the shape the runtime settled on, the profile's fastest shape, the program's own shape
+/// and the occupancy API's block with the fastest shape of the sweep.
 ///
-/// `known` are every annotated kernel of the binary, `kernels` those to compare.
+/// `known` are every annotated kernel of the binary, `kernels` those to compare; `db` the
+/// profile database the rational programs were built from (for profiled_best).
 pub fn analyze(
     dir: &Path,
     program: &str,
@@ -644,6 +695,7 @@ pub fn analyze(
     kernels: &[LinkSpec],
     manifests: &[RationalProgram],
     device: Option<&str>,
+    db: Option<&ProfileDb>,
 ) -> Result<Validation> {
     let mut v = Validation {
         program: program.to_string(),
@@ -661,6 +713,7 @@ pub fn analyze(
         });
         let sweeps = validate::read_records(&rdir.join("records"))?;
         let chose = decisions_opt(&rdir.join("binary.log"))?;
+        let refines = refines_opt(&rdir.join("binary.log"))?;
         let own = decisions_opt(&rdir.join("variant.log"))?;
         devices.extend(
             chose
@@ -691,6 +744,12 @@ pub fn analyze(
                     v.notes.push(note);
                 }
             }
+            let profile: std::result::Result<validate::ProfileTimes, String> = match (&manifest, db)
+            {
+                (Ok(m), Some(db)) => validate::manifest_profile(db, m),
+                (Ok(_), None) => Err("no profile database".into()),
+                (Err(why), _) => Err(why.clone()),
+            };
             let Some(sw) = sweeps.iter().find(|s| s.id == k.mangled) else {
                 v.notes.push(format!(
                     "{id} (`{args}`): {} was not swept (the program did not launch it, or the \
@@ -727,6 +786,7 @@ pub fn analyze(
                 let mut case = Case {
                     program: program.to_string(),
                     kernel: k.name.clone(),
+                    mangled: k.mangled.clone(),
                     job: id.clone(),
                     dim: k.dim,
                     labels: k.data.clone(),
@@ -765,6 +825,19 @@ pub fn analyze(
                     },
                 }
                 case.picks.insert(Method::Klaraptor, kp);
+                let (settled, trying) = refines.of(&[&k.name, &k.mangled], &case.sizes);
+                case.picks.insert(
+                    Method::Settled,
+                    validate::settled_pick(settled, trying, "the binary's run"),
+                );
+                case.picks.insert(
+                    Method::ProfiledBest,
+                    validate::profiled_best_pick(
+                        profile.as_ref().map_err(String::as_str),
+                        &case.labels,
+                        &case.sizes,
+                    ),
+                );
                 let mut dp = Pick::default();
                 if let Some(b) = own.iter().find(at).and_then(Decision::own_block) {
                     dp.block = Some(b);
@@ -829,14 +902,21 @@ fn cell(c: &Case, m: Method) -> String {
         return "-".into();
     };
     let Some(b) = p.block else {
-        return "-".into();
+        return match m {
+            Method::Settled => "did not settle".into(),
+            Method::ProfiledBest => "no profile".into(),
+            _ => "-".into(),
+        };
     };
     let shape = match c.dim {
         0 | 1 => format!("{}", b[0]),
         2 => format!("{}x{}", b[0], b[1]),
         _ => shape_text(b),
     };
-    let mark = if p.flag.is_some() { "*" } else { "" };
+    let mut mark = if p.flag.is_some() { "*" } else { "" }.to_string();
+    if p.slower_than_default == Some(true) {
+        mark.push('!');
+    }
     match (p.time_ms, p.ratio) {
         (Some(t), _) if m == Method::Optimum => format!("{shape} {t:.4}ms{mark}"),
         (Some(t), Some(r)) => format!("{shape} {t:.4}ms {r:.2}{mark}"),
@@ -864,7 +944,7 @@ pub fn table(v: &Validation) -> String {
     let _ = writeln!(
         s,
         "Times: the exhaustive sweep's median per shape; ratio = optimum time / time (1 = \
-         optimal); * = see the notes below.\n"
+         optimal); * = see the notes below; ! = settled more than 3 % slower than default.\n"
     );
     let head = [
         "run",
@@ -873,6 +953,8 @@ pub fn table(v: &Validation) -> String {
         "shapes",
         "optimum",
         "klaraptor",
+        "settled",
+        "profiled_best",
         "default",
         "occupancy",
         "spearman",
@@ -892,6 +974,8 @@ pub fn table(v: &Validation) -> String {
             format!("{}/{}", c.measured.len(), c.candidates),
             cell(c, Method::Optimum),
             cell(c, Method::Klaraptor),
+            cell(c, Method::Settled),
+            cell(c, Method::ProfiledBest),
             cell(c, Method::Default),
             cell(c, Method::Occupancy),
             c.spearman
@@ -911,25 +995,30 @@ pub fn table(v: &Validation) -> String {
         let _ = writeln!(s, "{}", line.join("  ").trim_end());
     }
     let _ = writeln!(s);
-    for m in Method::COMPARED {
-        let r: Vec<f64> = v.cases.iter().filter_map(|c| c.ratio(m)).collect();
-        match validate::stats(&r) {
-            Some(x) => {
-                let _ = writeln!(
-                    s,
-                    "{:<9}  geometric mean {:.3} of optimal over {} cases, minimum {:.3}, {:.0} % \
-                     of cases >= 0.90",
-                    m.as_str(),
-                    x.geomean,
-                    x.n,
-                    x.min,
-                    100.0 * x.share_ge_090
-                );
-            }
-            None => {
-                let _ = writeln!(s, "{:<9}  no timed case", m.as_str());
-            }
+    for x in validate::summaries(&v.cases) {
+        let mut line = match (x.geomean, x.min, x.share_ge_090) {
+            (Some(g), Some(min), Some(share)) => format!(
+                "{:<13}  geometric mean {g:.3} of optimal over {} cases, minimum {min:.3}, \
+                 {:.0} % of cases >= 0.90",
+                x.method,
+                x.cases,
+                100.0 * share
+            ),
+            _ => format!("{:<13}  no timed case", x.method),
+        };
+        if let Some(n) = x.not_settled.filter(|&n| n > 0) {
+            let _ = write!(line, "; {n} case(s) did not settle");
         }
+        if let Some(n) = x.slower_than_default {
+            let _ = write!(
+                line,
+                "; {n} case(s) more than 3 % slower than the program's own shape"
+            );
+        }
+        if let Some(n) = x.no_profile.filter(|&n| n > 0) {
+            let _ = write!(line, "; {n} case(s) without a profile");
+        }
+        let _ = writeln!(s, "{line}");
     }
     let rhos: Vec<f64> = v.cases.iter().filter_map(|c| c.spearman).collect();
     if !rhos.is_empty() {
@@ -937,7 +1026,7 @@ pub fn table(v: &Validation) -> String {
         sorted.sort_by(|a, b| a.total_cmp(b));
         let _ = writeln!(
             s,
-            "spearman   median {:.2} over {} cases (predicted against measured time over the \
+            "spearman       median {:.2} over {} cases (predicted against measured time over the \
              shapes)",
             sorted[sorted.len() / 2],
             sorted.len()
@@ -956,6 +1045,40 @@ pub fn table(v: &Validation) -> String {
                 ));
             }
         }
+        if let Some(p) = c.picks.get(&Method::Settled) {
+            if p.block.is_none() {
+                flags.push(format!(
+                    "{} {} at {}, settled: {}",
+                    c.job,
+                    c.kernel,
+                    c.sizes_text(),
+                    p.how
+                ));
+            }
+            if p.slower_than_default == Some(true) {
+                let d = c.picks.get(&Method::Default).and_then(|d| d.time_ms);
+                flags.push(format!(
+                    "{} {} at {}, settled: {:.4} ms, more than 3 % slower than the program's \
+                     own shape ({})",
+                    c.job,
+                    c.kernel,
+                    c.sizes_text(),
+                    p.time_ms.unwrap_or(f64::NAN),
+                    d.map_or_else(|| "-".to_string(), |d| format!("{d:.4} ms"))
+                ));
+            }
+        }
+        if let Some(p) = c.picks.get(&Method::ProfiledBest) {
+            if p.block.is_none() {
+                flags.push(format!(
+                    "{} {} at {}, profiled_best: {}",
+                    c.job,
+                    c.kernel,
+                    c.sizes_text(),
+                    p.how
+                ));
+            }
+        }
     }
     if !flags.is_empty() || !v.notes.is_empty() {
         let _ = writeln!(s, "\nNotes:");
@@ -969,6 +1092,7 @@ pub fn table(v: &Validation) -> String {
 #[derive(Serialize)]
 struct JsonCase {
     kernel: String,
+    mangled: String,
     job: String,
     sizes: BTreeMap<String, i64>,
     measured: usize,
@@ -977,16 +1101,14 @@ struct JsonCase {
     spearman: Option<f64>,
     /// Rank of the measured optimum in the predicted order (1 = first).
     optimum_rank: Option<usize>,
-}
-
-#[derive(Serialize)]
-struct JsonSummary {
-    method: &'static str,
-    cases: usize,
-    geomean: f64,
-    min: f64,
-    share_ge_090: f64,
-    below_080: usize,
+    /// The block the runtime settled on (null: it did not settle, `settled_why` says why),
+    /// and the launches it took.
+    settled: Option<[u32; 3]>,
+    settled_launches: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    settled_why: Option<String>,
+    /// The profile's fastest block at the nearest profiled size (null: no profile).
+    profiled_best: Option<[u32; 3]>,
 }
 
 #[derive(Serialize)]
@@ -997,27 +1119,14 @@ struct JsonOut<'a> {
     device: Option<&'a str>,
     written_at: String,
     runs: &'a [RunInfo],
-    summary: Vec<JsonSummary>,
+    summary: Vec<validate::MethodSummary>,
     cases: Vec<JsonCase>,
     records: Vec<validate::Record>,
     notes: &'a [String],
 }
 
 fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
-    let summary = Method::COMPARED
-        .into_iter()
-        .filter_map(|m| {
-            let r: Vec<f64> = v.cases.iter().filter_map(|c| c.ratio(m)).collect();
-            validate::stats(&r).map(|x| JsonSummary {
-                method: m.as_str(),
-                cases: x.n,
-                geomean: x.geomean,
-                min: x.min,
-                share_ge_090: x.share_ge_090,
-                below_080: x.below_080,
-            })
-        })
-        .collect();
+    let summary = validate::summaries(&v.cases);
     JsonOut {
         tool: format!("klaraptor validate {}", env!("CARGO_PKG_VERSION")),
         binary: binary.display().to_string(),
@@ -1031,6 +1140,7 @@ fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
             .iter()
             .map(|c| JsonCase {
                 kernel: c.kernel.clone(),
+                mangled: c.mangled.clone(),
                 job: c.job.clone(),
                 sizes: c
                     .labels
@@ -1043,6 +1153,14 @@ fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
                 candidates: c.candidates,
                 spearman: c.spearman,
                 optimum_rank: c.optimum_rank(),
+                settled: c.picks.get(&Method::Settled).and_then(|p| p.block),
+                settled_launches: c.picks.get(&Method::Settled).and_then(|p| p.launches),
+                settled_why: c
+                    .picks
+                    .get(&Method::Settled)
+                    .filter(|p| p.block.is_none())
+                    .map(|p| p.how.clone()),
+                profiled_best: c.picks.get(&Method::ProfiledBest).and_then(|p| p.block),
             })
             .collect(),
         records: validate::records(&v.cases),
