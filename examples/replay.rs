@@ -2,23 +2,67 @@
 //! GPU: for every kernel × size a sweep measured, the program's first-ranked shape is looked
 //! up in the sweep; prints each case and the geometric mean of optimum / choice.
 //!
-//! cargo run --release --example replay -- <study dir> <exhaustive dir> [-v]
+//! With a profile database (`--db`, default `.dev/study-db` when it exists), it also replays
+//! `profiled_best`: the fastest shape of the profile each rational program was built from, at
+//! the profiled size nearest to the case's in the logarithm of the sizes
+//! (`klaraptor::validate::profiled_best`, what the study and `klaraptor validate` use), looked
+//! up in the same sweep; and lists the kernels where it beats the model by more than 5 %.
+//!
+//! cargo run --release --example replay -- <study dir> <exhaustive dir> [--db <profile db>] [-v]
 //! (`<study>/<program>/models/*.json`, `<exhaustive>/<program>/x*/records/`)
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use klaraptor::{rational, validate};
+use klaraptor_profiler::db::ProfileDb;
+
+/// One kernel × size of a sweep.
+struct Row {
+    program: String,
+    kernel: String,
+    mangled: String,
+    size: Vec<i64>,
+    optimum: [u32; 3],
+    pick: [u32; 3],
+    ratio: f64,
+    /// The documented default (256, 32×8) and its ratio (NaN: not measured).
+    default: f64,
+    /// profiled_best's shape and ratio (`None`: no profile, or its shape was not measured).
+    profiled: Option<([u32; 3], Option<f64>)>,
+}
 
 fn main() -> Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    let study = Path::new(&a[0]);
-    let sweeps = Path::new(&a[1]);
     let verbose = a.iter().any(|x| x == "-v");
-    let mut logs = Vec::new();
-    let mut logs_default = Vec::new();
+    let mut pos = Vec::new();
+    let mut db_arg: Option<PathBuf> = None;
+    let mut it = a.iter();
+    while let Some(x) = it.next() {
+        match x.as_str() {
+            "-v" => {}
+            "--db" => match it.next() {
+                Some(d) => db_arg = Some(PathBuf::from(d)),
+                None => bail!("--db needs a directory"),
+            },
+            _ => pos.push(x.clone()),
+        }
+    }
+    let [study, sweeps] = pos.as_slice() else {
+        bail!("usage: replay <study dir> <exhaustive dir> [--db <profile db>] [-v]");
+    };
+    let (study, sweeps) = (Path::new(study), Path::new(sweeps));
+    let db = match db_arg {
+        Some(d) if d.is_dir() => Some(ProfileDb::open(d)?),
+        Some(d) => bail!("--db {}: not a directory", d.display()),
+        None => {
+            let d = Path::new(".dev/study-db");
+            d.is_dir().then(|| ProfileDb::open(d)).transpose()?
+        }
+    };
     let mut rows = Vec::new();
+    let mut no_profile = Vec::new();
     let mut progs: Vec<_> = std::fs::read_dir(study)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -39,6 +83,13 @@ fn main() -> Result<()> {
             .collect();
         xs.sort();
         for (_, prog) in rational::load_dir(&models)? {
+            let profile = match &db {
+                Some(db) => validate::manifest_profile(db, &prog),
+                None => Err("no profile database (--db)".to_string()),
+            };
+            if let Err(why) = &profile {
+                no_profile.push(format!("{name} {}: {why}", prog.kernel));
+            }
             for rec in &xs {
                 let sweeps = validate::read_records(rec)?;
                 let Some(sweep) = sweeps.iter().find(|w| w.id == prog.mangled) else {
@@ -62,51 +113,118 @@ fn main() -> Result<()> {
                     let Some(pick) = ranked.iter().find(|r| meas.contains_key(&r.block)) else {
                         continue;
                     };
-                    let ratio = best / meas[&pick.block];
                     let def = if prog.dim == 1 {
                         [256, 1, 1]
                     } else {
                         [32, 8, 1]
                     };
-                    let rd = meas.get(&def).map(|t| best / t).unwrap_or(f64::NAN);
-                    let opt = meas.iter().min_by(|x, y| x.1.total_cmp(y.1)).unwrap().0;
-                    logs.push(ratio.ln());
-                    logs_default.push(rd.ln());
-                    rows.push((
-                        ratio,
-                        format!(
-                            "{:10} {:14} {:>16} opt {:>9} pick {:>9} {:.2}  default {:.2}",
-                            name,
-                            prog.kernel,
-                            format!("{size:?}"),
-                            shape(*opt),
-                            shape(pick.block),
-                            ratio,
-                            rd
-                        ),
-                    ));
+                    let profiled = profile.as_ref().ok().and_then(|p| {
+                        validate::profiled_best(&p.samples, &size)
+                            .map(|b| (b.block, meas.get(&b.block).map(|t| best / t)))
+                    });
+                    rows.push(Row {
+                        program: name.clone(),
+                        kernel: prog.kernel.clone(),
+                        mangled: prog.mangled.clone(),
+                        optimum: *meas.iter().min_by(|x, y| x.1.total_cmp(y.1)).unwrap().0,
+                        pick: pick.block,
+                        ratio: best / meas[&pick.block],
+                        default: meas.get(&def).map(|t| best / t).unwrap_or(f64::NAN),
+                        profiled,
+                        size,
+                    });
                 }
             }
         }
     }
-    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    rows.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    let pb = |r: &Row| r.profiled.and_then(|p| p.1);
     if verbose {
         for r in &rows {
-            println!("{}", r.1);
+            println!(
+                "{:10} {:14} {:>16} opt {:>9} pick {:>9} {:.2}  profiled_best {:>9} {}  default {:.2}",
+                r.program,
+                r.kernel,
+                format!("{:?}", r.size),
+                shape(r.optimum),
+                shape(r.pick),
+                r.ratio,
+                r.profiled.map_or_else(|| "-".into(), |p| shape(p.0)),
+                pb(r).map_or_else(|| "-".into(), |x| format!("{x:.2}")),
+                r.default
+            );
         }
     }
-    let gm = |v: &[f64]| (v.iter().sum::<f64>() / v.len() as f64).exp();
-    let n = rows.len();
-    let below = rows.iter().filter(|r| r.0 < 0.8).count();
-    let ge90 = rows.iter().filter(|r| r.0 >= 0.9).count();
+    let summary = |v: &[f64]| -> String {
+        match validate::stats(v) {
+            Some(s) => format!(
+                "geomean {:.3} min {:.3} ≥0.90 {} <0.80 {}",
+                s.geomean,
+                s.min,
+                v.iter().filter(|&&r| r >= 0.9).count(),
+                s.below_080
+            ),
+            None => "no case".into(),
+        }
+    };
+    let k: Vec<f64> = rows.iter().map(|r| r.ratio).collect();
+    let d: Vec<f64> = rows
+        .iter()
+        .map(|r| r.default)
+        .filter(|x| x.is_finite())
+        .collect();
+    let p: Vec<f64> = rows.iter().filter_map(pb).collect();
+    println!("cases {}", rows.len());
+    println!("klaraptor      {}", summary(&k));
     println!(
-        "cases {n}  klaraptor geomean {:.3} min {:.3} ≥0.90 {} <0.80 {}  default geomean {:.3}",
-        gm(&logs),
-        rows.first().map_or(f64::NAN, |r| r.0),
-        ge90,
-        below,
-        gm(&logs_default)
+        "profiled_best  {} (over {} cases; {} without a profile or a timed shape)",
+        summary(&p),
+        p.len(),
+        rows.len() - p.len()
     );
+    println!("default        {} (over {} cases)", summary(&d), d.len());
+    // Where the profile alone beats the model by more than 5 %.
+    let mut better: BTreeMap<(String, String, String), Vec<&Row>> = BTreeMap::new();
+    for r in &rows {
+        if pb(r).is_some_and(|x| x > 1.05 * r.ratio) {
+            better
+                .entry((r.program.clone(), r.kernel.clone(), r.mangled.clone()))
+                .or_default()
+                .push(r);
+        }
+    }
+    if !better.is_empty() {
+        println!("\nprofiled_best beats klaraptor by more than 5 %:");
+        for ((program, kernel, mangled), v) in &better {
+            let all: Vec<&Row> = rows
+                .iter()
+                .filter(|r| &r.program == program && &r.mangled == mangled)
+                .collect();
+            let gk = validate::stats(&all.iter().map(|r| r.ratio).collect::<Vec<_>>())
+                .map_or(f64::NAN, |s| s.geomean);
+            let gp = validate::stats(&all.iter().filter_map(|r| pb(r)).collect::<Vec<_>>())
+                .map_or(f64::NAN, |s| s.geomean);
+            println!(
+                "  {program} {kernel} ({mangled}): {} of {} sizes; over its sizes klaraptor {gk:.3}, profiled_best {gp:.3}",
+                v.len(),
+                all.len()
+            );
+            for r in v {
+                println!(
+                    "    {:?}: klaraptor {} {:.2}, profiled_best {} {:.2}, optimum {}",
+                    r.size,
+                    shape(r.pick),
+                    r.ratio,
+                    shape(r.profiled.unwrap().0),
+                    pb(r).unwrap(),
+                    shape(r.optimum)
+                );
+            }
+        }
+    }
+    for n in &no_profile {
+        println!("no profile: {n}");
+    }
     Ok(())
 }
 

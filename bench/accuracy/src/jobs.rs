@@ -30,7 +30,8 @@ pub const JOBS_HEADER: &str = "\
 #   profile     the variant under the full collector with the default plan (a recipe command)
 #   exhaustive  the variant under the time-only collector with the job's candidate plan
 #   choice      the instrumented build (<program>.klaraptor), once with KLARAPTOR_LOG and
-#               once with KLARAPTOR_DISABLE=1
+#               KLARAPTOR_CHOICES=off at --time 20 (device.sh replaces the command's
+#               --time 5), once with KLARAPTOR_DISABLE=1 as written
 # Commands run in <study>/<program>/; plans are relative to <study>.
 ";
 

@@ -3,8 +3,9 @@
 //! `accuracy-report jobs` turns `sizes.toml` and the profiling variants that
 //! `bench/accuracy/prepare.sh` built into the GPU machine's job list; `bench/accuracy/device.sh`
 //! runs it there; `accuracy-report report` reads what came back and writes, into
-//! `bench/results/`, the records (`accuracy-<gpu>-<date>.json`), the report
-//! (`accuracy-<gpu>-<date>.md`) and two charts. See bench/accuracy/README.md.
+//! `bench/results/`, the records (`accuracy-<gpu>-<date>.json`), the summary per method
+//! (`…-summary.json`), the report (`accuracy-<gpu>-<date>.md`) and two charts. See
+//! bench/accuracy/README.md.
 
 pub mod charts;
 pub mod inputs;
@@ -24,7 +25,9 @@ pub const SHAPE_KERNELS: [&str; 4] = ["atax_ax", "corr_matrix", "gs_update", "ge
 /// The files a report wrote.
 #[derive(Debug)]
 pub struct Written {
+    /// The records (one per case × method), and the summary (one line per method).
     pub json: PathBuf,
+    pub summary_json: PathBuf,
     pub markdown: PathBuf,
     pub charts: Vec<PathBuf>,
     pub cases: usize,
@@ -71,6 +74,7 @@ pub fn report(
                 study: paths.study.clone(),
                 device: paths.device.clone(),
                 exhaustive: Some(x),
+                profile_db: paths.profile_db.clone(),
             };
             Some(study::Study::load(&p, sizes)?)
         }
@@ -87,6 +91,12 @@ pub fn report(
     let recs = report::records(&st);
     std::fs::write(&json, serde_json::to_string_pretty(&recs)? + "\n")
         .with_context(|| format!("writing {}", json.display()))?;
+    let summary_json = out.join(format!("{stem}-summary.json"));
+    std::fs::write(
+        &summary_json,
+        serde_json::to_string_pretty(&report::summary(&st))? + "\n",
+    )
+    .with_context(|| format!("writing {}", summary_json.display()))?;
     let ratios = out.join(format!("{stem}-ratios.svg"));
     charts::ratio_chart(
         &st,
@@ -126,6 +136,7 @@ pub fn report(
     std::fs::write(&md, text).with_context(|| format!("writing {}", md.display()))?;
     Ok(Written {
         json,
+        summary_json,
         markdown: md,
         charts: vec![ratios, shapes],
         cases: st.cases.len(),

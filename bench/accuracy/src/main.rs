@@ -52,6 +52,11 @@ enum Cmd {
         /// every method, and each sweep's optimum, fare when timed by it.
         #[arg(long)]
         repeat: Option<PathBuf>,
+        /// The study's profile database (what `prepare.sh import` filled and the models
+        /// were built from): profiled_best's profile. Where it has no entry of a kernel,
+        /// the profile phase's records in --device are read.
+        #[arg(long, default_value = ".dev/study-db")]
+        db: PathBuf,
     },
 }
 
@@ -96,6 +101,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             date,
             shape_kernels,
             repeat,
+            db,
         } => {
             let s = Sizes::load(&sizes)?;
             let kernels = shape_kernels.unwrap_or_else(|| {
@@ -109,6 +115,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     study,
                     device,
                     exhaustive: None,
+                    profile_db: Some(db),
                 },
                 &s,
                 &out,
@@ -117,10 +124,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 repeat.as_deref(),
             )?;
             println!(
-                "{} cases: {}, {}, {}",
+                "{} cases: {}, {}, {}, {}",
                 w.cases,
                 w.markdown.display(),
                 w.json.display(),
+                w.summary_json.display(),
                 w.charts
                     .iter()
                     .map(|c| c.display().to_string())

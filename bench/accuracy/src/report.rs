@@ -1,14 +1,21 @@
-//! The study's outputs: the JSON records, the markdown report.
+//! The study's outputs: the JSON records and summary, the markdown report.
 
 use std::fmt::Write as _;
 
 use crate::study::{self, Case, Method, Study};
 
-pub use klaraptor::validate::Record;
+pub use klaraptor::validate::{MethodSummary, Record};
 
 /// The records of `accuracy-<gpu>-<date>.json`: one per case × method.
 pub fn records(st: &Study) -> Vec<Record> {
     klaraptor::validate::records(&st.cases)
+}
+
+/// The summary of `accuracy-<gpu>-<date>-summary.json`: one line per compared method, with
+/// settled's counts of cases that did not settle and that are more than 3 % slower than
+/// default, and profiled_best's of cases without a profile.
+pub fn summary(st: &Study) -> Vec<MethodSummary> {
+    klaraptor::validate::summaries(&st.cases)
 }
 
 /// One case of two sweeps: the same job, kernel and sizes.
@@ -147,15 +154,19 @@ fn shape(b: Option<[u32; 3]>, dim: u8) -> String {
 fn ratio_cell(c: &Case, m: Method) -> String {
     let p = c.picks.get(&m);
     match p {
-        Some(p) => {
+        Some(p) if p.block.is_some() => {
             let r = p
                 .ratio
                 .map(|r| format!("{r:.2}"))
                 .unwrap_or_else(|| "–".into());
-            let mark = if p.flag.is_some() { "*" } else { "" };
-            format!("{} {r}{mark}", shape(p.block, c.dim))
+            let mut mark = if p.flag.is_some() { "*" } else { "" }.to_string();
+            if p.slower_than_default == Some(true) {
+                mark.push('!');
+            }
+            let n = p.launches.map(|n| format!(" ({n}×)")).unwrap_or_default();
+            format!("{} {r}{mark}{n}", shape(p.block, c.dim))
         }
-        None => "–".into(),
+        _ => "–".into(),
     }
 }
 
@@ -234,7 +245,29 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
             let _ = writeln!(s, "| {} | 0 | – | – | – | – |", m.as_str());
         }
     }
-    let common: Vec<(Method, Option<study::Stats>)> = Method::COMPARED
+    let sums = summary(st);
+    let sum_of = |m: Method| sums.iter().find(|x| x.method == m.as_str());
+    if let Some(x) = sum_of(Method::Settled) {
+        let _ = writeln!(
+            s,
+            "\nsettled: the shape the runtime's refinement kept in the choice run; {} of {} \
+             cases did not settle (no `refine: settled` line at that size: too few launches, \
+             or a runtime without refinement), {} are more than 3 % slower than default.",
+            x.not_settled.unwrap_or(0),
+            st.cases.len(),
+            x.slower_than_default.unwrap_or(0)
+        );
+    }
+    if let Some(x) = sum_of(Method::ProfiledBest) {
+        let _ = writeln!(
+            s,
+            "\nprofiled_best: the profile's fastest shape at the nearest profiled size, without \
+             a model; {} of {} cases without a profile.",
+            x.no_profile.unwrap_or(0),
+            st.cases.len()
+        );
+    }
+    let common: Vec<(Method, Option<study::Stats>)> = Method::COMMON
         .iter()
         .map(|&m| (m, study::stats(&st.ratios_common(m))))
         .collect();
@@ -281,6 +314,33 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
             }
         );
     }
+    let settled = sum_of(Method::Settled).filter(|x| x.cases > 0);
+    let _ = writeln!(
+        s,
+        "\nAcceptance of the runtime's refinement (settled):\n\n{}",
+        match settled {
+            Some(x) => {
+                let g = x.geomean.unwrap_or(f64::NAN);
+                let min = x.min.unwrap_or(f64::NAN);
+                let slow = x.slower_than_default.unwrap_or(0);
+                format!(
+                    "- geometric mean ≥ 0.99 of optimal: {g:.3}, {}\n\
+                     - no case below 0.90: minimum {min:.3}, {}\n\
+                     - never more than 3 % slower than default: {slow} case(s), {}\n\
+                     - every case settled: {} of {}, {}",
+                    tick(g >= 0.99),
+                    tick(x.below_090 == 0),
+                    tick(slow == 0),
+                    x.cases + x.without_ratio - x.not_settled.unwrap_or(0),
+                    st.cases.len(),
+                    tick(x.not_settled == Some(0))
+                )
+            }
+            None => "- no data: no case settled (the choice phase ran before the runtime's \
+                     refinement, or with too few launches)"
+                .to_string(),
+        }
+    );
     let rhos: Vec<f64> = st.cases.iter().filter_map(|c| c.spearman).collect();
     if !rhos.is_empty() {
         let mut v = rhos.clone();
@@ -307,21 +367,23 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
     let _ = writeln!(
         s,
         "Each method cell: its shape (bx×by, or bx for 1-D) and its ratio; * marks a flag \
-         (listed under [Flags](#flags-and-warnings)). ρ: Spearman over the shapes.\n"
+         (listed under [Flags](#flags-and-warnings)), ! a settled shape more than 3 % slower \
+         than default; settled's cell also gives the launches it took (n×), or – when it did \
+         not settle. ρ: Spearman over the shapes.\n"
     );
     let _ = writeln!(
         s,
-        "| program | kernel | sizes | shapes | optimum | klaraptor | default | occupancy | ρ |"
+        "| program | kernel | sizes | shapes | optimum | klaraptor | settled | profiled_best | default | occupancy | ρ |"
     );
     let _ = writeln!(
         s,
-        "| --- | --- | --- | ---: | --- | --- | --- | --- | ---: |"
+        "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | ---: |"
     );
     for c in &st.cases {
         let o = c.picks.get(&Method::Optimum);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}/{} | {} {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {}/{} | {} {} | {} | {} | {} | {} | {} | {} |",
             c.program,
             c.kernel,
             sizes_cell(c),
@@ -332,6 +394,8 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
                 .map(|t| format!("{t:.4} ms"))
                 .unwrap_or_else(|| "–".into()),
             ratio_cell(c, Method::Klaraptor),
+            ratio_cell(c, Method::Settled),
+            ratio_cell(c, Method::ProfiledBest),
             ratio_cell(c, Method::Default),
             ratio_cell(c, Method::Occupancy),
             c.spearman
@@ -380,10 +444,12 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
     let _ = writeln!(s, "\n## Sweep against harness timing\n");
     let _ = writeln!(
         s,
-        "The klaraptor and default runs time their shape with the sample's own harness \
-         (`--time 5`: one warm-up, then the median of five timed repetitions, each timed as \
-         `samples/polybench/common/harness.h` says). Where the site is a single launch, that median \
-         should match the sweep's time of the same shape.\n"
+        "The choice runs time their shape with the sample's own harness (`--time 20` for the \
+         instrumented build, `--time 5` for the default: one warm-up, then the median of the \
+         timed repetitions, each timed as `samples/polybench/common/harness.h` says). The \
+         instrumented build's time is of the shape its launches ended with: settled's where it \
+         settled, else klaraptor's. Where the site is a single launch, that median should match \
+         the sweep's time of the same shape.\n"
     );
     let _ = writeln!(
         s,
@@ -393,7 +459,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
     let mut far = 0;
     let mut compared = 0;
     for c in &st.cases {
-        for m in [Method::Klaraptor, Method::Default] {
+        for m in [Method::Klaraptor, Method::Settled, Method::Default] {
             let Some(p) = c.picks.get(&m) else { continue };
             if let (Some(t), Some(h), Some(1)) = (p.time_ms, p.harness_ms, p.harness_launches) {
                 compared += 1;
@@ -552,9 +618,20 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
          {runs}; no L2 flush between them, as a program launching the kernel repeatedly sees \
          it). For a kernel launched from a host loop (lu, gramschm, adi's column kernels, \
          doitgen, 3dconv) that is the loop's first launch.\n\
-         - **klaraptor**: the instrumented build, `KLARAPTOR_LOG=… <program> <sizes> --time 5`; \
-         the log's decision (`source=model`) gives the shape; its time is the sweep's time of \
-         that shape.\n\
+         - **klaraptor**: the instrumented build, `KLARAPTOR_LOG=… KLARAPTOR_CHOICES=off \
+         <program> <sizes> --time 20`; the log's decision (`source=model`) gives the shape: \
+         the model's first choice; its time is the sweep's time of that shape.\n\
+         - **settled**: the same run; on the first launches of each kernel × size the runtime \
+         times the model's top shapes and the program's own on the GPU and keeps the fastest \
+         (`refine: settled on block=… after launches=<n>` in the log; no choices cache across \
+         runs). Its time is the sweep's time of that shape; a case without that line has no \
+         settled shape. Flagged (!) when more than 3 % slower than default in the sweep.\n\
+         - **profiled_best**: the fastest shape the kernel's own profile measured (the study \
+         database's entry its rational program was built from, else the profile phase's \
+         records) at the profiled size nearest to the case's in the logarithm of the sizes \
+         (Euclidean over `ln` of each data value; a tie goes to the larger size), with the \
+         grid of the annotation's formula as the sweep launches it: the choice a table of the \
+         profile gives without a model.\n\
          - **default**: the same build with `KLARAPTOR_DISABLE=1 … --time 5`; the block the \
          harness read back from the device (32×8 for 2-D kernels, 256 for 1-D).\n\
          - **occupancy**: `cudaOccupancyMaxPotentialBlockSize(&grid, &block, kernel, 0, 0)` \
@@ -565,7 +642,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
          ones gets no time and no ratio (said in its record).\n\
          - **predicted**: the rational program's time for each shape, from its manifest \
          (`<binary>.klaraptor/*.json`, `RationalProgram::rank` at the case's sizes).\n\
-         - The harness's own `KL_TIME` medians of the klaraptor and default runs are in the \
+         - The harness's own `KL_TIME` medians of the instrumented and default runs are in the \
          records (`harness_ms`) and compared above; for a site in a host loop they sum the \
          loop's launches."
     );
@@ -576,6 +653,27 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
     for w in &st.warnings {
         any = true;
         let _ = writeln!(s, "- {w}");
+    }
+    let unsettled: Vec<String> = st
+        .cases
+        .iter()
+        .filter(|c| {
+            c.picks
+                .get(&Method::Settled)
+                .is_some_and(|p| p.block.is_none())
+        })
+        .map(|c| format!("{} {} at {}", c.program, c.kernel, c.sizes_text()))
+        .collect();
+    if !unsettled.is_empty() {
+        any = true;
+        if unsettled.len() == st.cases.len() {
+            let _ = writeln!(
+                s,
+                "- settled: no case settled (no `refine: settled` line in any choice run)"
+            );
+        } else {
+            let _ = writeln!(s, "- settled: did not settle: {}", unsettled.join("; "));
+        }
     }
     for c in &st.cases {
         for m in Method::COMPARED {
@@ -590,6 +688,43 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
                     m.as_str()
                 );
             }
+        }
+        if let Some(p) = c
+            .picks
+            .get(&Method::Settled)
+            .filter(|p| p.slower_than_default == Some(true))
+        {
+            any = true;
+            let _ = writeln!(
+                s,
+                "- {} {} at {}: settled: {} at {:.4} ms, more than 3 % slower than default ({} \
+                 at {:.4} ms)",
+                c.program,
+                c.kernel,
+                c.sizes_text(),
+                shape(p.block, c.dim),
+                p.time_ms.unwrap_or(f64::NAN),
+                shape(c.picks.get(&Method::Default).and_then(|d| d.block), c.dim),
+                c.picks
+                    .get(&Method::Default)
+                    .and_then(|d| d.time_ms)
+                    .unwrap_or(f64::NAN)
+            );
+        }
+        if let Some(p) = c
+            .picks
+            .get(&Method::ProfiledBest)
+            .filter(|p| p.block.is_none())
+        {
+            any = true;
+            let _ = writeln!(
+                s,
+                "- {} {} at {}: profiled_best: {}",
+                c.program,
+                c.kernel,
+                c.sizes_text(),
+                p.how
+            );
         }
         if !c.failed.is_empty() {
             any = true;

@@ -51,8 +51,8 @@ pub struct NumberedJob {
     pub job: Job,
 }
 
-/// Default estimate of the two choice runs of a job, seconds.
-pub const CHOICE_EST_S: f64 = 3.0;
+/// Default estimate of the two choice runs of a job (`--time 20` and `--time 5`), seconds.
+pub const CHOICE_EST_S: f64 = 3.5;
 
 impl Sizes {
     pub fn load(path: &Path) -> Result<Sizes> {

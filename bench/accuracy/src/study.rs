@@ -6,7 +6,15 @@
 //! so the ratios compare like with like:
 //! - **optimum**: the fastest shape of the sweep;
 //! - **klaraptor**: the shape the instrumented build chose at that size (its
-//!   `KLARAPTOR_LOG` line, `source=model`);
+//!   `KLARAPTOR_LOG` line, `source=model`): the model's first choice;
+//! - **settled**: the shape the runtime's refinement settled on in the same run (its
+//!   `refine: settled on` line; the choice run has `KLARAPTOR_CHOICES=off` and `--time 20`,
+//!   enough launches to settle), with the launches it took; a case without that line has
+//!   none, and the report counts those cases and those where settled is more than 3 % slower
+//!   than default;
+//! - **profiled_best**: the fastest shape of the kernel's profile (the study database's entry
+//!   its rational program was built from, else the profile phase's records) at the profiled
+//!   size nearest in the logarithm of the sizes ([`klaraptor::validate::profiled_best`]);
 //! - **default**: the program's own shape (the block `KLARAPTOR_DISABLE=1 --time` reports,
 //!   read back from the device: 32×8 for 2-D kernels, 256 for 1-D ones);
 //! - **occupancy**: the block size `cudaOccupancyMaxPotentialBlockSize` returns (the
@@ -22,8 +30,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use klaraptor::rational::{self, RationalProgram};
-use klaraptor::validate::{occupancy_shape, shape_text, OCCUPANCY_API};
+use klaraptor::validate::{
+    self as kv, occupancy_shape, shape_text, ProfileTimes, Refines, OCCUPANCY_API,
+};
 pub use klaraptor::validate::{spearman, stats, Case, Method, Pick, Stats};
+use klaraptor_profiler::db::ProfileDb;
 
 use crate::inputs::{self, Decision, Env, SummaryRow, TimingOutput};
 use crate::sizes::Sizes;
@@ -40,6 +51,8 @@ pub struct Kernel {
     pub manifest: Option<RationalProgram>,
     /// Every data size the profile records hold for it (and the manifest's plan sizes).
     pub profiled: BTreeSet<Vec<i64>>,
+    /// The profile profiled_best picks from (`Err`: why there is none).
+    pub profile: std::result::Result<ProfileTimes, String>,
 }
 
 /// What the issue asks of each kernel's sizes, checked on the data.
@@ -103,6 +116,10 @@ pub struct Paths {
     /// Another exhaustive phase's directory to read instead of `device/exhaustive` (a
     /// repeated sweep, for the run-to-run comparison).
     pub exhaustive: Option<PathBuf>,
+    /// The study's profile database (.dev/study-db), which the models were built from: the
+    /// profile of profiled_best. Without it (or without a kernel's entry there), the profile
+    /// phase's records in `device/profile/` are read instead.
+    pub profile_db: Option<PathBuf>,
 }
 
 impl Paths {
@@ -125,12 +142,13 @@ impl Study {
         self.cases.iter().filter_map(|c| c.ratio(m)).collect()
     }
 
-    /// The ratios of a method over the cases where every compared method has one (so the
-    /// methods are compared on the same cases).
+    /// The ratios of a method over the cases where each of the three original methods
+    /// (klaraptor, default, occupancy: [`Method::COMMON`]) and `m` have one (so the methods
+    /// are compared on the same cases).
     pub fn ratios_common(&self, m: Method) -> Vec<f64> {
         self.cases
             .iter()
-            .filter(|c| Method::COMPARED.iter().all(|&o| c.ratio(o).is_some()))
+            .filter(|c| Method::COMMON.iter().all(|&o| c.ratio(o).is_some()))
             .filter_map(|c| c.ratio(m))
             .collect()
     }
@@ -183,10 +201,13 @@ impl Study {
             let xdir = paths.phase("exhaustive").join(p).join(&nj.stem);
             let cdir = paths.phase("choice").join(p).join(&nj.stem);
             let sweeps = inputs::read_records(&xdir.join("records"))?;
-            let decisions = if cdir.join("model.log").is_file() {
-                inputs::read_decisions(&cdir.join("model.log"))?
+            let (decisions, refines) = if cdir.join("model.log").is_file() {
+                (
+                    inputs::read_decisions(&cdir.join("model.log"))?,
+                    kv::read_refines(&cdir.join("model.log"))?,
+                )
             } else {
-                Vec::new()
+                (Vec::new(), Refines::default())
             };
             let model_out = read_opt_timing(&cdir.join("model.out"))?;
             let default_out = read_opt_timing(&cdir.join("default.out"))?;
@@ -237,7 +258,7 @@ impl Study {
                             &nj.id,
                             size,
                             &samples,
-                            &decisions,
+                            (&decisions, &refines),
                             [&model_out, &default_out, &variant_out],
                         );
                         if !case.complete() {
@@ -293,6 +314,10 @@ fn load_kernels(paths: &Paths, program: &str) -> Result<Vec<Kernel>> {
     } else {
         Vec::new()
     };
+    let db = match &paths.profile_db {
+        Some(d) if d.is_dir() => Some(ProfileDb::open(d)?),
+        _ => None,
+    };
     let mut profile_sweeps = Vec::new();
     let pdir = paths.phase("profile").join(program);
     if let Ok(rd) = std::fs::read_dir(&pdir) {
@@ -330,6 +355,30 @@ fn load_kernels(paths: &Paths, program: &str) -> Result<Vec<Kernel>> {
         if let Some(m) = &manifest {
             profiled.extend(m.provenance.profile_sizes.iter().cloned());
         }
+        let from_db = match (&manifest, &db, &paths.profile_db) {
+            (Some(m), Some(db), _) => kv::manifest_profile(db, m),
+            (None, _, _) => Err("no rational program (prepare.sh models not run?)".into()),
+            (_, None, Some(d)) => Err(format!("no profile database at {}", d.display())),
+            (_, None, None) => Err("no profile database given".into()),
+        };
+        let profile = from_db.or_else(|why| {
+            let found: Vec<&klaraptor_profiler::record::Sample> = profile_sweeps
+                .iter()
+                .filter(|s| s.id == mangled)
+                .flat_map(|s| &s.samples)
+                .collect();
+            if found.is_empty() {
+                Err(why)
+            } else {
+                Ok(ProfileTimes::from_samples(
+                    found,
+                    format!(
+                        "the profile phase's records ({}/run*/records; {why})",
+                        pdir.display()
+                    ),
+                ))
+            }
+        });
         out.push(Kernel {
             program: program.to_string(),
             name: f[0].into(),
@@ -349,6 +398,7 @@ fn load_kernels(paths: &Paths, program: &str) -> Result<Vec<Kernel>> {
                 .collect(),
             manifest,
             profiled,
+            profile,
         });
     }
     Ok(out)
@@ -367,12 +417,13 @@ fn build_case(
     job: &str,
     sizes: Vec<i64>,
     samples: &[&klaraptor_profiler::record::Sample],
-    decisions: &[Decision],
+    (decisions, refines): (&[Decision], &Refines),
     [model_out, default_out, variant_out]: [&TimingOutput; 3],
 ) -> Case {
     let mut case = Case {
         program: kernel.program.clone(),
         kernel: kernel.name.clone(),
+        mangled: kernel.mangled.clone(),
         job: job.to_string(),
         dim: kernel.dim,
         labels: kernel.labels.clone(),
@@ -418,10 +469,20 @@ fn build_case(
             }
         }
     }
+    // settled: the same run's refinement.
+    let (settled, trying) = refines.of(&[&kernel.name, &kernel.mangled], &sizes);
+    let mut st = kv::settled_pick(settled, trying, "the instrumented build's run");
+    // The run's KL_TIME is of the shape its launches ended with: the settled one once the
+    // runtime settled, else the model's choice.
     if let Some(t) = model_out.time_of(&kernel.name, &sizes) {
-        k.harness_ms = Some(t.median_ms);
-        k.harness_launches = Some(t.launches);
-        if k.block.is_some_and(|b| b != t.block) && decision.is_some() {
+        if st.block == Some(t.block) {
+            st.harness_ms = Some(t.median_ms);
+            st.harness_launches = Some(t.launches);
+        }
+        if k.block == Some(t.block) {
+            k.harness_ms = Some(t.median_ms);
+            k.harness_launches = Some(t.launches);
+        } else if k.block.is_some() && decision.is_some() && st.block != Some(t.block) {
             let note = format!("KL_TIME reports block {}", shape_text(t.block));
             k.flag = Some(match k.flag.take() {
                 Some(f) => format!("{f}; {note}"),
@@ -430,6 +491,17 @@ fn build_case(
         }
     }
     case.picks.insert(Method::Klaraptor, k);
+    case.picks.insert(Method::Settled, st);
+
+    // profiled_best: the kernel's profile at the nearest profiled size.
+    case.picks.insert(
+        Method::ProfiledBest,
+        kv::profiled_best_pick(
+            kernel.profile.as_ref().map_err(String::as_str),
+            &kernel.labels,
+            &sizes,
+        ),
+    );
 
     // default
     let mut d = Pick::default();
@@ -587,6 +659,7 @@ mod tests {
             grid: vec!["ceil(NJ, bx)".into(), "ceil(NI, by)".into()],
             manifest: None,
             profiled: BTreeSet::new(),
+            profile: Err("none".into()),
         };
         assert_eq!(grid_labels(&k), ["NJ", "NI"]);
     }

@@ -1,9 +1,10 @@
 //! The report end to end on CONSTRUCTED inputs: a study directory and a device output
 //! written here in the formats the real pipeline uses (collector JSON lines and
-//! kernels.tsv, KLARAPTOR_LOG decision lines, the harness's KL_TIME/KL_OCC lines, env.txt,
-//! device.sh's summary.tsv), with times from a made-up formula, and rational programs fitted
-//! by klaraptor's own fitting code (`rational::build`) from made-up profile counters. Nothing
-//! here is a measurement; it checks that the report computes what it says it computes.
+//! kernels.tsv, KLARAPTOR_LOG decision and refine lines, the harness's KL_TIME/KL_OCC lines,
+//! env.txt, device.sh's summary.tsv, a profile database), with times from a made-up formula,
+//! and rational programs fitted by klaraptor's own fitting code (`rational::build`) from
+//! made-up profile counters. Nothing here is a measurement; it checks that the report
+//! computes what it says it computes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use klaraptor::profiling::kernel_stem;
 use klaraptor::rational::{self, RationalProgram};
 use klaraptor_accuracy::sizes::Sizes;
 use klaraptor_accuracy::study::{self, Method, Paths, Study};
+use klaraptor_profiler::db::ProfileDb;
 use klaraptor_profiler::record::{
     Counters, DeviceId, Entry, KernelId, Plan, Sample, FORMAT_VERSION,
 };
@@ -200,6 +202,13 @@ struct Fixture {
     out: PathBuf,
 }
 
+/// The shape the gemm run settles on at 1000³ (the model's second; see `fixture`), and the
+/// one mvt settles on at 5000 (1 thread: slower than the program's 256).
+fn gemm_settled(gemm: &RationalProgram) -> [u32; 3] {
+    gemm.rank(&[1000, 1000, 1000]).unwrap()[1].block
+}
+const MVT_SETTLED: [u32; 3] = [1, 1, 1];
+
 /// The fixture's two kernels: gemm (2-D) and mvt_x1 (1-D).
 fn gemm_and_mvt() -> (LinkSpec, LinkSpec) {
     (
@@ -240,6 +249,10 @@ fn fixture() -> Fixture {
         vec![256, 256, 256],
     ];
     let mvt_profile = vec![vec![256], vec![512], vec![1024], vec![2048]];
+    // The study database: gemm's profile only (mvt's profile_best then comes from the
+    // profile phase's records).
+    let db_dir = tmp.path().join("study-db");
+    let db = ProfileDb::open(&db_dir).unwrap();
 
     // The study directory: kernels.tsv, manifests fitted from the constructed profiles,
     // build times.
@@ -261,6 +274,9 @@ fn fixture() -> Fixture {
             ),
         );
         let prog = rational::build(s, &entry(s, prof), &d).expect("fitting constructed profiles");
+        if p == "gemm" {
+            db.put(&entry(s, prof)).unwrap();
+        }
         std::fs::create_dir_all(d.join("models")).unwrap();
         prog.write(&d.join("models")).unwrap();
         write(
@@ -358,7 +374,7 @@ est_s = 2
             .map(|(l, v)| format!(" {l}={v}"))
             .collect();
         let g = grid_of(s, &sz, chosen);
-        let log = if p == "mvt" && stem == "x2" {
+        let mut log = if p == "mvt" && stem == "x2" {
             // A fallback: the run launched the program's own shape.
             format!(
                 "klaraptor: {}{data} block=256x1x1 grid={}x1x1 source=fallback: no model for this device (the model is for NVIDIA H100) device=0:NVIDIA H200\n",
@@ -378,13 +394,38 @@ est_s = 2
                 ranked[0].prediction.time_us
             )
         };
+        // The runtime's refinement: gemm at 1000³ settles on the model's second shape, mvt at
+        // 5000 on a 1-thread block; gemm at 2048² × 256 began but did not settle; mvt at
+        // 10000 (a fallback) has no refine line.
+        let trying = format!(
+            "klaraptor: {}{data} refine: trying 3 of {} shapes and the program's {own} device=0:NVIDIA H200\n",
+            s.name,
+            rational::candidates(s.dim).len()
+        );
+        let settled = match (p, stem) {
+            ("gemm", "x1") => Some((ranked[1].block, "model#2", 7)),
+            ("mvt", "x1") => Some((MVT_SETTLED, "model#3", 5)),
+            _ => None,
+        };
+        if !(p == "mvt" && stem == "x2") {
+            log.push_str(&trying);
+        }
+        if let Some((b, cand, n)) = settled {
+            let g = grid_of(s, &sz, b);
+            log.push_str(&format!(
+                "klaraptor: {}{data} refine: settled on block={}x{}x{} grid={}x{}x{} after launches={n}, 0.950 of the model's first choice's time (candidate={cand} extra_us=12.5) device=0:NVIDIA H200\n",
+                s.name, b[0], b[1], b[2], g[0], g[1], g[2]
+            ));
+        }
         write(&cdir.join("model.log"), log);
-        let harness = measured_ms(&sz, chosen) * 1.02;
+        // The run's KL_TIME is of the shape its launches ended with: the settled one.
+        let ended = settled.map_or(chosen, |x| x.0);
+        let harness = measured_ms(&sz, ended) * 1.02;
         write(
             &cdir.join("model.out"),
             format!(
                 "KL_TIME {} {dims} median_ms={harness:.6} block={}x{}x{} launches=1\nKL_OCC {} block={occ} min_grid=264\n",
-                s.name, chosen[0], chosen[1], chosen[2], s.name
+                s.name, ended[0], ended[1], ended[2], s.name
             ),
         );
         let own_b: [u32; 3] = if s.dim == 2 { [32, 8, 1] } else { [256, 1, 1] };
@@ -404,6 +445,7 @@ est_s = 2
             study: study_dir,
             device,
             exhaustive: None,
+            profile_db: Some(db_dir),
         },
         sizes,
         gemm: progs["gemm"].clone(),
@@ -448,7 +490,37 @@ fn every_method_is_timed_by_the_sweep() {
     assert_eq!(k.ratio, Some(tbest / measured_ms(&sz, chosen)));
     assert!(k.flag.is_none(), "{:?}", k.flag);
     assert!(k.how.contains("source=model"));
-    assert!((k.harness_ms.unwrap() - measured_ms(&sz, chosen) * 1.02).abs() < 1e-5);
+    // The run ended on the settled shape: its KL_TIME is settled's, not klaraptor's.
+    assert_eq!(k.harness_ms, None);
+
+    // settled: the model's second shape, after 7 launches, timed by the sweep.
+    let settled = gemm_settled(&f.gemm);
+    assert_ne!(settled, chosen);
+    let st_pick = &c.picks[&Method::Settled];
+    assert_eq!(st_pick.block, Some(settled));
+    assert_eq!(st_pick.launches, Some(7));
+    assert_eq!(st_pick.candidate.as_deref(), Some("model#2"));
+    assert_eq!(st_pick.ratio, Some(tbest / measured_ms(&sz, settled)));
+    assert!((st_pick.harness_ms.unwrap() - measured_ms(&sz, settled) * 1.02).abs() < 1e-5);
+    assert_eq!(
+        st_pick.slower_than_default,
+        Some(measured_ms(&sz, settled) > 1.03 * measured_ms(&sz, [32, 8, 1]))
+    );
+
+    // profiled_best: the study database's gemm profile, nearest size 256³ (in ln, 1000³ is
+    // nearer 256³ than any other profiled size), its fastest shape there.
+    let (pbest, ptime) = argmin(&[256, 256, 256], &cands);
+    let pb = &c.picks[&Method::ProfiledBest];
+    assert_eq!(pb.block, Some(pbest));
+    assert_eq!(pb.profiled_at.as_deref(), Some(&[256i64, 256, 256][..]));
+    assert_eq!(pb.profile_time_ms, Some(ptime));
+    assert_eq!(pb.ratio, Some(tbest / measured_ms(&sz, pbest)));
+    assert!(
+        pb.how
+            .contains("the profile its rational program was built from"),
+        "{}",
+        pb.how
+    );
     // The prediction is the manifest's for that shape, in ms.
     let p = f
         .gemm
@@ -506,6 +578,35 @@ fn every_method_is_timed_by_the_sweep() {
         m.picks[&Method::Klaraptor].block,
         Some(f.mvt.rank(&[5000]).unwrap()[0].block)
     );
+    // mvt settles on 1 thread, more than 3 % slower than its own 256.
+    let ms = &m.picks[&Method::Settled];
+    assert_eq!(ms.block, Some(MVT_SETTLED));
+    assert!(measured_ms(&[5000], MVT_SETTLED) > 1.03 * measured_ms(&[5000], [256, 1, 1]));
+    assert_eq!(ms.slower_than_default, Some(true));
+    // Its profiled_best comes from the profile phase's records (no database entry): the
+    // fastest shape at 2048.
+    let mp = &m.picks[&Method::ProfiledBest];
+    assert_eq!(mp.block, Some(argmin(&[2048], &rational::candidates(1)).0));
+    assert!(mp.how.contains("the profile phase's records"), "{}", mp.how);
+    assert!(mp.how.contains("no profile of mvt_x1"), "{}", mp.how);
+
+    // gemm at 2048² × 256 began refining but did not settle.
+    let g2 = st
+        .cases
+        .iter()
+        .find(|c| c.kernel == "gemm" && c.sizes == [2048, 2048, 256])
+        .unwrap();
+    let gs = &g2.picks[&Method::Settled];
+    assert_eq!((gs.block, gs.ratio), (None, None));
+    assert!(
+        gs.how.starts_with(
+            "did not settle: the instrumented build's run began refining (trying 3 of 66 shapes"
+        ),
+        "{}",
+        gs.how
+    );
+    // The KL_TIME of that run is klaraptor's.
+    assert!(g2.picks[&Method::Klaraptor].harness_ms.is_some());
 
     // mvt at 10000: incomplete sweep and a fallback, both said.
     let m2 = st
@@ -525,6 +626,9 @@ fn every_method_is_timed_by_the_sweep() {
     let k2 = &m2.picks[&Method::Klaraptor];
     assert_eq!(k2.block, Some([256, 1, 1]));
     assert!(k2.flag.as_deref().unwrap().contains("fallback: no model"));
+    assert!(m2.picks[&Method::Settled]
+        .how
+        .starts_with("did not settle: no refine line"));
 
     // Criteria: gemm has two sizes, its largest is 8× the profiled 256 in NI and NJ.
     let g = st.criteria.iter().find(|c| c.kernel == "gemm").unwrap();
@@ -552,12 +656,67 @@ fn the_report_files() {
     assert!(w.json.ends_with("accuracy-h200-2026-01-02.json"));
     let recs: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&w.json).unwrap()).unwrap();
-    assert_eq!(recs.len(), 16);
+    // 4 cases × optimum, klaraptor, settled, profiled_best, default, occupancy.
+    assert_eq!(recs.len(), 24);
     for r in &recs {
-        for key in ["program", "kernel", "sizes", "method", "block", "time_ms"] {
+        for key in [
+            "program", "kernel", "mangled", "sizes", "method", "block", "time_ms",
+        ] {
             assert!(r.get(key).is_some(), "{key} missing in {r}");
         }
     }
+    let of =
+        |m: &str| -> Vec<&serde_json::Value> { recs.iter().filter(|r| r["method"] == m).collect() };
+    assert_eq!(of("settled").len(), 4);
+    assert_eq!(of("profiled_best").len(), 4);
+    let gs = of("settled")
+        .into_iter()
+        .find(|r| r["kernel"] == "gemm" && r["sizes"]["NK"] == 1000)
+        .unwrap();
+    assert_eq!(gs["launches"], 7);
+    assert_eq!(gs["candidate"], "model#2");
+    assert_eq!(gs["mangled"], "_Z4gemmPKfS0_Pfffiii");
+    let unsettled = of("settled")
+        .into_iter()
+        .filter(|r| r["block"].is_null())
+        .count();
+    assert_eq!(unsettled, 2);
+    let mv = of("settled")
+        .into_iter()
+        .find(|r| r["kernel"] == "mvt_x1" && r["sizes"]["N"] == 5000)
+        .unwrap();
+    assert_eq!(mv["slower_than_default"], true);
+    let gp = of("profiled_best")
+        .into_iter()
+        .find(|r| r["kernel"] == "gemm" && r["sizes"]["NK"] == 256)
+        .unwrap();
+    assert_eq!(gp["profiled_at"]["NI"], 256);
+    assert!(gp["ratio"].as_f64().unwrap() > 0.0);
+    // The summary: one line per compared method, settled's counts.
+    assert!(w
+        .summary_json
+        .ends_with("accuracy-h200-2026-01-02-summary.json"));
+    let sum: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&w.summary_json).unwrap()).unwrap();
+    let methods: Vec<&str> = sum.iter().map(|x| x["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "klaraptor",
+            "settled",
+            "profiled_best",
+            "default",
+            "occupancy"
+        ]
+    );
+    assert_eq!(sum[1]["cases"], 2);
+    assert_eq!(sum[1]["not_settled"], 2);
+    // mvt at 5000, and gemm at 1000³ where its settled shape is slower than 32×8.
+    let gsz = [1000i64, 1000, 1000];
+    let gslow = measured_ms(&gsz, gemm_settled(&f.gemm)) > 1.03 * measured_ms(&gsz, [32, 8, 1]);
+    assert_eq!(sum[1]["slower_than_default"], 1 + u64::from(gslow));
+    assert_eq!(sum[2]["cases"], 4);
+    assert_eq!(sum[2]["no_profile"], 0);
     let k = recs
         .iter()
         .find(|r| r["method"] == "klaraptor" && r["sizes"]["NK"] == 256)
@@ -571,6 +730,15 @@ fn the_report_files() {
         "580.00.00",
         "13.0, V13.0.88",
         "| klaraptor | 4 |",
+        "| settled | 2 |",
+        "| profiled_best | 4 |",
+        "2 of 4 cases did not settle",
+        "Acceptance of the runtime's refinement (settled)",
+        "| optimum | klaraptor | settled | profiled_best | default | occupancy | ρ |",
+        "(7×)",
+        "more than 3 % slower than default (256 at",
+        "- settled: did not settle: gemm gemm at 2048×2048×256; mvt mvt_x1 at 10000",
+        "KLARAPTOR_CHOICES=off",
         "Targets of the issue",
         "Spearman",
         "Build-time cost",
