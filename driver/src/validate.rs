@@ -1527,6 +1527,31 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!((q.launches, q.of_first), (Some(9), None));
+        // The lines the runtime's own test expects (runtime-shim/tests/test_refine.c).
+        let log = "klaraptor: stencil n=4096 block=256x1x1 grid=16x1x1 source=model \
+                   predicted_us=10 device=0:NVIDIA H200 program_block=64x1x1\n\
+                   klaraptor: stencil n=4096 refine: trying 3 of 32 shapes and the program's \
+                   64x1x1 (model#1=256x1x1 model#2=128x1x1 model#3=512x1x1) device=0:NVIDIA \
+                   H200\n\
+                   klaraptor: stencil n=4096 refine: settled on block=128x1x1 grid=32x1x1 after \
+                   launches=12, 0.750 of the model's first choice's time (candidate=model#2 \
+                   extra_us=220.0) device=0:NVIDIA H200\n";
+        let l: Vec<&str> = log.lines().collect();
+        assert_eq!(parse_decision(l[0]).unwrap().unwrap().block, [256, 1, 1]);
+        let y = parse_refine_trying(l[1]).unwrap().unwrap();
+        assert_eq!(
+            (y.tried, y.of, y.program_block),
+            (3, Some(32), Some([64, 1, 1]))
+        );
+        assert_eq!(y.device, "0:NVIDIA H200");
+        let r = parse_refine(l[2]).unwrap().unwrap();
+        assert_eq!((r.kernel.as_str(), r.sizes()), ("stencil", vec![4096]));
+        assert_eq!(
+            (r.block, r.grid, r.launches),
+            ([128, 1, 1], [32, 1, 1], Some(12))
+        );
+        assert_eq!((r.of_first, r.extra_us), (Some(0.75), Some(220.0)));
+        assert_eq!(r.candidate, "model#2");
         // Other refine lines are neither.
         let other = "klaraptor: k N=7 refine: no candidate could be timed: the program's own \
                      launch from now on device=0:G";
