@@ -854,7 +854,8 @@ fn test_refine() -> &'static Path {
 
 /// Refinement against the fake GPU: the order of the tries, pruning, short-kernel medians,
 /// long kernels, results read only when ready (no synchronisation: the fake counts every
-/// wait), stream capture, a failing candidate, KLARAPTOR_REFINE, the choices cache (written,
+/// wait), stream capture, a failing candidate, the neighbour walk, KLARAPTOR_REFINE, the
+/// choices cache (written,
 /// read back, a damaged file, an unwritable directory) and two threads on two streams.
 #[test]
 fn refinement_cases() {
@@ -870,6 +871,7 @@ fn refinement_cases() {
             "ok deferred",
             "ok capture",
             "ok failed",
+            "ok walk",
             "ok controls",
             "ok cache",
             "ok threads",

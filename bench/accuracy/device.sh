@@ -92,8 +92,9 @@ kltime_gpu_s() {
     END { printf "%.3f", s / 1000 }'
 }
 # The choice phase's instrumented run: --time 20 in place of the job's --time 5, so the
-# runtime sees enough launches of each kernel x size to settle.
-MODEL_REPS=20
+# runtime sees enough launches of each kernel x size to settle (MODEL_REPS=5 for programs
+# that launch each kernel many times a run anyway, e.g. gramschm's and lu's k loops).
+MODEL_REPS=${MODEL_REPS:-20}
 
 if [ "$PHASE" = choice ]; then
   for d in "$STUDY"/*/; do

@@ -705,6 +705,9 @@ fn candidate_text(c: &str) -> String {
     match c {
         "program" => format!("{c} (the program's own shape)"),
         "profiled" => format!("{c} (the shape the profile measured fastest)"),
+        _ if c.starts_with("nearby#") => {
+            format!("{c} (a neighbour of the best measured shape, found by the runtime's walk)")
+        }
         _ => c.to_string(),
     }
 }

@@ -1048,22 +1048,31 @@ static void capture_mode_restore(int old) { (void)old; }
 /* ---------------------------------------------------------------------------------------- */
 /* Refinement                                                                               */
 
-#define RF_MAX_CANDS (REFINE_MAX_K + 2)
+#define RF_MAX_CANDS 24
 #define RF_MAX_SAMPLES 5
-#define RF_MAX_TRIES 64
+#define RF_MAX_TRIES 192
 #define RF_PRUNE 1.5       /* a candidate whose fastest sample is this much slower is out */
-#define RF_SHORT_US 20.0   /* kernels shorter than this get RF_MAX_SAMPLES samples */
+#define RF_SHORT_US 20.0   /* kernels shorter than this are timed over batches of launches */
+#define RF_BATCH_US 20.0   /* ... of about this long */
+#define RF_MAX_BATCH 16
 #define RF_LONG_US 1000.0  /* kernels at least this long get one sample */
-#define RF_STALE 64        /* a try not ended after this many launches of its key is dropped */
+#define RF_STALE 64        /* a try idle for this many launches of its key is dropped */
+#define RF_WALK_STEPS 4    /* steps of the neighbour walk along one direction */
+#define RF_WALK_PLATEAU 1.03 /* a step at most this much slower than the best walks on */
+#define RF_WALK_STOP 1.10  /* a walked shape one sample shows this much slower is out */
 
 typedef struct rf_cand {
-  char label[24];  /* model#<i>, profiled, program */
+  char label[24];  /* model#<i>, profiled, program, nearby#<i> */
   int program;     /* 1: the program's own dims (the launch keeps what it brings) */
+  int walked;      /* 1: a neighbour of the best, added by the walk */
   uint32_t block[3], grid[3];
-  int issued;      /* timed launches begun */
-  int n;           /* samples read */
+  int issued;      /* timed tries begun */
+  int n;           /* samples read (per-launch microseconds) */
+  int batch;       /* launches a sample spans; 0 until the first sample sized it */
   int out;         /* 1: slower than the best by RF_PRUNE; 2: its launch failed */
   double us[RF_MAX_SAMPLES];
+  double spent_us; /* kernel time of every timed launch of it, sizing ones too */
+  int spent_n;
 } rf_cand;
 
 enum { TRY_FREE, TRY_BEGUN, TRY_ENDED, TRY_ABANDONED, TRY_DONE };
@@ -1072,7 +1081,9 @@ typedef struct rf_try {
   int cand;
   int state;     /* under g_lock */
   int failed;    /* the launch reported an error */
-  int begun_at;  /* the key's launch count when it began */
+  int last_at;   /* the key's launch count at its last launch */
+  int launches;  /* launches the try spans (a batch for short kernels) */
+  int done;      /* of which begun */
   void *stream;
   kl_event ev0, ev1;
 } rf_try;
@@ -1087,6 +1098,7 @@ typedef struct refine {
   int launches;   /* launches of the key so far */
   int ntries;
   int capture_logged;
+  int walk_started, walk_dir, walk_from, walk_steps, n_walked;
   rf_try t[RF_MAX_TRIES];
 } refine;
 
@@ -1113,13 +1125,11 @@ static double cand_min(const rf_cand *c) {
   return m;
 }
 
-/* Samples a candidate needs: short kernels are noisy, long ones are not. */
+/* Samples a candidate needs: three (batched for short kernels, whose single launches the
+ * events cannot resolve), one for long kernels. */
 static int cand_needed(const rf_cand *c) {
-  if (c->n == 0) return 3;
-  double m = cand_median(c);
-  if (m >= RF_LONG_US) return 1;
-  if (m < RF_SHORT_US) return RF_MAX_SAMPLES;
-  return 3;
+  if (c->n == 0 || c->batch > 1) return 3;
+  return cand_median(c) >= RF_LONG_US ? 1 : 3;
 }
 
 /* Adds a candidate unless an equal one is there (same block and grid; the program's shape
@@ -1471,7 +1481,7 @@ static void rf_log_trying(const kentry *e, const int64_t *data, const refine *r,
 static void rf_poll(refine *r) {
   for (int i = 0; i < r->ntries; i++) {
     rf_try *t = &r->t[i];
-    if (t->state == TRY_BEGUN && r->launches - t->begun_at > RF_STALE) {
+    if (t->state == TRY_BEGUN && r->launches - t->last_at > RF_STALE) {
       /* never ended (the launch was skipped, or threw): forget it */
       t->state = TRY_ABANDONED;
       continue;
@@ -1484,7 +1494,19 @@ static void rf_poll(refine *r) {
     if (t->failed) {
       c->out = 2;
     } else if (q == 0 && ev_elapsed_us(t->ev0, t->ev1, &us) == 0 && us > 0) {
-      if (c->n < RF_MAX_SAMPLES) c->us[c->n++] = us;
+      us /= t->launches;
+      c->spent_us += us * t->launches;
+      c->spent_n += t->launches;
+      if (c->batch == 0 && us < RF_SHORT_US) {
+        /* a short kernel: this launch sized its batches, whose samples count */
+        int b = (int)(RF_BATCH_US / us) + 1;
+        c->batch = b < 2 ? 2 : b > RF_MAX_BATCH ? RF_MAX_BATCH : b;
+      } else if (c->batch > 1 && t->launches == 1) {
+        /* a single launch of a batched candidate begun before the sizing was read */
+      } else {
+        if (c->batch == 0) c->batch = 1;
+        if (c->n < RF_MAX_SAMPLES) c->us[c->n++] = us;
+      }
     }
     ev_destroy(t->ev0);
     ev_destroy(t->ev1);
@@ -1528,6 +1550,10 @@ static void rf_prune(refine *r) {
     const rf_cand *c = &r->c[i];
     int enough = c->n >= 2 || (c->n >= 1 && cand_needed(c) == 1);
     if (!c->out && enough && i != b && cand_min(c) > RF_PRUNE * bt) r->c[i].out = 1;
+    /* a walked shape needs one sample to show it is no way on */
+    if (!c->out && c->walked && c->n >= 1 && i != b && r->c[b].n >= 2 &&
+        cand_min(c) > RF_WALK_STOP * bt)
+      r->c[i].out = 1;
   }
 }
 
@@ -1578,8 +1604,7 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
   }
   double bt = cand_median(&r->c[best]);
   double extra = 0;
-  for (int i = 0; i < r->nc; i++)
-    for (int j = 0; j < r->c[i].n; j++) extra += r->c[i].us[j] - bt;
+  for (int i = 0; i < r->nc; i++) extra += r->c[i].spent_us - bt * r->c[i].spent_n;
   if (r->warmed && r->c[0].n) extra += cand_median(&r->c[0]) - bt; /* the untimed warm-up */
   char ratio[32] = "?";
   if (r->c[0].n && cand_median(&r->c[0]) > 0)
@@ -1590,6 +1615,64 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
          r->c[best].block[0], r->c[best].block[1], r->c[best].block[2], r->c[best].grid[0],
          r->c[best].grid[1], r->c[best].grid[2], r->launches, ratio, r->c[best].label, extra);
   choices_write(m->e, r, data, best, r->launches);
+}
+
+/* The neighbour walk, once the candidates are measured: from the best, along each axis of the
+ * block, halving and doubling it step by step while the steps are no more than
+ * RF_WALK_PLATEAU slower than the best (a plateau is crossed, a slope is not), at most
+ * RF_WALK_STEPS steps a direction; every step is a shape the model may choose (limits,
+ * constraints, grid). The model ranks well but not always right: its best shapes are often
+ * next to the fastest one. Returns 1 when it added a shape to measure, 0 when it is over.
+ * Under g_lock. */
+static int rf_walk(refine *r, const memo_node *m) {
+  const klaraptor_kernel *k = m->e->k;
+  if (!r->walk_started) {
+    r->walk_started = 1;
+    r->walk_dir = 0;
+    r->walk_from = rf_best(r);
+    r->walk_steps = 0;
+  }
+  for (;;) {
+    int best = rf_best(r);
+    if (best < 0 || r->walk_dir >= 2 * k->dim) return 0;
+    double bt = cand_median(&r->c[best]);
+    int axis = r->walk_dir / 2, up = r->walk_dir % 2;
+    const rf_cand *from = &r->c[r->walk_from];
+    uint32_t b[3] = {from->block[0], from->block[1], from->block[2]}, g[3];
+    int ok = r->walk_steps < RF_WALK_STEPS;
+    if (ok && up) {
+      ok = b[axis] <= UINT32_MAX / 2;
+      b[axis] *= 2;
+    } else if (ok) {
+      ok = b[axis] >= 2;
+      b[axis] /= 2;
+    }
+    ok = ok && rf_shape_ok(k, r->dev, m->data, b, g);
+    int idx = -1;
+    for (int i = 0; ok && i < r->nc; i++)
+      if (memcmp(r->c[i].block, b, sizeof b) == 0 && memcmp(r->c[i].grid, g, sizeof g) == 0)
+        idx = i;
+    if (ok && idx < 0) {
+      char label[24];
+      snprintf(label, sizeof label, "nearby#%d", (r->n_walked + 1) % 100);
+      idx = rf_add(r, label, 0, b, g);
+      if (idx >= 0) {
+        r->n_walked++;
+        r->c[idx].walked = 1;
+        r->c[idx].batch = r->c[best].batch; /* the same kernel: no sizing launch */
+        return 1;
+      }
+    }
+    const rf_cand *c = idx >= 0 ? &r->c[idx] : NULL;
+    if (c && !c->out && c->n > 0 && cand_median(c) <= RF_WALK_PLATEAU * bt) {
+      r->walk_from = idx; /* walk on (the best may have moved to it) */
+      r->walk_steps++;
+      continue;
+    }
+    r->walk_dir++; /* this direction is over: the next one, from the best */
+    r->walk_from = rf_best(r);
+    r->walk_steps = 0;
+  }
 }
 
 /* Under g_lock, for an unsettled node: which dims this launch takes (*use: a candidate, or -1
@@ -1618,20 +1701,33 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
     *use = 0;
     goto out;
   }
+  /* A batch open on this stream goes on (another stream's batch is left alone: this launch
+   * takes the best guess, untimed). */
+  for (int i = 0; i < r->ntries; i++) {
+    rf_try *t = &r->t[i];
+    if (t->state != TRY_BEGUN || t->done >= t->launches) continue;
+    if (t->stream != stream) goto out;
+    if (launch_error_pending()) t->failed = 1;
+    t->done++;
+    t->last_at = r->launches;
+    *use = t->cand;
+    if (t->done == t->launches) ticket = t;
+    goto out;
+  }
   rf_prune(r);
-  if (rf_complete(r) || r->ntries >= RF_MAX_TRIES) {
-    int waiting = 0;
-    for (int i = 0; i < r->nc; i++) waiting += rf_pending(r, i);
-    if (!waiting || r->ntries >= RF_MAX_TRIES) {
-      rf_settle(m, data, ordinal);
-      *use = -2; /* the settled decision */
-      goto out;
-    }
+  int waiting = 0;
+  for (int i = 0; i < r->nc; i++) waiting += rf_pending(r, i);
+  if ((rf_complete(r) && !waiting && !rf_walk(r, m)) || r->ntries >= RF_MAX_TRIES) {
+    rf_settle(m, data, ordinal);
+    *use = -2; /* the settled decision */
+    goto out;
   }
   int pick = -1;
   for (int i = 0; i < r->nc; i++) {
     rf_cand *c = &r->c[i];
-    if (c->out || c->n + rf_pending(r, i) >= cand_needed(c)) continue;
+    int pending = rf_pending(r, i);
+    if (c->out || c->n + pending >= cand_needed(c)) continue;
+    if (c->batch == 0 && pending) continue; /* its first launch sizes its batches */
     if (pick < 0 || c->issued < r->c[pick].issued) pick = i;
   }
   if (pick < 0 || launch_error_pending()) goto out; /* waiting for results */
@@ -1649,12 +1745,14 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
   }
   t->cand = pick;
   t->state = TRY_BEGUN;
-  t->begun_at = r->launches;
+  t->last_at = r->launches;
+  t->launches = r->c[pick].batch > 1 ? r->c[pick].batch : 1;
+  t->done = 1;
   t->stream = stream;
   r->ntries++;
   r->c[pick].issued++;
   *use = pick;
-  ticket = t;
+  if (t->launches == 1) ticket = t; /* else the batch's last launch ends it */
 out:
   capture_mode_restore(old_mode);
   return ticket;

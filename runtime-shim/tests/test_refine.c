@@ -100,8 +100,10 @@ __attribute__((constructor)) static void register_all(void) {
 /* Kernel times by block width, in microseconds: 128 is fastest, the program's 64 slowest. */
 static double g_scale = 1.0;
 static double g_outlier_bx = 0; /* the first launch of this width takes 8x */
+static int g_valley; /* the other table: the fastest is 32, two halvings from 128 */
 static double kernel_us(uint32_t bx) {
   double t = bx == 128 ? 30 : bx == 256 ? 40 : bx == 512 ? 50 : bx == 64 ? 100 : 70;
+  if (g_valley) t = bx == 32 ? 20 : bx == 64 ? 29.5 : t;
   if (g_outlier_bx == bx) {
     g_outlier_bx = 0;
     return 8 * t * g_scale;
@@ -143,6 +145,7 @@ static void fresh(const char *refine, const char *choices) {
   fake_cudart_records = 0;
   g_scale = 1.0;
   g_outlier_bx = 0;
+  g_valley = 0;
 }
 
 /* The log so far. */
@@ -218,6 +221,8 @@ static void t_short(void) {
   CHECK(last == 128);
   CHECK(run(NULL, 4096, 0) == 128);
   CHECK(fake_cudart_events_live == 0);
+  /* timed in batches: far fewer event pairs than launches */
+  CHECK(fake_cudart_records < settled_at);
   printf("ok short\n");
 }
 
@@ -241,13 +246,14 @@ static void t_deferred(void) {
   int counts[1025] = {0};
   for (int i = 0; i < 40; i++) counts[run(NULL, 4096, 0)]++;
   CHECK(!strstr(log_text(), "settled"));
-  /* each candidate got its three tries in flight, the rest ran the model's first choice */
-  CHECK(counts[128] == 3 && counts[512] == 3 && counts[64] == 3);
-  CHECK(counts[256] == 40 - 9);
+  /* each candidate got one try in flight (its first sample decides whether it is timed in
+   * batches), the rest ran the model's first choice */
+  CHECK(counts[128] == 1 && counts[512] == 1 && counts[64] == 1);
+  CHECK(counts[256] == 40 - 3);
   CHECK(fake_cudart_syncs == 0);
-  fake_cudart_gpu_us = 1e12; /* the GPU has run everything queued */
-  run(NULL, 4096, 0);
-  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1 after launches=41,"));
+  fake_cudart_gpu_follows = 1; /* the GPU has caught up, and keeps up */
+  for (int i = 0; i < 20; i++) run(NULL, 4096, 0);
+  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1 after launches="));
   CHECK(run(NULL, 4096, 0) == 128);
   CHECK(fake_cudart_events_live == 0);
   printf("ok deferred\n");
@@ -281,6 +287,21 @@ static void t_failed(void) {
   printf("ok failed\n");
 }
 
+/* The neighbour walk: the fastest shape is not among the model's three but two halvings
+ * from its second; the walk crosses 64 (the program's shape, within 3 % of 128: a
+ * plateau) to 32. */
+static void t_walk(void) {
+  g_case = "walk";
+  fresh(NULL, NULL);
+  g_valley = 1;
+  for (int i = 0; i < 40; i++) run(NULL, 4096, 0);
+  const char *log = log_text();
+  CHECK(strstr(log, "settled on block=32x1x1 grid=128x1x1 after launches="));
+  CHECK(strstr(log, "(candidate=nearby#1 "));
+  CHECK(run(NULL, 4096, 0) == 32);
+  printf("ok walk\n");
+}
+
 /* KLARAPTOR_REFINE=off and =1. */
 static void t_controls(void) {
   g_case = "controls";
@@ -292,12 +313,15 @@ static void t_controls(void) {
   for (int i = 0; i < 10; i++) run(NULL, 4096, 0);
   CHECK(strstr(log_text(), "refine: trying 1 of 32 shapes and the program's 64x1x1 "
                            "(model#1=256x1x1)"));
-  CHECK(strstr(log_text(), "settled on block=256x1x1 grid=16x1x1 after launches=7,"));
+  /* the walk finds 128 next to the model's 256 */
+  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1 after launches=10, 0.750 of "
+                           "the model's first choice's time (candidate=nearby#1 "));
   /* the program's shape winning keeps the program's dims */
   fresh("1", NULL);
   g_scale = 1;
-  /* make 64 the fastest: the program wins */
-  for (int i = 0; i < 10; i++) {
+  /* make 64 the fastest: the program wins (5 us: timed in batches of five launches; the
+   * walk then tries 32 and 128 next to it) */
+  for (int i = 0; i < 80; i++) {
     uint32_t prog = 64;
     int64_t n = 4096;
     uint64_t gxy = (uint64_t)cdiv(n, prog) | (1ull << 32), bxy = prog | (1ull << 32);
@@ -430,6 +454,7 @@ static int scenario_unit(void) {
   t_deferred();
   t_capture();
   t_failed();
+  t_walk();
   t_controls();
   t_cache();
   t_threads();

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root: the runtime's refinement on the PolyBench
+# samples built with their models (bench/accuracy/prepare.sh build + models, carried as
+# .dev/study).
+#
+#   1. Outputs: every program at its default sizes in check mode (the harness compares the
+#      GPU's results with a CPU reference and prints each array's error), once with
+#      KLARAPTOR_REFINE=off and once with refinement on (KLARAPTOR_CHOICES=off: no cache):
+#      both must PASS with the same lines.
+#   2. Overhead: the iterative programs with many launches per size (jacobi1d, jacobi2d,
+#      fdtd-2d: each kernel once per time step) with refinement on and a fresh choices cache; the log's settled lines
+#      carry the extra kernel time the tries cost (extra_us) and the cache files the settled
+#      shape's measured time, from which bench/gpu/refine/overhead.py computes the share of
+#      the program's total kernel time.
+#   3. Cache: the same iterative runs again with that cache: every key starts settled.
+#
+# Environment: OUT (default /tmp/refine-out), STUDY (default .dev/study), JOBS (parallel
+# check runs, default 4). Writes $OUT/refine/<program>/{off,on}.{out,err,log}, the overhead
+# runs under $OUT/refine/overhead/, and $OUT/refine/summary.txt.
+set -u
+root=$(pwd)
+OUT=${OUT:-/tmp/refine-out}
+STUDY=${STUDY:-$root/.dev/study}
+JOBS=${JOBS:-4}
+res=$OUT/refine
+mkdir -p "$res"
+summary=$res/summary.txt
+[ -d "$STUDY" ] || { echo "run.sh: no $STUDY (carry .dev/study)" >&2; exit 2; }
+{
+  echo "# refinement check, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader | head -1
+  head -3 "$STUDY/BUILD-INFO" 2>/dev/null
+} > "$summary"
+
+check() {
+  local p=$1 d=$res/$1
+  mkdir -p "$d"
+  (cd "$STUDY/$p" &&
+    KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off KLARAPTOR_LOG="$d/off.log" \
+      timeout 300 "./$p.klaraptor" > "$d/off.out" 2> "$d/off.err"
+    echo $? > "$d/off.rc"
+    KLARAPTOR_CHOICES=off KLARAPTOR_LOG="$d/on.log" \
+      timeout 300 "./$p.klaraptor" > "$d/on.out" 2> "$d/on.err"
+    echo $? > "$d/on.rc")
+  local verdict=different
+  if cmp -s "$d/off.out" "$d/on.out"; then verdict=identical; fi
+  local pass_off pass_on
+  pass_off=$(tail -1 "$d/off.out")
+  pass_on=$(tail -1 "$d/on.out")
+  printf '%-9s off=%s on=%s rc=%s/%s outputs=%s tries_logged=%s settled=%s\n' "$p" \
+    "$pass_off" "$pass_on" "$(cat "$d/off.rc")" "$(cat "$d/on.rc")" "$verdict" \
+    "$(grep -c 'refine: trying' "$d/on.log" 2>/dev/null)" \
+    "$(grep -c 'refine: settled' "$d/on.log" 2>/dev/null)"
+}
+export -f check
+export res STUDY
+t0=$(date +%s)
+ls "$STUDY" | while read -r p; do [ -x "$STUDY/$p/$p.klaraptor" ] && echo "$p"; done |
+  xargs -P "$JOBS" -I{} bash -c 'check {}' | sort >> "$summary"
+echo "# check runs: $(($(date +%s) - t0)) s" >> "$summary"
+
+# Overhead: programs with a time loop, many launches per size.
+ov=$res/overhead
+mkdir -p "$ov"
+runs=(
+  "jacobi1d 100000 --steps 500"
+  "jacobi2d 1000 --steps 200"
+  "fdtd-2d 1000 1200 --steps 200"
+)
+for r in "${runs[@]}"; do
+  set -- $r
+  p=$1
+  shift
+  [ -x "$STUDY/$p/$p.klaraptor" ] || continue
+  for pass in first cached; do
+    (cd "$STUDY/$p" && KLARAPTOR_CHOICES="$ov/$p.choices" KLARAPTOR_LOG="$ov/$p.$pass.log" \
+      timeout 300 "./$p.klaraptor" "$@" > "$ov/$p.$pass.out" 2> "$ov/$p.$pass.err")
+    echo "overhead $p $* $pass rc=$? $(tail -1 "$ov/$p.$pass.out") settled=$(grep -c 'refine: settled' "$ov/$p.$pass.log") from_cache=$(grep -c 'from the choices cache' "$ov/$p.$pass.log")" >> "$summary"
+  done
+  echo "$p $*" > "$ov/$p.args"
+done
+echo "# total: $(($(date +%s) - t0)) s" >> "$summary"
+cat "$summary"
