@@ -4,7 +4,7 @@
 #   PHASE=profile    bench/accuracy/device.sh   # recipe runs, full collector, default plans
 #   PHASE=exhaustive bench/accuracy/device.sh   # every candidate shape at every study size
 #   PHASE=choice     bench/accuracy/device.sh   # klaraptor's choice and where the runtime
-#                                               # settled (--time 20), the default (--time 5)
+#                                               # settled (--time $MODEL_REPS, 30), the default (--time 5)
 #
 # Needs what bench/accuracy/prepare.sh made on the build machine, carried: .dev/study/ (the
 # binaries, plans and jobs.txt) and .dev/collector/libklaraptor_collector.so. Nothing is
@@ -15,7 +15,7 @@
 #   profile:     <program>/run<i>/records/ (the collector's records), stdout.txt, stderr.txt
 #   exhaustive:  <program>/x<k>/records/, stdout.txt (the variant's KL_TIME/KL_OCC), stderr.txt
 #   choice:      <program>/x<k>/model.log (KLARAPTOR_LOG: the decision and refine lines),
-#                model.out, model.err (KLARAPTOR_CHOICES=off, --time 20: no choices cache, and
+#                model.out, model.err (KLARAPTOR_CHOICES=off, --time $MODEL_REPS (30): no choices cache, and
 #                enough launches for the runtime's refinement to settle), default.out,
 #                default.err (KLARAPTOR_DISABLE=1 --time 5)
 # and prints one line per job (wall and kernel time against the estimate) and the totals.
@@ -91,10 +91,10 @@ kltime_gpu_s() {
   cat "$@" 2>/dev/null | awk -v r="$reps" '/^KL_TIME / { for (i = 1; i <= NF; i++) if ($i ~ /^median_ms=/) { split($i, a, "="); t = a[2]; s += 2 * t + r * (t > 0.1 ? t : 0.1) } }
     END { printf "%.3f", s / 1000 }'
 }
-# The choice phase's instrumented run: --time 20 in place of the job's --time 5, so the
+# The choice phase's instrumented run: --time 30 in place of the job's --time 5, so the
 # runtime sees enough launches of each kernel x size to settle (MODEL_REPS=5 for programs
 # that launch each kernel many times a run anyway, e.g. gramschm's and lu's k loops).
-MODEL_REPS=${MODEL_REPS:-20}
+MODEL_REPS=${MODEL_REPS:-30}
 
 if [ "$PHASE" = choice ]; then
   for d in "$STUDY"/*/; do

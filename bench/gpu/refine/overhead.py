@@ -47,7 +47,7 @@ def main():
     d = sys.argv[1]
     total_extra = total_all = 0.0
     for args_file in sorted(glob.glob(os.path.join(d, "*.args"))):
-        prog = os.path.basename(args_file)[: -len(".args")]
+        prog = os.path.basename(args_file)[: -len(".args")]  # <small|large>-<program>
         args = open(args_file).read().split()
         steps = int(args[args.index("--steps") + 1])
         cache = choices(os.path.join(d, prog + ".choices"))

@@ -62,22 +62,28 @@ echo "# check runs: $(($(date +%s) - t0)) s" >> "$summary"
 # Overhead: programs with a time loop, many launches per size.
 ov=$res/overhead
 mkdir -p "$ov"
+# Small sizes (kernels of a few microseconds: the CPU's launch rate bounds the program) and
+# larger ones (kernels of tens of microseconds: the GPU bounds it).
 runs=(
-  "jacobi1d 100000 --steps 500"
-  "jacobi2d 1000 --steps 200"
-  "fdtd-2d 1000 1200 --steps 200"
+  "small jacobi1d 100000 --steps 500"
+  "small jacobi2d 1000 --steps 200"
+  "small fdtd-2d 1000 1200 --steps 200"
+  "large jacobi1d 4000000 --steps 300"
+  "large jacobi2d 3000 --steps 100"
+  "large fdtd-2d 2000 2500 --steps 100"
 )
 for r in "${runs[@]}"; do
   set -- $r
-  p=$1
-  shift
+  tag=$1 p=$2
+  shift 2
   [ -x "$STUDY/$p/$p.klaraptor" ] || continue
+  name=$tag-$p
   for pass in first cached; do
-    (cd "$STUDY/$p" && KLARAPTOR_CHOICES="$ov/$p.choices" KLARAPTOR_LOG="$ov/$p.$pass.log" \
-      timeout 300 "./$p.klaraptor" "$@" > "$ov/$p.$pass.out" 2> "$ov/$p.$pass.err")
-    echo "overhead $p $* $pass rc=$? $(tail -1 "$ov/$p.$pass.out") settled=$(grep -c 'refine: settled' "$ov/$p.$pass.log") from_cache=$(grep -c 'from the choices cache' "$ov/$p.$pass.log")" >> "$summary"
+    (cd "$STUDY/$p" && KLARAPTOR_CHOICES="$ov/$name.choices" KLARAPTOR_LOG="$ov/$name.$pass.log" \
+      timeout 300 "./$p.klaraptor" "$@" > "$ov/$name.$pass.out" 2> "$ov/$name.$pass.err")
+    echo "overhead $name $* $pass rc=$? $(tail -1 "$ov/$name.$pass.out") settled=$(grep -c 'refine: settled' "$ov/$name.$pass.log") from_cache=$(grep -c 'from the choices cache' "$ov/$name.$pass.log")" >> "$summary"
   done
-  echo "$p $*" > "$ov/$p.args"
+  echo "$p $*" > "$ov/$name.args"
 done
 echo "# total: $(($(date +%s) - t0)) s" >> "$summary"
 cat "$summary"
