@@ -1058,7 +1058,9 @@ static void capture_mode_restore(int old) { (void)old; }
 #define RF_LONG_US 1000.0  /* kernels at least this long get one sample */
 #define RF_STALE 64        /* a try idle for this many launches of its key is dropped */
 #define RF_WALK_STEPS 4    /* steps of the neighbour walk along one direction */
-#define RF_WALK_PLATEAU 1.03 /* a step at most this much slower than the best walks on */
+#define RF_WALK_PLATEAU 1.03 /* a step at most this much slower than the best walks on, */
+#define RF_WALK_FLAT 1       /* ... for this many steps in a row that do not gain */
+#define RF_WALK_GAIN 0.99    /* a step gains when it is this much faster than the best */
 #define RF_WALK_STOP 1.10  /* a walked shape one sample shows this much slower is out */
 #define RF_WALK_MAX_SHAPES 4096
 #define RF_INCUMBENT 1.03  /* the program's own shape is left only for one this much faster */
@@ -1101,7 +1103,7 @@ typedef struct refine {
   int launches;   /* launches of the key so far */
   int ntries;
   int capture_logged;
-  int walk_started, walk_dir, walk_from, walk_steps, n_walked;
+  int walk_started, walk_dir, walk_from, walk_steps, walk_flat, n_walked;
   uint32_t (*shapes)[3]; /* every shape the model may choose (the walk stays among them) */
   int nshapes;
   rf_try t[RF_MAX_TRIES];
@@ -1493,6 +1495,8 @@ static void rf_log_trying(const kentry *e, const int64_t *data, const refine *r,
            "trying %d of %s shapes (the program's is among them) (%s)", n_model, shapes, list);
 }
 
+static int rf_best(const refine *r);
+
 /* Reads the tries whose end event has been recorded and has completed; never waits. */
 static void rf_poll(refine *r) {
   for (int i = 0; i < r->ntries; i++) {
@@ -1514,9 +1518,13 @@ static void rf_poll(refine *r) {
       c->spent_us += us * t->launches;
       c->spent_n += t->launches;
       if (c->batch == 0 && us < RF_SHORT_US) {
-        /* a short kernel: this launch sized its batches, whose samples count */
+        /* a short kernel: this launch sized its batches, whose samples count; a walked shape
+         * that one launch shows far slower goes no further (a cliff is costly to batch) */
         int b = (int)(RF_BATCH_US / us) + 1;
         c->batch = b < 2 ? 2 : b > RF_MAX_BATCH ? RF_MAX_BATCH : b;
+        int best = rf_best(r);
+        if (c->walked && best >= 0 && r->c[best].n > 0 && us > RF_PRUNE * cand_median(&r->c[best]))
+          c->out = 1;
       } else if (c->batch > 1 && t->launches == 1) {
         /* a single launch of a batched candidate begun before the sizing was read */
       } else {
@@ -1665,7 +1673,6 @@ static int rf_walk(refine *r, const memo_node *m) {
      * (twice as wide and half as tall, and the reverse), keeping the threads */
     int ndir = 2 * k->dim + (k->dim >= 2 ? 2 : 0);
     if (best < 0 || r->walk_dir >= ndir || !r->nshapes) return 0;
-    double bt = cand_median(&r->c[best]);
     const rf_cand *from = &r->c[r->walk_from];
     uint32_t b[3] = {from->block[0], from->block[1], from->block[2]}, g[3];
     int ok = r->walk_steps < RF_WALK_STEPS;
@@ -1700,19 +1707,29 @@ static int rf_walk(refine *r, const memo_node *m) {
       if (idx >= 0) {
         r->n_walked++;
         r->c[idx].walked = 1;
-        r->c[idx].batch = r->c[best].batch; /* the same kernel: no sizing launch */
         return 1;
       }
     }
     const rf_cand *c = idx >= 0 ? &r->c[idx] : NULL;
-    if (c && !c->out && c->n > 0 && cand_median(c) <= RF_WALK_PLATEAU * bt) {
-      r->walk_from = idx; /* walk on (the best may have moved to it) */
-      r->walk_steps++;
-      continue;
+    /* the step against the best of the others */
+    double others = INFINITY_US;
+    for (int i = 0; c && i < r->nc; i++)
+      if (i != idx && !r->c[i].out && r->c[i].n > 0 && cand_median(&r->c[i]) < others)
+        others = cand_median(&r->c[i]);
+    if (c && !c->out && c->n > 0 && cand_median(c) <= RF_WALK_PLATEAU * others) {
+      /* walk on: over a step that gains, or over a short plateau */
+      int gains = cand_median(c) < RF_WALK_GAIN * others;
+      if (gains || r->walk_flat < RF_WALK_FLAT) {
+        r->walk_flat = gains ? 0 : r->walk_flat + 1;
+        r->walk_from = idx;
+        r->walk_steps++;
+        continue;
+      }
     }
     r->walk_dir++; /* this direction is over: the next one, from the best */
     r->walk_from = rf_best(r);
     r->walk_steps = 0;
+    r->walk_flat = 0;
   }
 }
 

@@ -70,7 +70,7 @@ runs=(
   "small fdtd-2d 1000 1200 --steps 200"
   "large jacobi1d 4000000 --steps 300"
   "large jacobi2d 3000 --steps 100"
-  "large fdtd-2d 2000 2500 --steps 100"
+  "large fdtd-2d 1500 2000 --steps 100"
 )
 for r in "${runs[@]}"; do
   set -- $r
