@@ -207,7 +207,8 @@ fn matmul_sample_through_make() {
     let mm = symbols(&d.path().join("mm.o"));
     for (kind, sym) in [
         ("T", "_Z17__device_stub__mmPKfS0_Pfi"),
-        ("U", "klaraptor_select"),
+        ("U", "klaraptor_launch_begin"),
+        ("U", "klaraptor_launch_end"),
         ("U", "klaraptor_register"),
         ("U", "__cudaGetKernel"),
         ("U", "__cudaLaunchKernel"),
@@ -339,7 +340,7 @@ fn launch_check_two_architectures() {
                 .iter()
                 .rev()
                 .take(5)
-                .any(|l| l.starts_with("call void @klaraptor_select("))
+                .any(|l| l.contains(" = call i64 @klaraptor_launch_begin("))
         })
         .count();
     assert_eq!(selected, 6, "{main}");
@@ -600,7 +601,7 @@ fn a_translation_unit_clang_cannot_build_says_why() {
     assert!(has_symbol(
         &symbols(&d.path().join("hd.o")),
         "U",
-        "klaraptor_select"
+        "klaraptor_launch_begin"
     ));
 }
 

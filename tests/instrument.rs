@@ -51,7 +51,8 @@ fn separate_compile_then_link_instruments_and_adds_the_runtime() {
     );
     // The instrumented objects call the runtime and register their kernels.
     let mm = symbols(&d.path().join("mm.o"));
-    assert!(mm.contains(" U klaraptor_select"), "{mm}");
+    assert!(mm.contains(" U klaraptor_launch_begin"), "{mm}");
+    assert!(mm.contains(" U klaraptor_launch_end"), "{mm}");
     assert!(mm.contains(" U klaraptor_register"), "{mm}");
     // The unannotated one is nvcc's own.
     assert!(!symbols(&d.path().join("main.o")).contains("klaraptor"));
@@ -123,7 +124,7 @@ fn rdc_builds_with_a_warning_and_program_dims() {
         err.contains("launches are not instrumented in this mode (relocatable device code)"),
         "{err}"
     );
-    assert!(!symbols(&d.path().join("k.o")).contains("klaraptor_select"));
+    assert!(!symbols(&d.path().join("k.o")).contains("klaraptor_"));
 }
 
 /// The descriptors' C grid and constraint functions, compiled with `cc -Wall -Wextra

@@ -510,6 +510,42 @@ fn select_matches_rank(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
         prog.kernel,
         sizes.len()
     );
+    rank_matches_rank(exe, prog, sizes);
+}
+
+/// The C's `kl_rank` (the shapes the runtime's refinement tries) gives the Rust ranking's
+/// first three shapes in order, and as many allowed shapes.
+fn rank_matches_rank(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
+    let mut child = Command::new(exe)
+        .arg("rank")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for n in sizes {
+            let line: Vec<String> = n.iter().map(i64::to_string).collect();
+            writeln!(stdin, "{}", line.join(" ")).unwrap();
+        }
+    }
+    let out = ok_stdout(&child.wait_with_output().unwrap());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), sizes.len(), "{out}");
+    for (n, line) in sizes.iter().zip(&lines) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let k = n.len();
+        let ranked = prog.rank(n).unwrap();
+        let total: usize = f[k].parse().unwrap();
+        assert_eq!(total, ranked.len(), "{n:?}: {line}");
+        let want: Vec<String> = ranked
+            .iter()
+            .take(3)
+            .map(|r| format!("{}x{}x{}", r.block[0], r.block[1], r.block[2]))
+            .collect();
+        assert_eq!(f[k + 1..].to_vec(), want, "{n:?}: C ranks {line}");
+    }
 }
 
 /// The same agreement for a kernel whose profile counted L1 hits (PolyBench's correlation

@@ -572,21 +572,15 @@ impl RationalProgram {
                 model_us,
             });
         }
-        // The choice is the C program's scan over the candidates in their order (a tie
-        // within a relative 1e-9 is not transitive, so no sort can promise it); the rest
-        // follow by predicted time, then the same tie-break.
-        let pick = choose(&out);
-        let chosen = pick.map(|i| out.remove(i));
-        out.sort_by(|a, b| {
-            a.prediction
-                .time_us
-                .total_cmp(&b.prediction.time_us)
-                .then_with(|| prefer(a, b))
-        });
-        if let Some(c) = chosen {
-            out.insert(0, c);
+        // Each place is the C program's scan (`kl_rank`) over the candidates left, in their
+        // order (a tie within a relative 1e-9 is not transitive, so no sort can promise the
+        // same order): the first is the choice, the next ones what the runtime's refinement
+        // tries after it.
+        let mut ranked = Vec::with_capacity(out.len());
+        while let Some(i) = choose(&out) {
+            ranked.push(out.remove(i));
         }
-        Ok(out)
+        Ok(ranked)
     }
 
     /// The manifest and C file names.

@@ -1,5 +1,6 @@
-/* Cost of a memo-hit klaraptor_select: the call every instrumented launch makes once its
- * (kernel, data, device) has been decided. Built with -DKLARAPTOR_NO_CUDART and a fake
+/* Cost of a memo hit of klaraptor_launch_begin: the call every instrumented launch makes once
+ * its (kernel, data, device) has been decided (settled, when the runtime refined it; a settled
+ * hit and a plain one take the same path, one acquire load apart). Built with -DKLARAPTOR_NO_CUDART and a fake
  * "current device" hook that returns 0 at once, so the figure is the shim's own cost; in a
  * real program add the cost of cudaGetDevice (see README.md). Run with run.sh.
  * `bench_rt <calls> cudart` uses the real device hooks instead (build the shim without
@@ -81,7 +82,7 @@ static double loop(long iters, int keys) {
   for (long i = 0; i < iters; i++) {
     uint64_t gxy = 1, bxy = 1;
     uint32_t gz = 1, bz = 1;
-    klaraptor_select(mm.id, 3, g_data[i % keys], &gxy, &gz, &bxy, &bz);
+    sink += klaraptor_launch_begin(mm.id, 3, g_data[i % keys], &gxy, &gz, &bxy, &bz, 0, NULL);
     sink += gxy + bxy;
   }
   double t1 = now();
@@ -148,7 +149,7 @@ int main(int argc, char **argv) {
     uint32_t gz = 1, bz = 1;
     klaraptor_select(mm.id, 3, g_data[k], &gxy, &gz, &bxy, &bz); /* decide: memo miss */
   }
-  printf("klaraptor_select memo hit: kernel with 3 data parameters, %ld calls per thread "
+  printf("klaraptor_launch_begin memo hit: kernel with 3 data parameters, %ld calls per thread "
          "per round, 7 rounds; with 2 threads, the slower thread's time per call\n",
          iters);
   measure("1 thread,  1 key:", 1, iters, 1, 7);

@@ -263,13 +263,14 @@ typedef struct config {
   force_entry *force;
   size_t n_force;
   int refine_k;      /* the model's shapes refinement tries; 0: no refinement */
+  int refine_walk;   /* 1: refinement walks to the neighbours of the best shape */
   char *choices_dir; /* the choices cache; NULL: off */
 } config;
 
 #define REFINE_DEFAULT_K 3
 #define REFINE_MAX_K 8
 
-static config g_cfg = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, NULL};
+static config g_cfg = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, 1, NULL};
 static atomic_int g_inited;
 
 /* Parses "<bx>[x<by>[x<bz>]]"; returns 0 on success. */
@@ -414,6 +415,8 @@ static void read_env_locked(void) {
            "using %d",
            r, REFINE_MAX_K, REFINE_DEFAULT_K);
   }
+  const char *w = getenv("KLARAPTOR_REFINE_WALK");
+  g_cfg.refine_walk = !(w && (strcmp(w, "off") == 0 || strcmp(w, "0") == 0));
   free(g_cfg.choices_dir);
   g_cfg.choices_dir = choices_dir_from_env();
   if (g_cfg.disabled && g_cfg.log_fd >= 0) {
@@ -1661,6 +1664,7 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
  * Under g_lock. */
 static int rf_walk(refine *r, const memo_node *m) {
   const klaraptor_kernel *k = m->e->k;
+  if (!g_cfg.refine_walk) return 0;
   if (!r->walk_started) {
     r->walk_started = 1;
     r->walk_dir = 0;
@@ -2032,6 +2036,7 @@ void klaraptor__reset_for_tests(void) {
   g_cfg.log_fd_owned = 0;
   g_cfg.disabled = 0;
   g_cfg.refine_k = REFINE_DEFAULT_K;
+  g_cfg.refine_walk = 1;
   free(g_cfg.choices_dir);
   g_cfg.choices_dir = NULL;
   g_choices_warned = 0;

@@ -305,6 +305,14 @@ static void t_walk(void) {
   CHECK(strstr(log, "settled on block=32x1x1 grid=128x1x1 after launches="));
   CHECK(strstr(log, "(candidate=nearby#1 "));
   CHECK(run(NULL, 4096, 0) == 32);
+  /* KLARAPTOR_REFINE_WALK=off: the best of the four */
+  setenv("KLARAPTOR_REFINE_WALK", "off", 1);
+  fresh(NULL, NULL);
+  g_valley = 1;
+  for (int i = 0; i < 40; i++) run(NULL, 4096, 0);
+  unsetenv("KLARAPTOR_REFINE_WALK");
+  CHECK(strstr(log_text(), "settled on block=64x1x1 grid=64x1x1 after launches="));
+  CHECK(!strstr(log_text(), "nearby#"));
   printf("ok walk\n");
 }
 
