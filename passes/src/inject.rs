@@ -1523,35 +1523,21 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         Ok(f)
     }
 
+    /// The parameters the two entry points before a launch share: the kernel id, the
+    /// number of data values, the data array and the four dim slots.
+    fn select_params(&self) -> Vec<inkwell::types::BasicMetadataTypeEnum<'ctx>> {
+        let ptr: inkwell::types::BasicMetadataTypeEnum<'ctx> =
+            self.ctx.ptr_type(AddressSpace::default()).into();
+        vec![ptr, self.ctx.i32_type().into(), ptr, ptr, ptr, ptr, ptr]
+    }
+
+    /// `void @klaraptor_select(ptr, i32, ptr, ptr, ptr, ptr, ptr)`.
     fn select_fn(&mut self) -> Result<FunctionValue<'ctx>, InjectError> {
         if let Some(f) = self.select {
             return Ok(f);
         }
-        let ptr = self.ctx.ptr_type(AddressSpace::default());
-        let ty = self.ctx.void_type().fn_type(
-            &[
-                ptr.into(),
-                self.ctx.i32_type().into(),
-                ptr.into(),
-                ptr.into(),
-                ptr.into(),
-                ptr.into(),
-                ptr.into(),
-            ],
-            false,
-        );
-        let f = match self.module.get_function(SELECT_FN) {
-            Some(f) if f.get_type() == ty => f,
-            Some(f) => {
-                return Err(InjectError::SelectConflict(
-                    SELECT_FN.into(),
-                    f.get_type().print_to_string().to_string(),
-                ))
-            }
-            None => self
-                .module
-                .add_function(SELECT_FN, ty, Some(Linkage::External)),
-        };
+        let ty = self.ctx.void_type().fn_type(&self.select_params(), false);
+        let f = self.declare(SELECT_FN, ty)?;
         self.select = Some(f);
         Ok(f)
     }
@@ -1561,23 +1547,11 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         if let Some(f) = self.begin {
             return Ok(f);
         }
-        let ptr = self.ctx.ptr_type(AddressSpace::default());
         let i64t = self.ctx.i64_type();
-        let ty = i64t.fn_type(
-            &[
-                ptr.into(),
-                self.ctx.i32_type().into(),
-                ptr.into(),
-                ptr.into(),
-                ptr.into(),
-                ptr.into(),
-                ptr.into(),
-                i64t.into(),
-                ptr.into(),
-            ],
-            false,
-        );
-        let f = self.declare(BEGIN_FN, ty)?;
+        let mut params = self.select_params();
+        params.push(i64t.into());
+        params.push(self.ctx.ptr_type(AddressSpace::default()).into());
+        let f = self.declare(BEGIN_FN, i64t.fn_type(&params, false))?;
         self.begin = Some(f);
         Ok(f)
     }
