@@ -497,6 +497,42 @@ fn select_matches_rank(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
         sizes.len()
     );
     rank_matches_rank(exe, prog, sizes);
+    profiled_matches(exe, prog, sizes);
+}
+
+/// The C's `kl_profiled_best` (the profile's fastest shape at the nearest profiled size, a
+/// candidate of the runtime's refinement) picks what `RationalProgram::profiled_best` does,
+/// from a table of every profiled size.
+fn profiled_matches(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
+    assert!(
+        prog.profiled.len() >= 3,
+        "{}: profiled table {:?}",
+        prog.kernel,
+        prog.profiled
+    );
+    // The profiled sizes themselves, and their neighbours, besides the sizes given.
+    let mut all: Vec<Vec<i64>> = sizes.to_vec();
+    for p in &prog.profiled {
+        all.push(p.sizes.clone());
+        all.push(p.sizes.iter().map(|v| v + 1).collect());
+    }
+    let out = harness_lines(exe, "profiled", &all);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), all.len(), "{out}");
+    for (n, line) in all.iter().zip(&lines) {
+        let want = match prog.profiled_best(n) {
+            Some(b) => format!("{}x{}x{}", b[0], b[1], b[2]),
+            None => "none".into(),
+        };
+        assert_eq!(
+            line.split_whitespace().last(),
+            Some(want.as_str()),
+            "{n:?}: {line}"
+        );
+    }
+    for p in &prog.profiled {
+        assert_eq!(prog.profiled_best(&p.sizes), Some(p.block), "{p:?}");
+    }
 }
 
 /// The harness's output in `mode` (`select`, `rank`) for one line of sizes each.

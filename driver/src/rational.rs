@@ -78,6 +78,19 @@ pub struct RationalProgram {
     /// manifests written before.
     #[serde(default)]
     pub shares_held_at: Vec<f64>,
+    /// The shape the profile measured fastest at each profiled size
+    /// ([`crate::validate::profiled_best`] there): the rational program's `profiled_best`
+    /// picks the one of the size nearest a launch's data, and the runtime's refinement tries
+    /// it beside the model's best shapes. Empty in manifests written before.
+    #[serde(default)]
+    pub profiled: Vec<ProfiledAt>,
+}
+
+/// The profile's fastest shape at one profiled size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfiledAt {
+    pub sizes: Vec<i64>,
+    pub block: [u32; 3],
 }
 
 /// `predicted = model + overhead_us`, fitted at build time by least squares in relative
@@ -350,9 +363,32 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
                     .fold(0.0, |a: f64, &v| a.max(v as f64))
             })
             .collect(),
+        profiled: Vec::new(),
     };
     prog.time_fit = fit_time(&prog, &usable);
+    prog.profiled = profiled_table(entry, spec.data.len());
     Ok(prog)
+}
+
+/// The profile's fastest shape at each of its sizes (of `n_data` values).
+fn profiled_table(entry: &Entry, n_data: usize) -> Vec<ProfiledAt> {
+    let times = crate::validate::ProfileTimes::from_samples(&entry.samples, "");
+    let sizes: std::collections::BTreeSet<&Vec<i64>> = times
+        .samples
+        .iter()
+        .map(|(sz, _, _)| sz)
+        .filter(|sz| sz.len() == n_data)
+        .collect();
+    sizes
+        .into_iter()
+        .filter_map(|sz| {
+            let best = crate::validate::profiled_best(&times.samples, sz)?;
+            Some(ProfiledAt {
+                sizes: best.sizes,
+                block: best.block,
+            })
+        })
+        .collect()
 }
 
 /// Requests in flight per warp the build tries ([`TimeFit::mlp`]).
@@ -583,6 +619,18 @@ impl RationalProgram {
         Ok(ranked)
     }
 
+    /// The profile's fastest shape at the profiled size nearest `data` (the generated C's
+    /// `kl_profiled_best`): nearest in the logarithm of the data values, on a tie the larger
+    /// size ([`crate::validate::profiled_best`]'s rule). `None` without a table.
+    pub fn profiled_best(&self, data: &[i64]) -> Option<[u32; 3]> {
+        let samples: Vec<crate::validate::ProfileSample> = self
+            .profiled
+            .iter()
+            .map(|p| (p.sizes.clone(), p.block, 1.0))
+            .collect();
+        crate::validate::profiled_best(&samples, data).map(|b| b.block)
+    }
+
     /// The manifest and C file names.
     pub fn files(&self) -> ProgramFiles {
         ProgramFiles {
@@ -808,15 +856,52 @@ impl RationalProgram {
             "/* The model's k best distinct shapes for data on dev, best first, and their predicted\n * microseconds (klaraptor_model.rank: the runtime times them on the first launches). Each\n * place is filled by one scan in candidate order: a shape faster by more than a relative\n * 1e-9 replaces the best; one within it replaces it when it has more threads, then larger\n * bx, then larger by. Returns how many shapes the model may choose from. */\nstatic int kl_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3], double *predicted_us) {{\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  double ts[sizeof kl_candidates / sizeof kl_candidates[0]];\n  unsigned char ok[sizeof kl_candidates / sizeof kl_candidates[0]];\n  int total = 0;\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    ok[i] = 0;\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double t = {:?} * p.time_us + {:?};\n    if (!(t == t) || t == INFINITY) continue;\n    ts[i] = t;\n    ok[i] = 1;\n    total++;\n  }}\n  for (int j = 0; j < k; j++) {{\n    double best = INFINITY;\n    int best_i = -1;\n    for (size_t i = 0; i < n; i++) {{\n      if (!ok[i]) continue;\n      const uint32_t *b = kl_candidates[i];\n      const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n      const double t = ts[i];\n      if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n      if (t <= best * (1.0 + 1e-9)) {{\n        /* A tie: more threads, then larger bx, then larger by. */\n        const uint32_t *o = kl_candidates[best_i];\n        const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n        if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n      }}\n    }}\n    if (best_i < 0) break;\n    ok[best_i] = 0;\n    blocks[j][0] = kl_candidates[best_i][0]; blocks[j][1] = kl_candidates[best_i][1]; blocks[j][2] = kl_candidates[best_i][2];\n    if (predicted_us) predicted_us[j] = best;\n  }}\n  return total;\n}}\n\n/* The entry point the runtime calls for the model's choice (klaraptor_model.select): the\n * first of kl_rank. */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  uint32_t b[1][3];\n  double t = 0;\n  if (kl_rank(data, dev, 1, b, &t) < 1) return 1;\n  block[0] = b[0][0]; block[1] = b[0][1]; block[2] = b[0][2];\n  if (predicted_us) *predicted_us = t;\n  return 0;\n}}\n",
             self.regs_per_thread, self.smem_per_block, self.time_fit.scale, self.time_fit.overhead_us
         );
+        let profiled = self.profiled_c(&mut c);
         let _ = writeln!(
             c,
-            "\nstatic const klaraptor_model kl_model = {{ KLARAPTOR_MODEL_ABI_VERSION, \"{}\", \"{}\", kl_select, \"{}\", kl_rank, NULL, \"{}\" }};\n\n__attribute__((constructor)) static void kl_register_model(void) {{ klaraptor_register_model(&kl_model); }}",
+            "\nstatic const klaraptor_model kl_model = {{ KLARAPTOR_MODEL_ABI_VERSION, \"{}\", \"{}\", kl_select, \"{}\", kl_rank, {profiled}, \"{}\" }};\n\n__attribute__((constructor)) static void kl_register_model(void) {{ klaraptor_register_model(&kl_model); }}",
             self.mangled,
             self.device.name.replace('"', "'"),
             self.c_name,
             self.provenance.code_hash.replace('"', "'")
         );
         Ok(c)
+    }
+}
+
+impl RationalProgram {
+    /// Writes `kl_profiled_best` (the table of [`RationalProgram::profiled`] and the pick of
+    /// [`RationalProgram::profiled_best`]) into `c`; returns the name the model registers, or
+    /// `NULL` without a table.
+    fn profiled_c(&self, c: &mut String) -> &'static str {
+        let n = self.data.len();
+        let rows: Vec<&ProfiledAt> = self
+            .profiled
+            .iter()
+            .filter(|p| p.sizes.len() == n)
+            .collect();
+        if rows.is_empty() || n == 0 {
+            return "NULL";
+        }
+        let sizes: Vec<String> = rows
+            .iter()
+            .map(|p| {
+                let v: Vec<String> = p.sizes.iter().map(|x| format!("{x}LL")).collect();
+                format!("{{{}}}", v.join(", "))
+            })
+            .collect();
+        let blocks: Vec<String> = rows
+            .iter()
+            .map(|p| format!("{{{}, {}, {}}}", p.block[0], p.block[1], p.block[2]))
+            .collect();
+        let _ = writeln!(
+            c,
+            "\n/* The shape the profile measured fastest at each profiled size, and the pick for a launch:\n * the size nearest its data in the logarithm of the values (below 1 taken as 1), on a tie\n * the larger (product of the values, then the values in order). One of the candidates the\n * runtime's refinement times (klaraptor_model.profiled_best). */\nstatic const int64_t kl_pb_sizes[{m}][{n}] = {{ {} }};\nstatic const uint32_t kl_pb_blocks[{m}][3] = {{ {} }};\nstatic double kl_pb_ln(int64_t v) {{ return log(v < 1 ? 1.0 : (double)v); }}\nstatic int kl_profiled_best(const int64_t *data, const klaraptor_device *dev, uint32_t block[3]) {{\n  (void)dev;\n  int best = -1;\n  double bd = 0;\n  for (int i = 0; i < {m}; i++) {{\n    double d = 0;\n    for (int j = 0; j < {n}; j++) {{\n      const double e = kl_pb_ln(kl_pb_sizes[i][j]) - kl_pb_ln(data[j]);\n      d += e * e;\n    }}\n    int better = best < 0;\n    if (!better) {{\n      double m = d > bd ? d : bd;\n      const double tol = 1e-9 * (m > 1e-12 ? m : 1e-12);\n      if (fabs(d - bd) <= tol) {{\n        double wi = 1, wb = 1;\n        for (int j = 0; j < {n}; j++) {{ wi *= (double)kl_pb_sizes[i][j]; wb *= (double)kl_pb_sizes[best][j]; }}\n        if (wi != wb) better = wi > wb;\n        else for (int j = 0; j < {n}; j++) if (kl_pb_sizes[i][j] != kl_pb_sizes[best][j]) {{ better = kl_pb_sizes[i][j] > kl_pb_sizes[best][j]; break; }}\n      }} else {{\n        better = d < bd;\n      }}\n    }}\n    if (better) {{ best = i; bd = d; }}\n  }}\n  if (best < 0) return 1;\n  block[0] = kl_pb_blocks[best][0]; block[1] = kl_pb_blocks[best][1]; block[2] = kl_pb_blocks[best][2];\n  return 0;\n}}",
+            sizes.join(", "),
+            blocks.join(", "),
+            m = rows.len(),
+        );
+        "kl_profiled_best"
     }
 }
 

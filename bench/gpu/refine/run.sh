@@ -15,7 +15,7 @@
 #   3. Cache: the same iterative runs again with that cache: every key starts settled.
 #
 # Environment: OUT (default /tmp/refine-out), STUDY (default .dev/study), JOBS (parallel
-# check runs, default 4). Writes $OUT/refine/<program>/{off,on}.{out,err,log}, the overhead
+# check runs, default 4), SIZES (small or large: only those overhead runs). Writes $OUT/refine/<program>/{off,on}.{out,err,log}, the overhead
 # runs under $OUT/refine/overhead/, and $OUT/refine/summary.txt.
 set -u
 root=$(pwd)
@@ -77,6 +77,7 @@ for r in "${runs[@]}"; do
   tag=$1 p=$2
   shift 2
   [ -x "$STUDY/$p/$p.klaraptor" ] || continue
+  [ -n "${SIZES:-}" ] && [ "$SIZES" != "$tag" ] && continue
   name=$tag-$p
   for pass in first cached; do
     (cd "$STUDY/$p" && KLARAPTOR_CHOICES="$ov/$name.choices" KLARAPTOR_LOG="$ov/$name.$pass.log" \
