@@ -1746,6 +1746,7 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
   rf_try *ticket = NULL;
   /* A batch open on this stream goes on, cheaply (another stream's batch is left alone: that
    * launch takes the best guess, untimed, below). */
+  int old_mode = capture_mode_relaxed();
   for (int i = 0; can_time && i < r->ntries; i++) {
     rf_try *t = &r->t[i];
     if (t->state != TRY_BEGUN || t->done >= t->launches || t->stream != stream) continue;
@@ -1755,9 +1756,8 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
     t->last_at = r->launches;
     *use = t->cand;
     if (t->done == t->launches) ticket = t;
-    return ticket;
+    goto out;
   }
-  int old_mode = capture_mode_relaxed();
   rf_poll(r);
   *use = rf_best(r);
   if (!can_time || stream_capturing(stream)) {
