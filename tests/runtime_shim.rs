@@ -854,7 +854,7 @@ fn test_refine() -> &'static Path {
 /// Refinement against the fake GPU: the order of the tries, pruning, short-kernel medians,
 /// long kernels, results read only when ready (no synchronisation: the fake counts every
 /// wait), stream capture, a failing candidate, the neighbour walk, the program's shape as the
-/// incumbent, KLARAPTOR_REFINE, the choices cache (written,
+/// incumbent, the cap on keys refining at once, KLARAPTOR_REFINE, the choices cache (written,
 /// read back, a damaged file, an unwritable directory) and two threads on two streams.
 #[test]
 fn refinement_cases() {
@@ -872,6 +872,7 @@ fn refinement_cases() {
             "ok failed",
             "ok walk",
             "ok incumbent",
+            "ok many_keys",
             "ok controls",
             "ok cache",
             "ok threads",

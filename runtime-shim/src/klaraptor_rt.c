@@ -1068,6 +1068,10 @@ static void capture_mode_restore(int old) { (void)old; }
 #define RF_WALK_MAX_SHAPES 4096
 #define RF_INCUMBENT 1.03  /* the program's own shape is left only for one this much faster */
 #define RF_MID_US 100.0    /* kernels at least this long get two samples */
+#define RF_MAX_REFINING 256 /* keys refining at once; later ones take the model's choice */
+
+static int g_refining;      /* under g_lock: unsettled keys */
+static int g_refining_full; /* under g_lock: the cap was logged */
 
 typedef struct rf_cand {
   char label[24];  /* model#<i>, profiled, program, nearby#<i> */
@@ -1192,11 +1196,6 @@ static refine *rf_new(const kentry *e, const klaraptor_model *m, const klaraptor
     uint32_t blocks[REFINE_MAX_K][3];
     int total = m->rank(data, dev, g_cfg.refine_k, blocks, NULL);
     r->n_shapes = total;
-    if (total > 0) {
-      int all = total < RF_WALK_MAX_SHAPES ? total : RF_WALK_MAX_SHAPES;
-      r->shapes = malloc((size_t)all * sizeof r->shapes[0]);
-      if (r->shapes) r->nshapes = m->rank(data, dev, all, r->shapes, NULL) >= all ? all : 0;
-    }
     int filled = total < g_cfg.refine_k ? total : g_cfg.refine_k;
     for (int i = 1; i < filled; i++) {
       uint32_t g[3];
@@ -1634,6 +1633,7 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
   free(r->shapes);
   r->shapes = NULL;
   r->nshapes = 0;
+  g_refining--;
   atomic_store_explicit(&m->settled, 1, memory_order_release);
   if (best < 0) {
     rf_log(m->e, data, r->dev, ordinal,
@@ -1670,6 +1670,13 @@ static int rf_walk(refine *r, const memo_node *m) {
     r->walk_dir = 0;
     r->walk_from = rf_best(r);
     r->walk_steps = 0;
+    /* every shape the model may choose, only now (most keys of a program never get here) */
+    const klaraptor_model *mo = r->model;
+    if (r->n_shapes > 0 && mo->abi_version >= 2 && mo->rank) {
+      int all = r->n_shapes < RF_WALK_MAX_SHAPES ? r->n_shapes : RF_WALK_MAX_SHAPES;
+      r->shapes = malloc((size_t)all * sizeof r->shapes[0]);
+      if (r->shapes) r->nshapes = mo->rank(m->data, r->dev, all, r->shapes, NULL) >= all ? all : 0;
+    }
   }
   for (;;) {
     int best = rf_best(r);
@@ -1925,9 +1932,16 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
             0) {
           nm->d = cached;
           from_cache = 1;
-        } else {
+        } else if (g_refining < RF_MAX_REFINING) {
           nm->r = rf_new(e, model, dev, data, &d, pb, pg);
           if (nm->r) atomic_init(&nm->settled, 0);
+        } else if (!g_refining_full) {
+          /* a program whose data values change at every launch (a loop index among them):
+           * those keys are launched too few times to refine, and each would hold state */
+          g_refining_full = 1;
+          static const char msg[] = "klaraptor: refinement is trying 256 launch keys at once: "
+                                    "later keys take the model's choice until some settle\n";
+          log_line(msg, sizeof msg - 1);
         }
       }
       stored = memo_insert_locked(nm) == 0;
@@ -1935,6 +1949,8 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
         rf_free(nm->r);
         free(nm);
         nm = NULL;
+      } else if (nm->r) {
+        g_refining++;
       }
     }
     if (stored || !g_memo_full_logged) {
@@ -2037,6 +2053,8 @@ void klaraptor__reset_for_tests(void) {
   g_cfg.disabled = 0;
   g_cfg.refine_k = REFINE_DEFAULT_K;
   g_cfg.refine_walk = 1;
+  g_refining = 0;
+  g_refining_full = 0;
   free(g_cfg.choices_dir);
   g_cfg.choices_dir = NULL;
   g_choices_warned = 0;

@@ -156,7 +156,7 @@ static void fresh(const char *refine, const char *choices) {
 
 /* The log so far. */
 static const char *log_text(void) {
-  static char buf[65536];
+  static char buf[1 << 20];
   char log[2200];
   snprintf(log, sizeof log, "%s/log-%s.txt", g_dir, g_case);
   FILE *f = fopen(log, "r");
@@ -314,6 +314,23 @@ static void t_walk(void) {
   CHECK(strstr(log_text(), "settled on block=64x1x1 grid=64x1x1 after launches="));
   CHECK(!strstr(log_text(), "nearby#"));
   printf("ok walk\n");
+}
+
+/* Data values that change at every launch: at most 256 keys refine at once, the others take
+ * the model's choice, and refinement goes on for new keys once some have settled. */
+static void t_many_keys(void) {
+  g_case = "many_keys";
+  fresh(NULL, NULL);
+  for (int64_t n = 1; n <= 300; n++) run(NULL, 4096 + n, 0);
+  const char *log = log_text();
+  CHECK(count(log, "refine: trying") == 256);
+  CHECK(count(log, "refinement is trying 256 launch keys at once") == 1);
+  CHECK(fake_cudart_events_live == 0); /* a key's first launch is not timed */
+  for (int i = 0; i < 20; i++) run(NULL, 4096 + 1, 0); /* one of them settles */
+  CHECK(count(log_text(), "refine: settled") == 1);
+  run(NULL, 1 << 20, 0); /* a new key refines again */
+  CHECK(count(log_text(), "refine: trying") == 257);
+  printf("ok many_keys\n");
 }
 
 /* The program's own shape is left only for one measured more than 3 % faster. */
@@ -482,6 +499,7 @@ static int scenario_unit(void) {
   t_failed();
   t_walk();
   t_incumbent();
+  t_many_keys();
   t_controls();
   t_cache();
   t_threads();
