@@ -14,13 +14,14 @@
 use std::cmp::Ordering;
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+
+use crate::profile_cmd::emit;
 use serde::Serialize;
 
 /// The environment variable naming the choices cache directory (`off` or `0` disables it,
@@ -390,17 +391,6 @@ pub fn execute(dir: &Path, command: &ChoicesCommand, out: &mut String) -> Result
             *dry_run,
             out,
         ),
-    }
-}
-
-fn emit(text: &str) -> Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
     }
 }
 

@@ -136,7 +136,8 @@ fn device_pattern(arg: &str) -> Pattern {
     }
 }
 
-fn emit(text: &str) -> Result<()> {
+/// Writes `text` to stdout; a closed pipe (`… | head`) is not an error.
+pub(crate) fn emit(text: &str) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())

@@ -1392,14 +1392,11 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         name: &str,
         ty: inkwell::types::FunctionType<'ctx>,
     ) -> Result<FunctionValue<'ctx>, InjectError> {
-        match self.module.get_function(name) {
-            Some(f) if f.get_type() == ty => Ok(f),
-            Some(f) => Err(InjectError::RuntimeDeclConflict {
+        self.declared(name, ty)
+            .map_err(|ty| InjectError::RuntimeDeclConflict {
                 name: name.into(),
-                ty: f.get_type().print_to_string().to_string(),
-            }),
-            None => Ok(self.module.add_function(name, ty, Some(Linkage::External))),
-        }
+                ty,
+            })
     }
 
     /// `i32 @klaraptor.launch(ptr slot, ptr fn, i64 gxy, i32 gz, i64 bxy, i32 bz, ptr args,
@@ -1570,17 +1567,27 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         Ok(f)
     }
 
+    /// A declaration of the runtime's entry point `name` of type `ty` (the module's own, or a
+    /// new one).
     fn declare(
         &self,
         name: &str,
         ty: inkwell::types::FunctionType<'ctx>,
     ) -> Result<FunctionValue<'ctx>, InjectError> {
+        self.declared(name, ty)
+            .map_err(|other| InjectError::SelectConflict(name.into(), other))
+    }
+
+    /// `name` declared with type `ty`: the module's declaration, or a new one; `Err` with the
+    /// other type the module declares it with.
+    fn declared(
+        &self,
+        name: &str,
+        ty: inkwell::types::FunctionType<'ctx>,
+    ) -> Result<FunctionValue<'ctx>, String> {
         match self.module.get_function(name) {
             Some(f) if f.get_type() == ty => Ok(f),
-            Some(f) => Err(InjectError::SelectConflict(
-                name.into(),
-                f.get_type().print_to_string().to_string(),
-            )),
+            Some(f) => Err(f.get_type().print_to_string().to_string()),
             None => Ok(self.module.add_function(name, ty, Some(Linkage::External))),
         }
     }
