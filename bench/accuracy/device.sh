@@ -14,9 +14,10 @@
 #   summary-<UTC date-time>.tsv   per job: id, exit status, wall s, kernel time s, estimated s
 #   profile:     <program>/run<i>/records/ (the collector's records), stdout.txt, stderr.txt
 #   exhaustive:  <program>/x<k>/records/, stdout.txt (the variant's KL_TIME/KL_OCC), stderr.txt
-#   choice:      <program>/x<k>/model.log (KLARAPTOR_LOG: the decision and refine lines),
-#                model.out, model.err (KLARAPTOR_CHOICES=off, --time $MODEL_REPS (30): no choices cache, and
-#                enough launches for the runtime's refinement to settle), default.out,
+#   choice:      <program>/x<k>/model.log (KLARAPTOR_LOG of every run: the decision and
+#                refine lines), model.out, model.err (the last run's), model.runs, choices/:
+#                runs with --time $MODEL_REPS (30) sharing a fresh choices cache until none
+#                ends with a key unsettled, at most $MODEL_RUNS (10); default.out,
 #                default.err (KLARAPTOR_DISABLE=1 --time 5)
 # and prints one line per job (wall and kernel time against the estimate) and the totals.
 #
@@ -95,6 +96,7 @@ kltime_gpu_s() {
 # runtime sees enough launches of each kernel x size to settle (MODEL_REPS=5 for programs
 # that launch each kernel many times a run anyway, e.g. gramschm's and lu's k loops).
 MODEL_REPS=${MODEL_REPS:-30}
+MODEL_RUNS=${MODEL_RUNS:-10}
 
 if [ "$PHASE" = choice ]; then
   for d in "$STUDY"/*/; do
@@ -144,10 +146,21 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
         *' --time 5') mcmd="${cmd% --time 5} --time $MODEL_REPS" ;;
         *) echo "device.sh: $id: the choice command does not end with --time 5: $cmd" >&2; mcmd=$cmd ;;
       esac
-      (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_DISABLE -u KLARAPTOR_PROFILE_OUT \
-         -u KLARAPTOR_PROFILE_PLAN KLARAPTOR_LOG="$dir/model.log" KLARAPTOR_CHOICES=off \
-         timeout -k 5 "$limit" sh -c "$mcmd" > "$dir/model.out" 2> "$dir/model.err")
-      rc1=$?
+      # Runs sharing a fresh choices cache until none ends with a key unsettled (the runtime
+      # spends at most KLARAPTOR_REFINE_BUDGET of a run's kernel time on tries), at most
+      # $MODEL_RUNS; model.log has every run's lines, model.out the last run's output.
+      runs=0
+      while :; do
+        runs=$((runs + 1))
+        seen=$(stat -c %s "$dir/model.log" 2>/dev/null || echo 0)
+        (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_DISABLE -u KLARAPTOR_PROFILE_OUT \
+           -u KLARAPTOR_PROFILE_PLAN KLARAPTOR_LOG="$dir/model.log" KLARAPTOR_CHOICES="$dir/choices" \
+           timeout -k 5 "$limit" sh -c "$mcmd" > "$dir/model.out" 2> "$dir/model.err")
+        rc1=$?
+        [ $rc1 -ne 0 ] || [ $runs -ge "$MODEL_RUNS" ] && break
+        tail -c +$((seen + 1)) "$dir/model.log" | grep -q ' refine: not settled at exit' || break
+      done
+      echo "$runs" > "$dir/model.runs"
       (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_LOG -u KLARAPTOR_PROFILE_OUT \
          -u KLARAPTOR_PROFILE_PLAN KLARAPTOR_DISABLE=1 \
          timeout -k 5 "$limit" sh -c "$cmd" > "$dir/default.out" 2> "$dir/default.err")

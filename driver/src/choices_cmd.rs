@@ -328,7 +328,7 @@ pub enum ChoicesCommand {
         /// Invalid choice files, and temporary files older than an hour.
         #[arg(long)]
         invalid: bool,
-        /// Every `*.choice` and `.*.tmp` file.
+        /// Every `*.choice`, `*.progress` and `.*.tmp` file.
         #[arg(long, conflicts_with_all = ["kernel", "device"])]
         all: bool,
         /// Say what would be removed, remove nothing.
@@ -403,11 +403,69 @@ struct Found {
 
 enum Kind {
     Valid(Box<ChoiceFile>),
+    /// A `*.progress` file: a launch key the runtime has not settled yet.
+    Measuring(Progress),
     Invalid(String),
     /// A runtime's temporary file, stale when older than [`STALE_TMP_AGE`].
     Tmp {
         stale: bool,
     },
+}
+
+/// What a runtime measured of a launch key before its run ended unsettled (a `*.progress`
+/// file; the next run goes on from it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Progress {
+    pub kernel: String,
+    pub name: String,
+    pub device: String,
+    pub data: String,
+    pub launches: u64,
+    /// Candidate shapes with samples.
+    pub timed: usize,
+}
+
+impl Progress {
+    /// Parses a progress file's text; the error says why it is invalid.
+    pub fn parse(text: &str) -> Result<Progress, String> {
+        let mut get = std::collections::BTreeMap::new();
+        let mut timed = 0;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(format!("line {}: not `key = value`", i + 1));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if key == "cand" {
+                timed += usize::from(!value.ends_with("us=-"));
+            } else {
+                get.insert(key.to_string(), value.to_string());
+            }
+        }
+        if get.get("version").map(String::as_str) != Some("1") {
+            return Err(format!("format version is not {FORMAT_VERSION}"));
+        }
+        let req = |k: &str| get.get(k).cloned().ok_or_else(|| format!("missing key {k}"));
+        let launches = req("launches")?;
+        Ok(Progress {
+            kernel: req("kernel")?,
+            name: req("name")?,
+            device: req("device")?,
+            data: req("data")?,
+            launches: launches
+                .parse()
+                .map_err(|_| format!("launches `{launches}` is not a count"))?,
+            timed,
+        })
+    }
+
+    fn matches(&self, kernel: Option<&str>, device: Option<&str>) -> bool {
+        kernel.is_none_or(|k| self.name == k || self.kernel == k || self.name.contains(k))
+            && device.is_none_or(|d| self.device.to_lowercase().contains(&d.to_lowercase()))
+    }
 }
 
 /// Reads and parses one choice file; `Err` is why it is invalid.
@@ -417,9 +475,9 @@ fn read_choice(path: &Path) -> Result<ChoiceFile, String> {
     ChoiceFile::parse(&text)
 }
 
-/// Every `*.choice` and `.*.tmp` file in `dir` (none when it does not exist): valid
-/// choices sorted by name, data, device and file, then invalid files and temporary files
-/// by file name.
+/// Every `*.choice`, `*.progress` and `.*.tmp` file in `dir` (none when it does not exist): valid
+/// choices sorted by name, data, device and file, then keys still being measured, invalid
+/// files and temporary files by file name.
 fn scan(dir: &Path) -> Result<Vec<Found>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -456,6 +514,14 @@ fn scan(dir: &Path) -> Result<Vec<Found>> {
                 Ok(c) => Kind::Valid(Box::new(c)),
                 Err(why) => Kind::Invalid(why),
             }
+        } else if file.ends_with(".progress") {
+            match std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read it: {e}"))
+                .and_then(|t| Progress::parse(&t))
+            {
+                Ok(p) => Kind::Measuring(p),
+                Err(why) => Kind::Invalid(why),
+            }
         } else {
             continue;
         };
@@ -463,8 +529,9 @@ fn scan(dir: &Path) -> Result<Vec<Found>> {
     }
     let rank = |f: &Found| match f.kind {
         Kind::Valid(_) => 0,
-        Kind::Invalid(_) => 1,
-        Kind::Tmp { .. } => 2,
+        Kind::Measuring(_) => 1,
+        Kind::Invalid(_) => 2,
+        Kind::Tmp { .. } => 3,
     };
     found.sort_by(|a, b| {
         rank(a)
@@ -533,6 +600,12 @@ enum JsonItem<'a> {
         times_us: &'a [ShapeTime],
         other: serde_json::Map<String, serde_json::Value>,
     },
+    Measuring {
+        file: &'a str,
+        measuring: bool,
+        #[serde(flatten)]
+        progress: &'a Progress,
+    },
     Invalid {
         file: &'a str,
         invalid: &'a str,
@@ -552,7 +625,7 @@ fn list(
         kernel.is_none_or(|k| c.matches_kernel(k)) && device.is_none_or(|d| c.matches_device(d))
     };
     let mut items = Vec::new();
-    let (mut valid, mut invalid) = (0, 0);
+    let (mut valid, mut invalid, mut measuring) = (0, 0, 0);
     for f in &found {
         match &f.kind {
             Kind::Valid(c) if wanted(c) => {
@@ -595,6 +668,27 @@ fn list(
                     );
                 }
             }
+            Kind::Measuring(p) if p.matches(kernel, device) => {
+                measuring += 1;
+                if json {
+                    items.push(JsonItem::Measuring {
+                        file: &f.file,
+                        measuring: true,
+                        progress: p,
+                    });
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "{} {} measuring: not settled after launches={} ({} timed) device={} {}",
+                        p.name,
+                        p.data,
+                        p.launches,
+                        plural(p.timed, "shape", "shapes"),
+                        p.device,
+                        f.file
+                    );
+                }
+            }
             Kind::Invalid(why) if !filtered => {
                 invalid += 1;
                 if json {
@@ -619,6 +713,9 @@ fn list(
             plural(valid, "choice", "choices"),
             dir.display()
         );
+        if measuring > 0 {
+            let _ = write!(out, ", {measuring} still being measured");
+        }
         if invalid > 0 {
             let _ = write!(out, ", {invalid} invalid");
         }
@@ -775,6 +872,7 @@ fn prune(
             {
                 None
             }
+            Kind::Measuring(p) if filtered && p.matches(kernel, device) => None,
             Kind::Invalid(why) if invalid => Some(format!("invalid: {why}")),
             Kind::Tmp { stale: true } if invalid => {
                 Some("a temporary file older than an hour".to_string())

@@ -342,6 +342,12 @@ pub fn settled_pick(settled: Option<&Refine>, trying: Option<&RefineTrying>, run
         };
     };
     let how = match (r.from_cache, r.launches, r.of_first) {
+        _ if !r.settled => format!(
+            "the runtime's refinement in {run}: not settled after {} launches; the shape it \
+             launched when the run ended, the next run's start (candidate={})",
+            r.launches.map_or_else(|| "?".to_string(), |n| n.to_string()),
+            r.candidate
+        ),
         (true, _, _) => format!(
             "the runtime's refinement in {run}: settled from the choices cache (candidate={})",
             r.candidate
@@ -1071,6 +1077,9 @@ pub struct Refine {
     /// The time the refinement's own launches cost beyond the model's choice, µs.
     pub extra_us: Option<f64>,
     pub from_cache: bool,
+    /// False for a `not settled at exit` line: the key was still being measured when the run
+    /// ended, and `block` is the shape it was launching (the next run starts from it).
+    pub settled: bool,
     /// `<ordinal>:<name>`.
     pub device: String,
 }
@@ -1127,6 +1136,9 @@ fn after<'a>(s: &'a str, key: &str, ends: &[char]) -> Option<&'a str> {
 /// lines, `refine: trying` lines, …).
 pub fn parse_refine(line: &str) -> Option<Result<Refine>> {
     let (head, tail) = refine_parts(line)?;
+    if let Some(body) = tail.strip_prefix("not settled at exit after launches=") {
+        return Some(parse_unsettled(head, body).with_context(|| format!("in the log line {line:?}")));
+    }
     let body = tail.strip_prefix("settled on ")?;
     Some(
         (|| -> Result<Refine> {
@@ -1182,11 +1194,55 @@ pub fn parse_refine(line: &str) -> Option<Result<Refine>> {
                 candidate,
                 extra_us,
                 from_cache,
+                settled: true,
                 device: device.trim().to_string(),
             })
         })()
         .with_context(|| format!("in the log line {line:?}")),
     )
+}
+
+/// The rest of a `refine: not settled at exit after launches=` line (`body` starts at the
+/// count):
+///
+/// ```text
+/// klaraptor: <kernel> L=v… refine: not settled at exit after launches=<n>: launching block=AxBxC grid=AxBxC (candidate=<c>, <i> of <j> candidates timed, extra_us=<x> of <y>) device=<i>:<name>
+/// ```
+fn parse_unsettled(head: &str, body: &str) -> Result<Refine> {
+    let (kernel, head) = split_kernel_name(head).context("no kernel")?;
+    let data = data_values(head)?;
+    let (body, device) = body.rsplit_once(" device=").context("no device=")?;
+    let (launches, rest) = body.split_once(": ").context("no `<n>: launching`")?;
+    let launches = launches
+        .parse::<u64>()
+        .with_context(|| format!("launches={launches:?}"))?;
+    let block = after(rest, "block=", &[' '])
+        .and_then(parse_block)
+        .context("no block=")?;
+    let grid = after(rest, " grid=", &[' '])
+        .and_then(parse_block)
+        .context("no grid=")?;
+    let candidate = after(rest, "(candidate=", &[',', ' ', ')'])
+        .filter(|c| !c.is_empty())
+        .context("no candidate=")?
+        .to_string();
+    let extra_us = match after(rest, " extra_us=", &[' ', ')']) {
+        Some(x) => Some(x.parse::<f64>().with_context(|| format!("extra_us={x:?}"))?),
+        None => None,
+    };
+    Ok(Refine {
+        kernel: kernel.to_string(),
+        data,
+        block,
+        grid,
+        launches: Some(launches),
+        of_first: None,
+        candidate,
+        extra_us,
+        from_cache: false,
+        settled: false,
+        device: device.trim().to_string(),
+    })
 }
 
 /// Parses a `refine: trying` line ([`RefineTrying`]); `None` for any other line.
@@ -1230,11 +1286,17 @@ pub struct Refines {
 impl Refines {
     /// The settled line and the trying line of a kernel (source or mangled name) at some
     /// data values.
+    /// Of several runs' lines (one log after another), the line where it settled, else the
+    /// choices cache's, else the last run's `not settled` line.
     pub fn of(&self, names: &[&str], sizes: &[i64]) -> (Option<&Refine>, Option<&RefineTrying>) {
+        let mine = |r: &&Refine| names.contains(&r.kernel.as_str()) && r.sizes() == sizes;
         (
             self.settled
                 .iter()
-                .find(|r| names.contains(&r.kernel.as_str()) && r.sizes() == sizes),
+                .filter(mine)
+                .find(|r| r.settled && !r.from_cache)
+                .or_else(|| self.settled.iter().filter(mine).find(|r| r.settled))
+                .or_else(|| self.settled.iter().filter(mine).last()),
             self.trying
                 .iter()
                 .find(|r| names.contains(&r.kernel.as_str()) && r.sizes() == sizes),
@@ -1552,6 +1614,40 @@ mod tests {
         );
         assert_eq!((r.of_first, r.extra_us), (Some(0.75), Some(220.0)));
         assert_eq!(r.candidate, "model#2");
+        assert!(r.settled && !r.from_cache);
+        // A run that ended before the key settled, then one that settled it, then one that
+        // read it from the cache: the settled line counts; without it, the last run's.
+        let u1 = "klaraptor: stencil n=4096 refine: not settled at exit after launches=150: \
+                  launching block=256x1x1 grid=16x1x1 (candidate=model#1, 2 of 4 candidates \
+                  timed, extra_us=70.0 of 6070.0) device=0:NVIDIA H200";
+        let u2 = u1.replace("launches=150", "launches=300").replace(
+            "block=256x1x1 grid=16x1x1 (candidate=model#1",
+            "block=128x1x1 grid=32x1x1 (candidate=model#2",
+        );
+        let cached = "klaraptor: stencil n=4096 refine: settled on block=128x1x1 grid=32x1x1 \
+                      from the choices cache (candidate=model#2) device=0:NVIDIA H200";
+        let u = parse_refine(u1).unwrap().unwrap();
+        assert!(!u.settled && !u.from_cache);
+        assert_eq!(
+            (u.block, u.grid, u.launches, u.candidate.as_str(), u.extra_us),
+            ([256, 1, 1], [16, 1, 1], Some(150), "model#1", Some(70.0))
+        );
+        let refines = |lines: &[&str]| Refines {
+            settled: lines
+                .iter()
+                .map(|l| parse_refine(l).unwrap().unwrap())
+                .collect(),
+            trying: Vec::new(),
+        };
+        let all = refines(&[u1, &u2, l[2], cached]);
+        let got = all.of(&["stencil"], &[4096]).0.unwrap();
+        assert_eq!((got.launches, got.settled), (Some(12), true));
+        let unsettled = refines(&[u1, &u2]);
+        let got = unsettled.of(&["stencil"], &[4096]).0.unwrap();
+        assert_eq!((got.launches, got.block), (Some(300), [128, 1, 1]));
+        assert!(settled_pick(Some(got), None, "the run")
+            .how
+            .contains("not settled after 300 launches"));
         // Other refine lines are neither.
         let other = "klaraptor: k N=7 refine: no candidate could be timed: the program's own \
                      launch from now on device=0:G";

@@ -2,8 +2,9 @@
 //! program. For each run (the program's arguments), every annotated kernel the program
 //! launches is timed at every candidate block shape, at the data sizes the run launches it
 //! with, and klaraptor's choice, the shape the runtime's refinement settled on (`settled`:
-//! the binary runs with `KLARAPTOR_CHOICES=off`, so it settles in that run, not from an
-//! earlier run's cache), the profile's own fastest shape at the nearest profiled size
+//! the binary runs with a fresh choices cache of its own, again until no launch key is left
+//! unsettled at exit or `--settle-runs` runs, as a user's successive runs would), the
+//! profile's own fastest shape at the nearest profiled size
 //! (`profiled_best`, from the profile-database entry the rational program was built from:
 //! [`validate::manifest_profile`]), the program's own shape and the block size
 //! `cudaOccupancyMaxPotentialBlockSize` suggests (computed, not asked of the GPU:
@@ -18,9 +19,10 @@
 //!                            runtime's layout: kernels.tsv, <stem>.jsonl)
 //! variant.log                its KLARAPTOR_LOG: the program's own block per kernel × size
 //! variant.{out,err,status}   its output and exit status
-//! binary.log                 KLARAPTOR_LOG of the binary itself (KLARAPTOR_CHOICES=off):
+//! binary.log                 KLARAPTOR_LOG of the binary's runs, one after another:
 //!                            klaraptor's choice, and where it settled (`refine:` lines)
-//! binary.{out,err,status}
+//! binary.{out,err,status}    of its last run
+//! choices/                   the choices cache those runs shared
 //! ```
 //!
 //! The profile database is `--profile-db`, else the one klaraptor-cc would have used when
@@ -86,6 +88,10 @@ pub struct ValidateArgs {
     /// Stop a program run after this many seconds (0: no limit).
     #[arg(long, default_value_t = 0)]
     pub timeout: u64,
+    /// Runs of the binary at most, for its launch keys to settle (the runtime spends at most
+    /// KLARAPTOR_REFINE_BUDGET of a run's kernel time on tries and goes on in the next run).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub settle_runs: u32,
     /// Keep the runs' records and logs in this directory (default: a temporary one).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -551,18 +557,38 @@ fn sweep_runs(
             );
         }
         let t = Instant::now();
-        let mut cmd = Command::new(&binary);
-        // No choices cache: the run settles by itself, as a first run does.
-        cmd.args(&argv)
-            .env("KLARAPTOR_LOG", dir.join("binary.log"))
-            .env("KLARAPTOR_CHOICES", "off")
-            .env_remove("KLARAPTOR_FORCE")
-            .env_remove("KLARAPTOR_DISABLE");
-        let bs = run_to_files(cmd, &dir, "binary", timeout)?;
+        // A choices cache of its own, empty at first: the runs settle as a user's first
+        // runs do.
+        let choices = dir.join("choices");
+        match std::fs::remove_dir_all(&choices) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", choices.display()))
+            }
+            _ => {}
+        }
+        let log = dir.join("binary.log");
+        let (mut bs, mut runs) = (None, 0);
+        while runs < args.settle_runs {
+            runs += 1;
+            let seen = std::fs::metadata(&log).map_or(0, |m| m.len());
+            let mut cmd = Command::new(&binary);
+            cmd.args(&argv)
+                .env("KLARAPTOR_LOG", &log)
+                .env("KLARAPTOR_CHOICES", &choices)
+                .env_remove("KLARAPTOR_FORCE")
+                .env_remove("KLARAPTOR_DISABLE");
+            bs = run_to_files(cmd, &dir, "binary", timeout)?;
+            let text = std::fs::read(&log).unwrap_or_default();
+            let this_run = String::from_utf8_lossy(text.get(seen as usize..).unwrap_or_default());
+            if !bs.is_some_and(|s| s.success()) || !this_run.contains(" refine: not settled at exit") {
+                break;
+            }
+        }
         std::fs::write(dir.join("binary.status"), status_text(bs) + "\n")?;
         eprintln!(
-            "klaraptor validate:   ran the binary for klaraptor's choice in {:.1} s (exit \
+            "klaraptor validate:   ran the binary for klaraptor's choice {} in {:.1} s (exit \
              status {})",
+            if runs == 1 { "once".to_string() } else { format!("{runs} times") },
             t.elapsed().as_secs_f64(),
             status_text(bs)
         );

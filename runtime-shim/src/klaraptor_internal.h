@@ -36,6 +36,10 @@ void klaraptor__set_device_query(klaraptor_current_device_fn current,
  * "already logged" marks, and closes the log file. Registered kernels stay. Tests only: it
  * must not run concurrently with klaraptor_select. */
 void klaraptor__reset_for_tests(void);
+/* Runs what the runtime does at exit for keys still refining (their progress files, the log). */
+void klaraptor__save_progress_for_tests(void);
+/* The timing batches open now (on any stream). */
+int klaraptor__open_batches(void);
 
 /* Number of memoized decisions. */
 size_t klaraptor__memo_size(void);

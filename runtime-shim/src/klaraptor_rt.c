@@ -264,13 +264,15 @@ typedef struct config {
   size_t n_force;
   int refine_k;      /* the model's shapes refinement tries; 0: no refinement */
   int refine_walk;   /* 1: refinement walks to the neighbours of the best shape */
+  double refine_budget; /* the share of a key's kernel time its tries may cost; <0: no limit */
   char *choices_dir; /* the choices cache; NULL: off */
 } config;
 
 #define REFINE_DEFAULT_K 3
 #define REFINE_MAX_K 8
+#define REFINE_DEFAULT_BUDGET 0.01
 
-static config g_cfg = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, 1, NULL};
+static config g_cfg = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, 1, REFINE_DEFAULT_BUDGET, NULL};
 static atomic_int g_inited;
 
 /* Parses "<bx>[x<by>[x<bz>]]"; returns 0 on success. */
@@ -417,6 +419,20 @@ static void read_env_locked(void) {
   }
   const char *w = getenv("KLARAPTOR_REFINE_WALK");
   g_cfg.refine_walk = !(w && (strcmp(w, "off") == 0 || strcmp(w, "0") == 0));
+  g_cfg.refine_budget = REFINE_DEFAULT_BUDGET;
+  const char *bu = getenv("KLARAPTOR_REFINE_BUDGET");
+  if (bu && *bu) {
+    char *end = NULL;
+    double v = strtod(bu, &end);
+    if (strcmp(bu, "off") == 0)
+      g_cfg.refine_budget = -1;
+    else if (end && end != bu && (*end == 0 || strcmp(end, "%") == 0) && v > 0 && v <= 100)
+      g_cfg.refine_budget = v / 100;
+    else
+      warn("KLARAPTOR_REFINE_BUDGET=%s: expected a percentage above 0 and at most 100, or off; "
+           "using %g",
+           bu, REFINE_DEFAULT_BUDGET * 100);
+  }
   free(g_cfg.choices_dir);
   g_cfg.choices_dir = choices_dir_from_env();
   if (g_cfg.disabled && g_cfg.log_fd >= 0) {
@@ -1082,6 +1098,7 @@ typedef struct rf_cand {
   int n;           /* samples read (per-launch microseconds) */
   int batch;       /* launches a sample spans; 0 until the first sample sized it */
   int out;         /* 1: slower than the best by RF_PRUNE; 2: its launch failed */
+  int noisy;       /* 1: timed launch by launch though short (the events' noise is in it) */
   double us[RF_MAX_SAMPLES];
   double spent_us; /* kernel time of every timed launch of it, sizing ones too */
   int spent_n;
@@ -1096,6 +1113,7 @@ typedef struct rf_try {
   int last_at;   /* the key's launch count at its last launch */
   int launches;  /* launches the try spans (a batch for short kernels) */
   int done;      /* of which begun */
+  int shared;    /* other refining keys launched on its stream inside the batch */
   void *stream;
   kl_event ev0, ev1;
 } rf_try;
@@ -1107,7 +1125,9 @@ typedef struct refine {
   rf_cand c[RF_MAX_CANDS];
   int n_shapes;   /* shapes the model may choose from (-1: unknown) */
   int warmed;
-  int launches;   /* launches of the key so far */
+  int launches;   /* launches of the key so far in this run */
+  int prior;      /* launches of earlier runs (the progress the choices cache kept) */
+  int single;     /* 1: timed launch by launch (other keys' launches come between its own) */
   int ntries;
   int capture_logged;
   int walk_started, walk_dir, walk_from, walk_steps, walk_flat, n_walked;
@@ -1116,8 +1136,49 @@ typedef struct refine {
   rf_try t[RF_MAX_TRIES];
 } refine;
 
+/* The batches open on each stream (under g_lock): while one is open, other keys launched on
+ * that stream begin no tries of their own (a batch's time spans their launches), and the
+ * batch is marked shared. */
+#define RF_MAX_WINDOWS 512
+typedef struct rf_window {
+  void *stream;
+  const struct refine *owner;
+  rf_try *t;
+} rf_window;
+static rf_window g_windows[RF_MAX_WINDOWS];
+static int g_nwindows;
+
+static void window_open(void *stream, const struct refine *owner, rf_try *t) {
+  if (g_nwindows < RF_MAX_WINDOWS) g_windows[g_nwindows++] = (rf_window){stream, owner, t};
+}
+
+static void window_close(const rf_try *t) {
+  for (int i = 0; i < g_nwindows; i++)
+    if (g_windows[i].t == t) {
+      g_windows[i] = g_windows[--g_nwindows];
+      return;
+    }
+}
+
+static rf_try *window_of_other(void *stream, const struct refine *r) {
+  for (int i = 0; i < g_nwindows; i++)
+    if (g_windows[i].stream == stream && g_windows[i].owner != r) return g_windows[i].t;
+  return NULL;
+}
+
+/* Frees a key's refinement state, the events of tries still in flight too (a try whose
+ * launch has not ended yet must not be freed: only the test reset calls this with one). */
 static void rf_free(refine *r) {
-  if (r) free(r->shapes);
+  if (!r) return;
+  for (int i = 0; i < r->ntries; i++) {
+    rf_try *t = &r->t[i];
+    window_close(t);
+    if (t->state != TRY_DONE && t->state != TRY_FREE) {
+      ev_destroy(t->ev0);
+      ev_destroy(t->ev1);
+    }
+  }
+  free(r->shapes);
   free(r);
 }
 
@@ -1137,6 +1198,13 @@ static double cand_median(const rf_cand *c) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static double cand_max(const rf_cand *c) {
+  double m = 0;
+  for (int i = 0; i < c->n; i++)
+    if (c->us[i] > m) m = c->us[i];
+  return m;
+}
+
 static double cand_min(const rf_cand *c) {
   double m = INFINITY_US;
   for (int i = 0; i < c->n; i++)
@@ -1147,6 +1215,7 @@ static double cand_min(const rf_cand *c) {
 /* Samples a candidate needs: three (batched for short kernels, whose single launches the
  * events cannot resolve), one for long kernels. */
 static int cand_needed(const rf_cand *c) {
+  if (c->noisy) return RF_MAX_SAMPLES;
   if (c->n == 0 || c->batch > 1) return 3;
   double m = cand_median(c);
   return m >= RF_LONG_US ? 1 : m >= RF_MID_US ? 2 : 3;
@@ -1238,9 +1307,10 @@ static void sb_data_values(sbuf *b, const klaraptor_kernel *k, const int64_t *da
   b->len = t.len;
 }
 
-/* The file of a key: <dir>/<name>-<hash of the key>.choice. */
+/* The file of a key: <dir>/<name>-<hash of the key>.<ext> (choice: settled; progress: what
+ * was measured while it was not). */
 static int choices_path(const kentry *e, const klaraptor_model *m, const klaraptor_device *dev,
-                        const int64_t *data, char *path, size_t pathlen) {
+                        const int64_t *data, const char *ext, char *path, size_t pathlen) {
   if (!g_cfg.choices_dir || !m || m->abi_version < 2 || !m->code_hash) return -1;
   char kb[2048];
   sbuf key = {kb, sizeof kb, 0};
@@ -1258,8 +1328,8 @@ static int choices_path(const kentry *e, const klaraptor_model *m, const klarapt
     name[i] = ok ? ch : '_';
   }
   name[i] = 0;
-  int w = snprintf(path, pathlen, "%s/%s-%016" PRIx64 ".choice", g_cfg.choices_dir, name,
-                   fnv1a(kb));
+  int w = snprintf(path, pathlen, "%s/%s-%016" PRIx64 ".%s", g_cfg.choices_dir, name,
+                   fnv1a(kb), ext);
   return w > 0 && (size_t)w < pathlen ? 0 : -1;
 }
 
@@ -1287,28 +1357,23 @@ static const char *kv_get(char *const *lines, int n, const char *key) {
   return NULL;
 }
 
-/* Under g_lock. 0 and the settled decision (and candidate label) when the cache has the
- * key; -1 otherwise (a damaged file: one warning per process). */
-static int choices_read(const kentry *e, const klaraptor_model *m, const klaraptor_device *dev,
-                        const int64_t *data, decision *d, char *label, size_t labellen) {
-  char path[4352];
-  if (choices_path(e, m, dev, data, path, sizeof path) != 0) return -1;
+/* Reads a file of the choices cache into text (cap bytes) and its lines that are neither
+ * empty nor comments (at most maxl); the number of lines, -1 when it cannot be opened. */
+static int read_lines(const char *path, char *text, size_t cap, char **lines, int maxl) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
-  char text[8192];
   size_t len = 0;
   for (;;) {
-    ssize_t r = read(fd, text + len, sizeof text - 1 - len);
+    ssize_t r = read(fd, text + len, cap - 1 - len);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     len += (size_t)r;
-    if (len == sizeof text - 1) break;
+    if (len == cap - 1) break;
   }
   close(fd);
   text[len] = 0;
-  char *lines[64];
   int n = 0;
-  for (char *p = text; *p && n < 64;) {
+  for (char *p = text; *p && n < maxl;) {
     char *q = strchr(p, '\n');
     if (q) *q = 0;
     size_t l = strlen(p);
@@ -1317,6 +1382,37 @@ static int choices_read(const kentry *e, const klaraptor_model *m, const klarapt
     if (!q) break;
     p = q + 1;
   }
+  return n;
+}
+
+/* 1 when a cache file's key fields are this key's (another key may share the file name). */
+static int key_matches(char *const *lines, int n, const kentry *e, const klaraptor_model *m,
+                       const klaraptor_device *dev, const int64_t *data) {
+  const char *kernel = kv_get(lines, n, "kernel"), *hash = kv_get(lines, n, "code_hash"),
+             *devid = kv_get(lines, n, "device_id"), *vals = kv_get(lines, n, "data");
+  if (!kernel || !hash || !devid || !vals) return 0;
+  char kb[2048];
+  sbuf want = {kb, sizeof kb, 0};
+  kb[0] = 0;
+  sb_device_id(&want, dev);
+  char vb[1024];
+  sbuf wv = {vb, sizeof vb, 0};
+  vb[0] = 0;
+  sb_data_values(&wv, e->k, data);
+  return strcmp(kernel, e->k->id) == 0 && strcmp(hash, m->code_hash) == 0 &&
+         strcmp(devid, kb) == 0 && strcmp(vals, vb) == 0;
+}
+
+/* Under g_lock. 0 and the settled decision (and candidate label) when the cache has the
+ * key; -1 otherwise (a damaged file: one warning per process). */
+static int choices_read(const kentry *e, const klaraptor_model *m, const klaraptor_device *dev,
+                        const int64_t *data, decision *d, char *label, size_t labellen) {
+  char path[4352];
+  if (choices_path(e, m, dev, data, "choice", path, sizeof path) != 0) return -1;
+  char text[8192];
+  char *lines[64];
+  int n = read_lines(path, text, sizeof text, lines, 64);
+  if (n < 0) return -1;
   const char *version = kv_get(lines, n, "version"), *kernel = kv_get(lines, n, "kernel"),
              *hash = kv_get(lines, n, "code_hash"), *devid = kv_get(lines, n, "device_id"),
              *vals = kv_get(lines, n, "data"), *block = kv_get(lines, n, "block"),
@@ -1328,18 +1424,8 @@ static int choices_read(const kentry *e, const klaraptor_model *m, const klarapt
                       path, "a field is missing or has another version");
     return -1;
   }
-  char kb[2048];
-  sbuf want = {kb, sizeof kb, 0};
-  kb[0] = 0;
-  sb_device_id(&want, dev);
-  char vb[1024];
-  sbuf wv = {vb, sizeof vb, 0};
-  vb[0] = 0;
-  sb_data_values(&wv, e->k, data);
   /* Another key with the same file name: not ours, not damaged. */
-  if (strcmp(kernel, e->k->id) != 0 || strcmp(hash, m->code_hash) != 0 ||
-      strcmp(devid, kb) != 0 || strcmp(vals, vb) != 0)
-    return -1;
+  if (!key_matches(lines, n, e, m, dev, data)) return -1;
   memset(d, 0, sizeof *d);
   if (strcmp(block, "program") == 0) {
     d->keep = 1;
@@ -1372,12 +1458,13 @@ static int mkdir_p(const char *dir) {
   return 0;
 }
 
-/* Under g_lock: writes the settled choice, atomically (a temporary file renamed over the
- * old one), so that concurrent runs of the program never see half a file. */
+static void write_atomic(const char *path, const char *text, size_t len);
+
+/* Under g_lock: writes the settled choice (and removes what the key's progress file kept). */
 static void choices_write(const kentry *e, const refine *r, const int64_t *data, int best,
                           int launches) {
   char path[4352];
-  if (choices_path(e, r->model, r->dev, data, path, sizeof path) != 0) return;
+  if (choices_path(e, r->model, r->dev, data, "choice", path, sizeof path) != 0) return;
   char text[8192];
   sbuf b = {text, sizeof text, 0};
   text[0] = 0;
@@ -1406,6 +1493,14 @@ static void choices_write(const kentry *e, const refine *r, const int64_t *data,
   }
   sb_printf(&b, "\n");
   if (b.len + 1 >= b.cap) return;
+  write_atomic(path, text, b.len);
+  char prog[4352];
+  if (choices_path(e, r->model, r->dev, data, "progress", prog, sizeof prog) == 0) unlink(prog);
+}
+
+/* Writes a file of the choices cache atomically (a temporary file renamed over the old one),
+ * so that concurrent runs of the program never see half a file. */
+static void write_atomic(const char *path, const char *text, size_t len) {
   if (mkdir_p(g_cfg.choices_dir) != 0) {
     choices_warn_once("cannot write the choices cache in %s (%s); set KLARAPTOR_CHOICES to "
                       "another directory or to off",
@@ -1426,8 +1521,8 @@ static void choices_write(const kentry *e, const refine *r, const int64_t *data,
   }
   size_t off = 0;
   int ok = 1;
-  while (off < b.len) {
-    ssize_t w = write(fd, text + off, b.len - off);
+  while (off < len) {
+    ssize_t w = write(fd, text + off, len - off);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       ok = 0;
@@ -1442,6 +1537,124 @@ static void choices_write(const kentry *e, const refine *r, const int64_t *data,
     choices_warn_once("cannot write the choices cache in %s (%s); set KLARAPTOR_CHOICES to "
                       "another directory or to off",
                       g_cfg.choices_dir, strerror(err));
+  }
+}
+
+/* Under g_lock: what a key not settled yet has measured, for the next run to go on from
+ * (<name>-<hash>.progress beside the choice files; removed when the key settles). One line
+ * per candidate with its samples (microseconds per launch). */
+static void progress_write(const kentry *e, const refine *r, const int64_t *data) {
+  char path[4352];
+  if (choices_path(e, r->model, r->dev, data, "progress", path, sizeof path) != 0) return;
+  char text[8192];
+  sbuf b = {text, sizeof text, 0};
+  text[0] = 0;
+  sb_printf(&b,
+            "# klaraptor: what the program's runtime measured of a launch that has not settled "
+            "yet; the next run goes on from here (safe to delete)\nversion = 1\nkernel = %s\n"
+            "name = %s\ncode_hash = %s\ndevice = %s\ndevice_id = ",
+            e->k->id, kname(e->k), r->model->code_hash, r->dev->name);
+  sb_device_id(&b, r->dev);
+  sb_printf(&b, "\ndata = ");
+  sb_data_values(&b, e->k, data);
+  sb_printf(&b, "\nlaunches = %d\n", r->prior + r->launches);
+  for (int i = 0; i < r->nc; i++) {
+    const rf_cand *c = &r->c[i];
+    if (c->n == 0 && !c->out && !c->walked) continue;
+    sb_printf(&b, "cand = %s ", c->label);
+    sb_block(&b, c->block);
+    sb_printf(&b, " ");
+    sb_block(&b, c->grid);
+    sb_printf(&b, " program=%d walked=%d out=%d batch=%d noisy=%d us=", c->program, c->walked,
+              c->out, c->batch, c->noisy);
+    for (int j = 0; j < c->n; j++) sb_printf(&b, "%s%.3f", j ? "," : "", c->us[j]);
+    if (c->n == 0) sb_printf(&b, "-");
+    sb_printf(&b, "\n");
+  }
+  if (b.len + 1 >= b.cap) return;
+  write_atomic(path, text, b.len);
+}
+
+/* Under g_lock: the samples an earlier run of the program measured for this key (its progress
+ * file), merged into the candidates. A damaged file is ignored with one warning. */
+static void progress_read(const kentry *e, refine *r, const int64_t *data) {
+  char path[4352];
+  if (choices_path(e, r->model, r->dev, data, "progress", path, sizeof path) != 0) return;
+  char text[8192];
+  char *lines[64];
+  int n = read_lines(path, text, sizeof text, lines, 64);
+  if (n < 0) return;
+  const char *version = kv_get(lines, n, "version"), *launches = kv_get(lines, n, "launches");
+  const char *why = NULL;
+  if (!version || strcmp(version, "1") != 0 || !launches)
+    why = "a field is missing or has another version";
+  else if (!key_matches(lines, n, e, r->model, r->dev, data))
+    return;
+  rf_cand got[RF_MAX_CANDS];
+  int ng = 0;
+  for (int i = 0; !why && i < n; i++) {
+    if (strncmp(lines[i], "cand = ", 7) != 0) continue;
+    rf_cand c;
+    memset(&c, 0, sizeof c);
+    char blk[32], grd[32], us[256];
+    int used = 0;
+    if (sscanf(lines[i] + 7,
+               "%23s %31s %31s program=%d walked=%d out=%d batch=%d noisy=%d us=%255s%n",
+               c.label, blk, grd, &c.program, &c.walked, &c.out, &c.batch, &c.noisy, us,
+               &used) != 9 ||
+        lines[i][7 + used] != 0 || parse_block3(blk, c.block) != 0 ||
+        parse_block3(grd, c.grid) != 0 || c.out < 0 || c.out > 2 || c.batch < 0 ||
+        c.batch > RF_MAX_BATCH || ng >= RF_MAX_CANDS) {
+      why = "a candidate line cannot be read";
+      break;
+    }
+    for (char *p = us; strcmp(us, "-") != 0 && *p && c.n < RF_MAX_SAMPLES;) {
+      char *end = NULL;
+      double v = strtod(p, &end);
+      if (end == p || !(v > 0 && v < 1e12)) {
+        why = "a sample is not a positive time";
+        break;
+      }
+      c.us[c.n++] = v;
+      p = *end == ',' ? end + 1 : end;
+    }
+    got[ng++] = c;
+  }
+  char *end = NULL;
+  long prior = why ? 0 : strtol(launches, &end, 10);
+  if (!why && (!end || *end || prior < 0 || prior > INT32_MAX / 2)) why = "launches is no count";
+  if (why) {
+    choices_warn_once("ignoring the damaged choices cache file %s (%s); the launch is measured "
+                      "again",
+                      path, why);
+    return;
+  }
+  r->prior = (int)prior;
+  for (int i = 0; i < ng; i++) {
+    int idx = -1;
+    for (int j = 0; j < r->nc && idx < 0; j++)
+      if (memcmp(r->c[j].block, got[i].block, sizeof got[i].block) == 0 &&
+          memcmp(r->c[j].grid, got[i].grid, sizeof got[i].grid) == 0)
+        idx = j;
+    if (idx < 0) {
+      /* a shape the walk reached: still one the model may choose at this launch */
+      uint32_t g[3];
+      if (!got[i].walked || !rf_shape_ok(e->k, r->dev, data, got[i].block, g) ||
+          memcmp(g, got[i].grid, sizeof g) != 0)
+        continue;
+      idx = rf_add(r, got[i].label, 0, got[i].block, got[i].grid);
+      if (idx < 0) continue;
+      r->c[idx].walked = 1;
+      r->n_walked++;
+    }
+    rf_cand *c = &r->c[idx];
+    if (c->n > 0) continue;
+    memcpy(c->us, got[i].us, sizeof c->us);
+    c->n = got[i].n;
+    c->batch = got[i].batch;
+    c->out = got[i].out;
+    c->noisy = got[i].noisy;
+    c->issued = c->n;
   }
 }
 
@@ -1506,6 +1719,7 @@ static void rf_poll(refine *r) {
     if (t->state == TRY_BEGUN && r->launches - t->last_at > RF_STALE) {
       /* never ended (the launch was skipped, or threw): forget it */
       t->state = TRY_ABANDONED;
+      window_close(t);
       continue;
     }
     if (t->state != TRY_ENDED) continue;
@@ -1515,11 +1729,21 @@ static void rf_poll(refine *r) {
     rf_cand *c = &r->c[t->cand];
     if (t->failed) {
       c->out = 2;
+    } else if (q == 0 && ev_elapsed_us(t->ev0, t->ev1, &us) == 0 && us > 0 && t->shared &&
+               t->launches > 1) {
+      /* Other keys' launches came inside the batch, so its time is theirs too: this key is
+       * timed launch by launch from now on, and its batches' samples are dropped. */
+      r->single = 1;
+      for (int j = 0; j < r->nc; j++)
+        if (r->c[j].batch > 1) {
+          r->c[j].batch = 1;
+          r->c[j].n = 0;
+        }
     } else if (q == 0 && ev_elapsed_us(t->ev0, t->ev1, &us) == 0 && us > 0) {
       us /= t->launches;
       c->spent_us += us * t->launches;
       c->spent_n += t->launches;
-      if (c->batch == 0 && us < RF_SHORT_US) {
+      if (c->batch == 0 && us < RF_SHORT_US && !r->single) {
         /* a short kernel: this launch sized its batches, whose samples count; a walked shape
          * that one launch shows far slower goes no further (a cliff is costly to batch) */
         int b = (int)(RF_BATCH_US / us) + 1;
@@ -1531,7 +1755,10 @@ static void rf_poll(refine *r) {
         /* a single launch of a batched candidate begun before the sizing was read */
       } else {
         if (c->batch == 0) c->batch = 1;
-        if (c->n < RF_MAX_SAMPLES) c->us[c->n++] = us;
+        if (c->n < RF_MAX_SAMPLES) {
+          c->us[c->n++] = us;
+          if (us < RF_SHORT_US) c->noisy = 1;
+        }
       }
     }
     ev_destroy(t->ev0);
@@ -1567,6 +1794,22 @@ static int rf_best(const refine *r) {
   return -1;
 }
 
+/* The candidate the key launches: the fastest, except that the program's own shape is the
+ * incumbent, left only for a shape measured clearly faster (short kernels' timings carry a
+ * few per cent of noise; a short kernel timed launch by launch carries the events' own, so
+ * there every sample of the winner must beat every sample of the program's). */
+static int rf_choice(const refine *r) {
+  int best = rf_best(r);
+  for (int i = 0; best >= 0 && i < r->nc; i++) {
+    const rf_cand *p = &r->c[i], *b = &r->c[best];
+    if (!p->program || i == best || p->out == 2 || p->n == 0) continue;
+    int clear = cand_median(b) * RF_INCUMBENT <= cand_median(p);
+    if ((b->noisy || p->noisy) && cand_max(b) * RF_INCUMBENT > cand_min(p)) clear = 0;
+    if (!clear) best = i;
+  }
+  return best;
+}
+
 static void rf_prune(refine *r) {
   int b = rf_best(r);
   if (b < 0 || r->c[b].n == 0) return;
@@ -1598,15 +1841,7 @@ static int rf_complete(const refine *r) {
 /* Under g_lock: stores the fastest candidate as the node's decision and publishes it. */
 static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
   refine *r = m->r;
-  int best = rf_best(r);
-  /* The program's own launch is the incumbent: left only for a shape measured clearly faster
-   * (short kernels' timings carry a few per cent of noise). */
-  for (int i = 0; best >= 0 && i < r->nc; i++) {
-    const rf_cand *p = &r->c[i];
-    if (p->program && i != best && p->out != 2 && p->n > 0 &&
-        cand_median(&r->c[best]) * RF_INCUMBENT > cand_median(p))
-      best = i;
-  }
+  int best = rf_choice(r);
   decision d;
   memset(&d, 0, sizeof d);
   if (best < 0) {
@@ -1627,6 +1862,7 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
       t->state = TRY_DONE;
     } else if (t->state == TRY_BEGUN) {
       t->state = TRY_ABANDONED; /* klaraptor_launch_end frees its events */
+      window_close(t);
     }
   }
   m->d = d;
@@ -1651,8 +1887,9 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
          "settled on block=%ux%ux%u grid=%ux%ux%u after launches=%d, %s of the model's first "
          "choice's time (candidate=%s extra_us=%.1f)",
          r->c[best].block[0], r->c[best].block[1], r->c[best].block[2], r->c[best].grid[0],
-         r->c[best].grid[1], r->c[best].grid[2], r->launches, ratio, r->c[best].label, extra);
-  choices_write(m->e, r, data, best, r->launches);
+         r->c[best].grid[1], r->c[best].grid[2], r->prior + r->launches, ratio, r->c[best].label,
+         extra);
+  choices_write(m->e, r, data, best, r->prior + r->launches);
 }
 
 /* The neighbour walk, once the candidates are measured: from the best, along each axis of the
@@ -1744,6 +1981,34 @@ static int rf_walk(refine *r, const memo_node *m) {
   }
 }
 
+/* 1 when candidate i needs another timed try now. */
+static int rf_wants(const refine *r, int i) {
+  const rf_cand *c = &r->c[i];
+  int pending = rf_pending(r, i);
+  if (c->out || c->n + pending >= cand_needed(c)) return 0;
+  return !(c->batch == 0 && pending); /* its first launch sizes its batches */
+}
+
+/* 1 when the tries have cost the key more than its budget: the kernel time its timed launches
+ * spent beyond what the shape it launches (ch) takes, those in flight estimated, against
+ * KLARAPTOR_REFINE_BUDGET of its launches so far at that shape's time. The key then launches
+ * that shape until its launches have paid for the next try: a key launched a few times tries
+ * little in one run and goes on in the next (the choices cache keeps what was measured), a
+ * key launched thousands of times finishes early. */
+static int rf_paced(const refine *r, int ch) {
+  if (g_cfg.refine_budget < 0 || ch < 0 || r->c[ch].n == 0) return 0;
+  double bt = cand_median(&r->c[ch]), extra = 0;
+  for (int i = 0; i < r->nc; i++) extra += r->c[i].spent_us - bt * r->c[i].spent_n;
+  for (int i = 0; i < r->ntries; i++) {
+    const rf_try *t = &r->t[i];
+    if (t->cand == ch || (t->state != TRY_BEGUN && t->state != TRY_ENDED)) continue;
+    const rf_cand *c = &r->c[t->cand];
+    double d = c->n ? cand_median(c) - bt : 0.5 * bt;
+    if (d > 0) extra += d * t->launches;
+  }
+  return extra > g_cfg.refine_budget * bt * r->launches;
+}
+
 /* Under g_lock, for an unsettled node: which dims this launch takes (*use: a candidate, or -1
  * for the program's own) and, when it is timed, the try (NULL otherwise). */
 static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *stream,
@@ -1762,11 +2027,24 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
     t->done++;
     t->last_at = r->launches;
     *use = t->cand;
-    if (t->done == t->launches) ticket = t;
+    if (t->done == t->launches) {
+      ticket = t;
+      window_close(t); /* its last launch: nothing else comes between it and the end event */
+    }
     goto out;
   }
   rf_poll(r);
-  *use = rf_best(r);
+  *use = rf_choice(r);
+  if (can_time) {
+    /* another key's batch is open on this stream: this launch is inside its time, with the
+     * shape this key launches now, untimed */
+    rf_try *w = window_of_other(stream, r);
+    if (w) {
+      w->shared = 1;
+      r->warmed = 1;
+      goto out;
+    }
+  }
   if (!can_time || stream_capturing(stream)) {
     /* A graph captured now replays whatever it captured: the best guess, untimed. */
     if (can_time && !r->capture_logged) {
@@ -1793,14 +2071,15 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
     *use = -2; /* the settled decision */
     goto out;
   }
-  int pick = -1;
-  for (int i = 0; i < r->nc; i++) {
-    rf_cand *c = &r->c[i];
-    int pending = rf_pending(r, i);
-    if (c->out || c->n + pending >= cand_needed(c)) continue;
-    if (c->batch == 0 && pending) continue; /* its first launch sizes its batches */
-    if (pick < 0 || c->issued < r->c[pick].issued) pick = i;
-  }
+  /* First every candidate's first launch, the program's own first (the shape no choice may
+   * lose to); then the samples of the shape the key launches anyway, which cost nothing; then
+   * the others' by fewest tries. All but the free ones are paced by the budget. */
+  int pick = -1, paced = rf_paced(r, *use);
+  for (int i = 0; !paced && i < r->nc; i++)
+    if (r->c[i].issued == 0 && rf_wants(r, i) && (pick < 0 || r->c[i].program)) pick = i;
+  if (pick < 0 && *use >= 0 && rf_wants(r, *use)) pick = *use;
+  for (int i = 0; pick < 0 && !paced && i < r->nc; i++)
+    if (rf_wants(r, i) && (pick < 0 || r->c[i].issued < r->c[pick].issued)) pick = i;
   if (pick < 0 || launch_error_pending()) goto out; /* waiting for results */
   rf_try *t = &r->t[r->ntries];
   memset(t, 0, sizeof *t);
@@ -1817,9 +2096,10 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
   t->cand = pick;
   t->state = TRY_BEGUN;
   t->last_at = r->launches;
-  t->launches = r->c[pick].batch > 1 ? r->c[pick].batch : 1;
+  t->launches = r->c[pick].batch > 1 && !r->single ? r->c[pick].batch : 1;
   t->done = 1;
   t->stream = stream;
+  if (t->launches > 1) window_open(stream, r, t);
   r->ntries++;
   r->c[pick].issued++;
   *use = pick;
@@ -1852,6 +2132,45 @@ void klaraptor_launch_end(uint64_t ticket) {
   }
   capture_mode_restore(old_mode);
   pthread_mutex_unlock(&g_lock);
+}
+
+/* At exit: every key still refining keeps what it measured in the choices cache, and says in
+ * the log which shape it launched last (the one the next run starts from). Tries still on the
+ * GPU are read only if they have completed. */
+static void rf_save_all(void) {
+  pthread_mutex_lock(&g_lock);
+  memo_table *t = atomic_load_explicit(&g_memo, memory_order_relaxed);
+  for (size_t i = 0; t && i <= t->mask; i++) {
+    memo_node *m = atomic_load_explicit(&t->slots[i], memory_order_relaxed);
+    if (!m || !m->r || atomic_load_explicit(&m->settled, memory_order_relaxed)) continue;
+    refine *r = m->r;
+    int old_mode = capture_mode_relaxed();
+    rf_poll(r);
+    capture_mode_restore(old_mode);
+    progress_write(m->e, r, m->data);
+    int ch = rf_choice(r);
+    if (ch < 0) continue;
+    double bt = r->c[ch].n ? cand_median(&r->c[ch]) : 0, extra = 0;
+    for (int j = 0; bt > 0 && j < r->nc; j++) extra += r->c[j].spent_us - bt * r->c[j].spent_n;
+    int timed = 0;
+    for (int j = 0; j < r->nc; j++) timed += r->c[j].n > 0;
+    rf_log(m->e, m->data, r->dev, m->ordinal,
+           "not settled at exit after launches=%d: launching block=%ux%ux%u grid=%ux%ux%u "
+           "(candidate=%s, %d of %d candidates timed, extra_us=%.1f of %.1f)",
+           r->prior + r->launches, r->c[ch].block[0], r->c[ch].block[1], r->c[ch].block[2],
+           r->c[ch].grid[0], r->c[ch].grid[1], r->c[ch].grid[2], r->c[ch].label, timed, r->nc,
+           extra, bt * r->launches + extra);
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+void klaraptor__save_progress_for_tests(void) { rf_save_all(); }
+
+int klaraptor__open_batches(void) {
+  pthread_mutex_lock(&g_lock);
+  int n = g_nwindows;
+  pthread_mutex_unlock(&g_lock);
+  return n;
 }
 
 /* The program's dims of a launch, unpacked. */
@@ -1934,7 +2253,12 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
           from_cache = 1;
         } else if (g_refining < RF_MAX_REFINING) {
           nm->r = rf_new(e, model, dev, data, &d, pb, pg);
-          if (nm->r) atomic_init(&nm->settled, 0);
+          if (nm->r) {
+            atomic_init(&nm->settled, 0);
+            progress_read(e, nm->r, data);
+            static int registered;
+            if (!registered) registered = atexit(rf_save_all) == 0;
+          }
         } else if (!g_refining_full) {
           /* a program whose data values change at every launch (a loop index among them):
            * those keys are launched too few times to refine, and each would hold state */
@@ -2053,8 +2377,10 @@ void klaraptor__reset_for_tests(void) {
   g_cfg.disabled = 0;
   g_cfg.refine_k = REFINE_DEFAULT_K;
   g_cfg.refine_walk = 1;
+  g_cfg.refine_budget = REFINE_DEFAULT_BUDGET;
   g_refining = 0;
   g_refining_full = 0;
+  g_nwindows = 0;
   free(g_cfg.choices_dir);
   g_cfg.choices_dir = NULL;
   g_choices_warned = 0;

@@ -95,9 +95,19 @@ static const klaraptor_model m_st = {KLARAPTOR_MODEL_ABI_VERSION, ID, "NVIDIA H2
                                      "stencil.NVIDIA_H200.c", st_rank, NULL,
                                      "00c0ffee00c0ffee"};
 
+/* A second kernel, launched between the first's launches on the same stream: its model ranks
+ * 256 > 128 > 512; 64 (its program's shape) is its fastest. */
+#define ID2 "_Z5otherPfi"
+static const klaraptor_kernel k_ot = {KLARAPTOR_ABI_VERSION, ID2, "other", 1, n_names, 1,
+                                      st_grid, st_allowed, 32, 0, NULL, NULL};
+static const klaraptor_model m_ot = {KLARAPTOR_MODEL_ABI_VERSION, ID2, "NVIDIA H200", st_select,
+                                     "other.NVIDIA_H200.c", st_rank, NULL, "00beef0000beef00"};
+
 __attribute__((constructor)) static void register_all(void) {
   klaraptor_register(&k_st);
   klaraptor_register_model(&m_st);
+  klaraptor_register(&k_ot);
+  klaraptor_register_model(&m_ot);
 }
 
 /* Kernel times by block width, in microseconds: 128 is fastest, the program's 64 slowest. */
@@ -105,8 +115,10 @@ static double g_scale = 1.0;
 static double g_outlier_bx = 0; /* the first launch of this width takes 8x */
 static int g_valley;    /* the fastest is 32, two halvings from 128 */
 static int g_incumbent; /* the program's 64 within 2 % of 128 */
+static int g_cliff;     /* the model's first choice (256) takes 100x the program's 64 */
 static double kernel_us(uint32_t bx) {
   double t = bx == 128 ? 30 : bx == 256 ? 40 : bx == 512 ? 50 : bx == 64 ? 100 : 70;
+  if (g_cliff) t = bx == 256 ? 3000 : bx == 64 ? 30 : bx == 128 ? 35 : 70;
   if (g_valley) t = bx == 32 ? 20 : bx == 64 ? 29.5 : t;
   if (g_incumbent && bx == 64) t = 30.6;
   if (g_outlier_bx == bx) {
@@ -143,6 +155,8 @@ static void fresh(const char *refine, const char *choices) {
   else
     unsetenv("KLARAPTOR_REFINE");
   setenv("KLARAPTOR_CHOICES", choices ? choices : "off", 1);
+  /* the cases of the order of tries run unpaced; the budget's own cases set it */
+  setenv("KLARAPTOR_REFINE_BUDGET", "off", 1);
   klaraptor__reset_for_tests();
   fake_cudart_reset_streams();
   fake_cudart_gpu_follows = 1;
@@ -152,6 +166,13 @@ static void fresh(const char *refine, const char *choices) {
   g_outlier_bx = 0;
   g_valley = 0;
   g_incumbent = 0;
+  g_cliff = 0;
+}
+
+/* The same with the default budget (KLARAPTOR_REFINE_BUDGET unset: 1 %). */
+static void fresh_paced(const char *choices) {
+  fresh(NULL, choices);
+  unsetenv("KLARAPTOR_REFINE_BUDGET");
 }
 
 /* The log so far. */
@@ -183,14 +204,18 @@ static void t_order(void) {
   fresh(NULL, NULL);
   uint32_t seq[16];
   for (int i = 0; i < 16; i++) seq[i] = run(NULL, 4096, 0);
-  /* warm-up (model#1, untimed); two rounds of the four; the two slow ones are out (their
-   * fastest sample is more than 1.5x the best median); the third samples of the two left */
-  static const uint32_t want[16] = {256, 256, 128, 512, 64, 256, 128, 512,
-                                    64,  256, 128, 128, 128, 128, 128, 128};
-  for (int i = 0; i < 16; i++) {
-    if (seq[i] != want[i]) fprintf(stderr, "launch %d: %u, want %u\n", i + 1, seq[i], want[i]);
-    CHECK(seq[i] == want[i]);
-  }
+  /* warm-up (model#1, untimed); the first try of each, the program's first; the fastest so
+   * far (128) takes its samples; second tries of the others; the two slow ones are out (their
+   * fastest sample is more than 1.5x the best median); the third sample of 256 */
+  static const uint32_t want[16] = {256, 64,  256, 128, 512, 128, 128, 256,
+                                    256, 512, 64,  128, 128, 128, 128, 128};
+  int wrong = 0;
+  for (int i = 0; i < 16; i++)
+    if (seq[i] != want[i]) {
+      fprintf(stderr, "launch %d: %u, want %u\n", i + 1, seq[i], want[i]);
+      wrong++;
+    }
+  CHECK(wrong == 0);
   const char *log = log_text();
   CHECK(strstr(log, "klaraptor: stencil n=4096 block=256x1x1 grid=16x1x1 source=model "
                     "predicted_us=10 device=0:NVIDIA H200 program_block=64x1x1\n"));
@@ -490,6 +515,153 @@ static void t_threads(void) {
   printf("ok threads\n");
 }
 
+/* The budget: at every point of a run the timed launches (the tries) have cost at most 1 %
+ * of the kernel time so far beyond what the settled shape would have taken, plus the try
+ * begun while the key was within it; the key still settles on the fastest. Between tries the
+ * key launches the fastest shape it has measured. */
+static void t_budget(void) {
+  g_case = "budget";
+  fresh_paced(NULL);
+  double total = 0, extra = 0, worst = 0;
+  int settled_at = 0;
+  for (int i = 0; i < 6000 && !settled_at; i++) {
+    int before = fake_cudart_records;
+    uint32_t bx = run(NULL, 4096, 0);
+    total += kernel_us(bx);
+    if (fake_cudart_records != before || i == 0) extra += kernel_us(bx) - kernel_us(128);
+    double over = extra - 0.01 * total;
+    if (over > worst) worst = over;
+    if (i % 50 == 49 && strstr(log_text(), "settled on")) settled_at = i + 1;
+  }
+  CHECK(settled_at > 0);
+  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1"));
+  /* the warm-up at 256 (10 us over) and the program's first try (70 us over) come before
+   * anything is known */
+  if (worst > 80) fprintf(stderr, "over the budget by %.1f us\n", worst);
+  CHECK(worst <= 80);
+  /* unpaced, the same key settles in a dozen launches: here the tries are spread out */
+  CHECK(settled_at > 100);
+  CHECK(fake_cudart_syncs == 0);
+
+  /* A model whose first choice takes 100x the program's: the program's shape is tried right
+   * after the warm-up, the model's first choice once more, then never again. */
+  fresh_paced(NULL);
+  g_cliff = 1;
+  int at256 = 0;
+  for (int i = 0; i < 3000; i++) at256 += run(NULL, 4096, 0) == 256;
+  CHECK(at256 <= 2);
+  CHECK(strstr(log_text(), "settled on block=64x1x1 grid=64x1x1"));
+  printf("ok budget\n");
+}
+
+static int count_files(const char *dir, const char *suffix) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  if (!d) return 0;
+  struct dirent *e;
+  size_t sl = strlen(suffix);
+  while ((e = readdir(d))) {
+    size_t l = strlen(e->d_name);
+    if (l > sl && strcmp(e->d_name + l - sl, suffix) == 0) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+/* A run that ends before the key settles leaves what it measured (the progress file, the log's
+ * last word); the next run goes on from there instead of measuring again; a damaged progress
+ * file is measured again, with one warning. */
+static void t_progress(void) {
+  g_case = "progress";
+  char dir[2200];
+  snprintf(dir, sizeof dir, "%s/choices-progress", g_dir);
+  fresh_paced(dir);
+  for (int i = 0; i < 150; i++) run(NULL, 4096, 0);
+  CHECK(!strstr(log_text(), "settled on"));
+  klaraptor__save_progress_for_tests();
+  CHECK(strstr(log_text(), "refine: not settled at exit after launches=150: launching "));
+  CHECK(count_files(dir, ".progress") == 1 && count_files(dir, ".choice") == 0);
+  CHECK(count_files(dir, ".tmp") == 0);
+  int runs = 1, second_launch = 0;
+  while (!strstr(log_text(), "settled on") && runs < 60) {
+    fresh_paced(dir);
+    runs++;
+    for (int i = 0; i < 150; i++) {
+      uint32_t bx = run(NULL, 4096, 0);
+      if (runs == 2 && i == 1) second_launch = (int)bx;
+    }
+    klaraptor__save_progress_for_tests();
+  }
+  /* the second run's first timed launch is not the program's first try again */
+  CHECK(second_launch != 64);
+  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1 after launches="));
+  const char *at = strstr(log_text(), "after launches=");
+  CHECK(at && atoi(at + strlen("after launches=")) > 150);
+  CHECK(count_files(dir, ".progress") == 0 && count_files(dir, ".choice") == 1);
+
+  /* damaged: one warning, measured again from the start */
+  snprintf(dir, sizeof dir, "%s/choices-progress-damaged", g_dir);
+  fresh_paced(dir);
+  for (int i = 0; i < 150; i++) run(NULL, 4096, 0);
+  klaraptor__save_progress_for_tests();
+  char path[4400], text[8192];
+  DIR *d = opendir(dir);
+  CHECK(d);
+  struct dirent *e;
+  path[0] = 0;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".progress")) snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+  closedir(d);
+  CHECK(path[0] && read_file(path, text, sizeof text) > 0);
+  char *us = strstr(text, "us=");
+  CHECK(us);
+  memcpy(us, "us=x", 4);
+  FILE *f = fopen(path, "w");
+  CHECK(f);
+  fputs(text, f);
+  fclose(f);
+  fresh_paced(dir);
+  fprintf(stderr, "--- expect one warning:\n");
+  CHECK(run(NULL, 4096, 0) == 256); /* warm-up */
+  CHECK(run(NULL, 4096, 0) == 64);  /* the program's first try, again */
+  fprintf(stderr, "---\n");
+  printf("ok progress\n");
+}
+
+/* Two keys on one stream, one launch each in turn: while the short kernel's batch is open no
+ * try of the other begins (its changing shapes would be inside the batch's time); both
+ * settle on their fastest. */
+static void t_interleaved(void) {
+  g_case = "interleaved";
+  fresh(NULL, NULL);
+  g_scale = 0.2; /* stencil: 6 us at 128, batched */
+  void *s = (void *)0x30;
+  int inside = 0, tries_inside = 0;
+  for (int i = 0; i < 400; i++) {
+    run(s, 4096, 0);
+    int64_t n = 4096;
+    uint32_t prog = 64;
+    uint64_t gxy = (uint64_t)cdiv(n, prog) | (1ull << 32), bxy = prog | (1ull << 32);
+    uint32_t gz = 1, bz = 1;
+    int open = klaraptor__open_batches() > 0, before = fake_cudart_records;
+    uint64_t t = klaraptor_launch_begin(ID2, 1, &n, &gxy, &gz, &bxy, &bz, 0, s);
+    uint32_t bx = (uint32_t)bxy;
+    fake_cudart_kernel(s, bx == 64 ? 40 : bx == 128 ? 60 : 200);
+    klaraptor_launch_end(t);
+    if (open) {
+      inside++;
+      tries_inside += fake_cudart_records != before;
+    }
+  }
+  CHECK(inside > 0);
+  CHECK(tries_inside == 0);
+  const char *log = log_text();
+  CHECK(strstr(log, "stencil n=4096 refine: settled on block=128x1x1"));
+  CHECK(strstr(log, "other n=4096 refine: settled on block=64x1x1"));
+  CHECK(fake_cudart_events_live == 0);
+  printf("ok interleaved\n");
+}
+
 static int scenario_unit(void) {
   t_order();
   t_short();
@@ -503,6 +675,9 @@ static int scenario_unit(void) {
   t_controls();
   t_cache();
   t_threads();
+  t_budget();
+  t_progress();
+  t_interleaved();
   if (!g_failures) printf("all refinement cases passed\n");
   return g_failures != 0;
 }

@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """The cost of refinement on the iterative runs of bench/gpu/refine/run.sh.
 
-For each kernel of a run (one key: the kernel at the run's sizes), the runtime's settled line
-gives the extra kernel time its tries cost over the settled shape (extra_us: every timed try's
-time minus the settled shape's median, and the untimed first launch counted at the model's
-first choice's median), and the choices cache file the settled shape's median time. Each
-kernel of these programs is launched once per time step, so its total kernel time is
-steps x settled time + extra. Prints, per kernel and per program, the extra time as a share
-of the total.
+Each configuration (a program at some sizes) ran several times with one choices cache, until
+a run ended with every key settled. For each run and each kernel of it (one key: the kernel
+at the run's sizes) the runtime's log says what the tries of that run cost:
+
+- `not settled at exit ... extra_us=X of Y`: X is the kernel time the run's timed tries took
+  beyond the shape the key launches, Y the key's kernel time in the run (that shape's time
+  times the run's launches, plus X);
+- `settled on ... after launches=N ... extra_us=X`: X is the run's tries beyond the settled
+  shape (and the run's untimed first launch at the model's first choice); the key's kernel
+  time in the run is steps x the settled shape's time (from the cache file) + X;
+- `from the choices cache`: nothing was tried.
+
+Prints per kernel and run, per run, and over all runs the extra time as a share of the kernel
+time.
 
 Usage: overhead.py <OUT>/refine/overhead
 """
@@ -18,7 +25,12 @@ import sys
 
 SETTLED = re.compile(
     r"^klaraptor: (\S+) (.*?) refine: settled on block=(\S+) grid=\S+ after launches=(\d+), "
-    r"(\S+) of the model's first choice's time \(candidate=(\S+) extra_us=([0-9.]+)\)"
+    r"(\S+) of the model's first choice's time \(candidate=(\S+) extra_us=(-?[0-9.]+)\)"
+)
+UNSETTLED = re.compile(
+    r"^klaraptor: (\S+) (.*?) refine: not settled at exit after launches=(\d+): launching "
+    r"block=(\S+) grid=\S+ \(candidate=([^,]+), (\d+) of (\d+) candidates timed, "
+    r"extra_us=(-?[0-9.]+) of ([0-9.]+)\)"
 )
 
 
@@ -43,40 +55,55 @@ def choices(dirname):
     return out
 
 
+def run_number(path):
+    return int(re.search(r"\.run(\d+)\.log$", path).group(1))
+
+
 def main():
     d = sys.argv[1]
-    total_extra = total_all = 0.0
+    all_extra = all_total = 0.0
+    worst_run = 0.0
     for args_file in sorted(glob.glob(os.path.join(d, "*.args"))):
         prog = os.path.basename(args_file)[: -len(".args")]  # <small|large>-<program>
         args = open(args_file).read().split()
         steps = int(args[args.index("--steps") + 1])
         cache = choices(os.path.join(d, prog + ".choices"))
-        p_extra = p_all = 0.0
-        with open(os.path.join(d, prog + ".first.log")) as f:
-            for line in f:
-                m = SETTLED.match(line)
-                if not m:
-                    continue
-                name, data, block, launches, ratio, cand, extra = m.groups()
-                extra = float(extra)
-                settled_block, times = cache[(name, data)]
-                t = times[settled_block]
-                total = steps * t + extra
-                p_extra += extra
-                p_all += total
-                print(
-                    f"{prog:9s} {name:14s} {data:18s} settled {block:9s} ({cand}, {launches} "
-                    f"launches, {ratio} of the model's first) {t:9.2f} us x {steps} launches; "
-                    f"extra {extra:9.1f} us = {100 * extra / total:.3f} % of {total / 1e3:.1f} ms"
-                )
-        if p_all:
-            print(f"{prog:9s} program: extra {p_extra / 1e3:.3f} ms = "
-                  f"{100 * p_extra / p_all:.3f} % of {p_all / 1e3:.1f} ms kernel time")
-        total_extra += p_extra
-        total_all += p_all
-    if total_all:
-        print(f"all: extra {total_extra / 1e3:.3f} ms = {100 * total_extra / total_all:.3f} % "
-              f"of {total_all / 1e3:.1f} ms kernel time")
+        logs = sorted(glob.glob(os.path.join(d, prog + ".run*.log")), key=run_number)
+        for log in logs:
+            i = run_number(log)
+            r_extra = r_total = 0.0
+            with open(log) as f:
+                for line in f:
+                    m = SETTLED.match(line)
+                    if m:
+                        name, data, block, launches, ratio, cand, extra = m.groups()
+                        extra = float(extra)
+                        settled_block, times = cache[(name, data)]
+                        total = steps * times[settled_block] + extra
+                        what = f"settled {block} ({cand}) after {launches} launches in all"
+                    else:
+                        m = UNSETTLED.match(line)
+                        if not m:
+                            continue
+                        name, data, launches, block, cand, timed, n, extra, total = m.groups()
+                        extra, total = float(extra), float(total)
+                        what = (f"not settled after {launches} launches: {timed} of {n} shapes "
+                                f"timed, launching {block} ({cand})")
+                    r_extra += extra
+                    r_total += total
+                    print(f"{prog:15s} run{i:<2d} {name:14s} {data:18s} extra {extra:8.1f} us = "
+                          f"{100 * extra / total:6.3f} % of {total / 1e3:7.2f} ms; {what}")
+            if r_total:
+                share = 100 * r_extra / r_total
+                worst_run = max(worst_run, share)
+                print(f"{prog:15s} run{i:<2d} all kernels: extra {r_extra / 1e3:.3f} ms = "
+                      f"{share:.3f} % of {r_total / 1e3:.1f} ms kernel time")
+            all_extra += r_extra
+            all_total += r_total
+    if all_total:
+        print(f"all runs: extra {all_extra / 1e3:.3f} ms = {100 * all_extra / all_total:.3f} % "
+              f"of {all_total / 1e3:.1f} ms kernel time; the costliest run "
+              f"{worst_run:.3f} %")
 
 
 if __name__ == "__main__":
