@@ -14,6 +14,7 @@ pub mod codegen;
 pub mod compile;
 pub mod device_cmd;
 pub mod devices;
+pub mod gpu_profile;
 pub mod inspect_cmd;
 pub mod instrument;
 pub mod link;

@@ -19,11 +19,11 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use klaraptor_profiler::db::ProfileDb;
-use klaraptor_profiler::record::{DeviceId, Entry, FORMAT_VERSION};
+use klaraptor_profiler::record::{DeviceId, Entry};
 
 use crate::linkspec::{scan_inputs, LinkSpec};
-use crate::profiling::{self, RunEnv};
-use crate::{rational, runtime};
+use crate::profiling;
+use crate::{gpu_profile, rational, runtime};
 
 /// What the link needs from the driver.
 pub struct LinkJob<'a> {
@@ -161,8 +161,13 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         .filter(|(_, e)| e.is_empty())
         .map(|(s, _)| s.clone())
         .collect();
+    // The kernels this link tried to profile: each one left without an entry was warned
+    // about with its real cause.
+    let mut tried: Vec<String> = Vec::new();
+    let mut collector_missing = false;
     if !missing.is_empty() && !job.no_profile && gpu_present() {
-        let (profiled, variant) = profile(job, &missing, &archive, &db)?;
+        collector_missing = collector_path().is_none();
+        let (profiled, variant) = profile(job, &missing, &archive, &db, &mut tried)?;
         if variant_made.is_none() {
             variant_made = variant;
         }
@@ -181,20 +186,20 @@ pub fn link(job: &LinkJob) -> Result<i32> {
     if !unmodelled.is_empty() {
         let names: Vec<String> = unmodelled
             .iter()
-            .map(|s| format!("{} (annotated at {})", s.name, s.annotated_at))
+            .map(|s| {
+                format!(
+                    "{} (annotated at {}: {})",
+                    s.name,
+                    s.annotated_at,
+                    why_no_profile(s, job.no_profile, collector_missing, &tried)
+                )
+            })
             .collect();
         let how = format!(
-            "no profile in {} ({}) for {}; {}",
+            "no profile in {} ({}) for {}",
             db.root().display(),
             db.origin(),
             names.join(", "),
-            if gpu_present() {
-                "add a profile(run=…, sizes=…) recipe to the annotation so klaraptor-cc can \
-                 profile it here"
-            } else {
-                "build once on a machine with a GPU, or point KLARAPTOR_PROFILE_DB at a \
-                 database made on one"
-            }
         );
         if job.require_model {
             eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
@@ -242,6 +247,31 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         }
     }
     Ok(status.code().unwrap_or(1))
+}
+
+/// Why a kernel has no profile after the link's profiling step, and what to do: the advice
+/// fits the real cause (a missing recipe only when there is none).
+fn why_no_profile(
+    s: &LinkSpec,
+    no_profile: bool,
+    collector_missing: bool,
+    tried: &[String],
+) -> &'static str {
+    if tried.contains(&s.mangled) {
+        "profiling it did not give a complete profile, see the warning above"
+    } else if !gpu_present() {
+        "no GPU here: build once on a machine with a GPU, or point KLARAPTOR_PROFILE_DB at a \
+         database made on one"
+    } else if no_profile {
+        "--kl-no-profile was given"
+    } else if s.profile_run.is_none() || s.profile_sizes.is_empty() {
+        "add a profile(run=…, sizes=…) recipe to the annotation so klaraptor-cc can profile \
+         it here"
+    } else if collector_missing {
+        "the collector was not found, see the warning above"
+    } else {
+        "not profiled"
+    }
 }
 
 /// Replaces `dir` by `staging`'s sources and manifests (the C files and their JSON), so a
@@ -309,13 +339,16 @@ fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path, archive: &str) -
     Ok(())
 }
 
-/// Profiles `specs` on this machine's GPU and stores the entries. Returns the ids profiled,
-/// and a copy of the profiling variant in the work directory when any was.
+/// Profiles `specs` on this machine's GPU and stores the entries (one kernel at a time under
+/// the GPU's lock: gpu_profile.rs). Returns the ids that have a complete entry now, and a
+/// copy of the profiling variant in the work directory when any has. The ids of the kernels
+/// it tried to profile go to `tried` (each of those left without an entry was warned about).
 fn profile(
     job: &LinkJob,
     specs: &[LinkSpec],
     archive: &str,
     db: &ProfileDb,
+    tried: &mut Vec<String>,
 ) -> Result<(Vec<String>, Option<PathBuf>)> {
     let runnable: Vec<&LinkSpec> = specs
         .iter()
@@ -332,7 +365,22 @@ fn profile(
         );
         return Ok((Vec::new(), None));
     };
-    let (device, driver, cuda) = current_device(job.nvcc)?;
+    let (device, driver, cuda) = match current_device(job.nvcc) {
+        Ok(d) => d,
+        Err(e)
+            if e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<klaraptor_profiler::calibration::CalibrationError>(),
+                    Some(klaraptor_profiler::calibration::CalibrationError::GpuBusy { .. })
+                )
+            }) =>
+        {
+            eprintln!("klaraptor-cc: warning: {e:#}; not profiling in this link");
+            tried.extend(runnable.iter().map(|s| s.mangled.clone()));
+            return Ok((Vec::new(), None));
+        }
+        Err(e) => return Err(e),
+    };
     let dir = profiling::scratch(job.work)?;
     let plan = dir.join("plan");
     let specs_owned: Vec<LinkSpec> = runnable.iter().map(|s| (*s).clone()).collect();
@@ -353,68 +401,38 @@ fn profile(
     std::fs::copy(&job.output, &copy)
         .with_context(|| format!("copying the profiling variant {}", job.output.display()))?;
     let (runs, warmup) = (5, 1);
-    let mut done = Vec::new();
-    let result = (|| -> Result<()> {
-        let out = dir.join("records");
-        std::fs::create_dir_all(&out)?;
-        let env = RunEnv {
-            out_dir: &out,
+    let result = (|| -> Result<Vec<gpu_profile::Outcome>> {
+        let settings = gpu_profile::Settings::from_env()?;
+        let lock_dir = klaraptor_profiler::calibration::Cache::from_env()?.devices_dir();
+        let target = gpu_profile::Target {
+            db,
+            device: &device,
+            driver_version: &driver,
+            cuda_version: &cuda,
+            lock_dir: &lock_dir,
+            scratch: &dir,
             plan: &plan,
             collector: &collector.display().to_string(),
             runs,
             warmup,
             verbose: job.verbose,
+            settings,
         };
-        // Each recipe command runs once; a run profiles every planned kernel it launches.
-        let mut seen = std::collections::BTreeSet::new();
-        let start = std::time::Instant::now();
-        for s in &runnable {
-            profiling::run_recipe(s, &env, &mut seen)?;
+        gpu_profile::profile_kernels(&target, &runnable)
+    })();
+    let outcomes = match result {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = std::fs::remove_file(&job.output);
+            return Err(e);
         }
-        let took = start.elapsed();
-        for s in &runnable {
-            let samples = profiling::read_samples(&out, &s.mangled)?;
-            if samples.is_empty() {
-                eprintln!(
-                    "klaraptor-cc: warning: profiling {} recorded nothing: its launches never \
-                     reached the profiling runtime (is it launched with <<<>>> by `{}`?)",
-                    s.name,
-                    s.profile_run.as_deref().unwrap_or("")
-                );
-                continue;
-            }
-            let entry = Entry {
-                format_version: FORMAT_VERSION,
-                kernel: klaraptor_profiler::record::KernelId {
-                    mangled: s.mangled.clone(),
-                    name: s.name.clone(),
-                    code_hash: s.code_hash.clone(),
-                    data: s.data.clone(),
-                    dim: s.dim,
-                },
-                device: device.clone(),
-                collector: format!("klaraptor-collector {}", env!("CARGO_PKG_VERSION")),
-                captured_at: crate::now_iso8601(),
-                cuda_version: cuda.clone(),
-                driver_version: driver.clone(),
-                plan: profiling::plan_record(s, runs, warmup),
-                samples,
-            };
-            let path = db.put(&entry)?;
-            eprintln!(
-                "klaraptor-cc: profiled {} ({} samples; all recipes took {:.1} s): {}",
-                s.name,
-                entry.samples.len(),
-                took.as_secs_f64(),
-                path.display()
-            );
+    };
+    let mut done = Vec::new();
+    for (s, o) in runnable.iter().zip(&outcomes) {
+        if o.has_entry() {
             done.push(s.mangled.clone());
         }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&job.output);
-        return Err(e);
+        tried.push(s.mangled.clone());
     }
     let variant = (!done.is_empty()).then_some(copy);
     Ok((done, variant))

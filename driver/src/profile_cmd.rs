@@ -26,8 +26,13 @@ pub struct ProfileArgs {
 #[derive(Debug, Subcommand)]
 pub enum ProfileCommand {
     /// Table of every entry: kernel, device, samples, sizes, shapes, collector, date,
-    /// status (ok, superseded, old format, corrupt, …) and file.
-    List,
+    /// status (ok, superseded, incomplete, old format, corrupt, …) and file.
+    List {
+        /// Only the incomplete entries: samples missing because the collector or the GPU
+        /// failed (never used for a model; the next link on a GPU profiles them again).
+        #[arg(long)]
+        incomplete: bool,
+    },
     /// One kernel's entries (or one entry file): header, plan, and the time and key
     /// counters of every size × block shape.
     Show {
@@ -59,6 +64,9 @@ pub enum ProfileCommand {
         /// Entries of a kernel and device for which a newer entry (other code) exists.
         #[arg(long)]
         superseded: bool,
+        /// Incomplete entries: samples missing because the collector or the GPU failed.
+        #[arg(long)]
+        incomplete: bool,
         /// Every file in scope, whatever its state.
         #[arg(long)]
         all: bool,
@@ -97,7 +105,7 @@ pub fn execute(db: &ProfileDb, command: &ProfileCommand, out: &mut String) -> Re
         db.origin()
     );
     match command {
-        ProfileCommand::List => list(db, out),
+        ProfileCommand::List { incomplete } => list(db, *incomplete, out),
         ProfileCommand::Show {
             target,
             device,
@@ -108,6 +116,7 @@ pub fn execute(db: &ProfileDb, command: &ProfileCommand, out: &mut String) -> Re
             invalid,
             old_format,
             superseded,
+            incomplete,
             all,
             device,
             kernel,
@@ -117,6 +126,7 @@ pub fn execute(db: &ProfileDb, command: &ProfileCommand, out: &mut String) -> Re
                 invalid: *invalid,
                 old_format: *invalid || *old_format,
                 superseded: *superseded,
+                incomplete: *incomplete,
                 all: *all,
                 device: device.as_deref().map(device_pattern),
                 kernel: kernel.as_deref().map(Pattern::new),
@@ -148,8 +158,15 @@ pub(crate) fn emit(text: &str) -> Result<()> {
     }
 }
 
-fn list(db: &ProfileDb, out: &mut String) -> Result<ExitCode> {
-    let listed = db.list()?;
+fn list(db: &ProfileDb, only_incomplete: bool, out: &mut String) -> Result<ExitCode> {
+    let mut listed = db.list()?;
+    if only_incomplete {
+        listed.retain(|l| matches!(l.status, Status::Incomplete { .. }));
+        if listed.is_empty() {
+            out.push_str("no incomplete entries\n");
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     if listed.is_empty() {
         out.push_str(if db.exists() {
             "no entries\n"
@@ -220,8 +237,19 @@ fn list(db: &ProfileDb, out: &mut String) -> Result<ExitCode> {
         listed.len() - valid
     );
     let mut problems = false;
+    let mut incomplete = false;
     for l in &listed {
         let what = match &l.status {
+            Status::Incomplete { why } => {
+                incomplete = true;
+                let _ = writeln!(
+                    out,
+                    "  {}: incomplete: {}",
+                    relative(db.root(), &l.path),
+                    indent_rest(why, "    ")
+                );
+                continue;
+            }
             Status::Corrupt { message } => format!("not a valid entry: {message}"),
             Status::Misplaced { expected, why } => {
                 format!("{why}; it belongs at {}", relative(db.root(), expected))
@@ -243,6 +271,12 @@ fn list(db: &ProfileDb, out: &mut String) -> Result<ExitCode> {
             "  {}: {}",
             relative(db.root(), &l.path),
             indent_rest(&what, "    ")
+        );
+    }
+    if incomplete {
+        out.push_str(
+            "  (incomplete entries are not used for models; the next link on a GPU profiles \
+             them again, `klaraptor profile prune --incomplete` removes them)\n",
         );
     }
     if problems {
@@ -787,6 +821,7 @@ mod tests {
                 note: "test plan".into(),
             },
             samples,
+            incomplete: None,
         }
     }
 

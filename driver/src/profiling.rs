@@ -151,101 +151,91 @@ pub struct RunEnv<'a> {
     pub verbose: bool,
 }
 
-/// Runs the recipe of `spec` at each of its sizes (the program must already be linked where
-/// the recipe expects it). Returns the wall time of the runs.
-/// Commands already in `seen` are skipped (a run profiles every planned kernel it
-/// launches, so two kernels with the same recipe share its runs).
+/// Runs one recipe command of `spec` (for its `i`-th profile size) under the profiling
+/// runtime (the program must already be linked where the recipe expects it). Its records
+/// go to `env.out_dir`. Returns the command's stderr (shown already when it failed or with
+/// `verbose`).
 ///
-/// While a command runs, the profiling runtime reports each shape of its sweeps through
+/// While the command runs, the profiling runtime reports each shape of its sweeps through
 /// `KLARAPTOR_PROGRESS` (a temporary file this function reads as it grows): a progress bar
 /// per sweep on a terminal, else a line per sweep and, at most every few seconds, a line
 /// per shape (every shape with `--kl-verbose`); see [`Progress`].
-pub fn run_recipe(
-    spec: &LinkSpec,
-    env: &RunEnv,
-    seen: &mut std::collections::BTreeSet<String>,
-) -> Result<std::time::Duration> {
-    let start = std::time::Instant::now();
-    for (i, size) in spec.profile_sizes.iter().enumerate() {
-        let cmd = recipe_command(spec, size)?;
-        if !seen.insert(cmd.clone()) {
-            continue;
-        }
-        eprintln!(
-            "klaraptor-cc: profiling {} at {} ({}/{}), {} shapes: {cmd}",
-            spec.name,
-            fmt_size(&spec.data, size),
-            i + 1,
-            spec.profile_sizes.len(),
-            plan_shapes(spec.dim).len()
+pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result<String> {
+    let size = &spec.profile_sizes[i];
+    eprintln!(
+        "klaraptor-cc: profiling {} at {} ({}/{}), {} shapes: {cmd}",
+        spec.name,
+        fmt_size(&spec.data, size),
+        i + 1,
+        spec.profile_sizes.len(),
+        plan_shapes(spec.dim).len()
+    );
+    let t = std::time::Instant::now();
+    let progress_file = tempfile::Builder::new()
+        .prefix("klaraptor-progress-")
+        .suffix(".tsv")
+        .tempfile()
+        .context("cannot create a temporary file for the profiling progress")?;
+    let mut tail = ProgressFile::open(progress_file.path())?;
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(&spec.build_dir)
+        .env("KLARAPTOR_PROFILE_OUT", env.out_dir)
+        .env("KLARAPTOR_PROFILE_PLAN", env.plan)
+        .env("KLARAPTOR_COLLECTOR", env.collector)
+        .env("KLARAPTOR_PROFILE_RUNS", env.runs.to_string())
+        .env("KLARAPTOR_PROFILE_WARMUP", env.warmup.to_string())
+        .env("KLARAPTOR_PROGRESS", progress_file.path())
+        .env_remove("KLARAPTOR_FORCE")
+        .env_remove("KLARAPTOR_DISABLE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run the profile recipe `{cmd}`"))?;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let out = child.wait_with_output();
+        let _ = done_tx.send(());
+        out
+    });
+    let mut view = ProgressView::new(spec, env.verbose);
+    loop {
+        let finished = !matches!(
+            done_rx.recv_timeout(std::time::Duration::from_millis(100)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
         );
-        let t = std::time::Instant::now();
-        let progress_file = tempfile::Builder::new()
-            .prefix("klaraptor-progress-")
-            .suffix(".tsv")
-            .tempfile()
-            .context("cannot create a temporary file for the profiling progress")?;
-        let mut tail = ProgressFile::open(progress_file.path())?;
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(&cmd)
-            .current_dir(&spec.build_dir)
-            .env("KLARAPTOR_PROFILE_OUT", env.out_dir)
-            .env("KLARAPTOR_PROFILE_PLAN", env.plan)
-            .env("KLARAPTOR_COLLECTOR", env.collector)
-            .env("KLARAPTOR_PROFILE_RUNS", env.runs.to_string())
-            .env("KLARAPTOR_PROFILE_WARMUP", env.warmup.to_string())
-            .env("KLARAPTOR_PROGRESS", progress_file.path())
-            .env_remove("KLARAPTOR_FORCE")
-            .env_remove("KLARAPTOR_DISABLE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot run the profile recipe `{cmd}`"))?;
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let waiter = std::thread::spawn(move || {
-            let out = child.wait_with_output();
-            let _ = done_tx.send(());
-            out
-        });
-        let mut view = ProgressView::new(spec, env.verbose);
-        loop {
-            let finished = !matches!(
-                done_rx.recv_timeout(std::time::Duration::from_millis(100)),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-            );
-            for ev in tail.poll() {
-                view.show(&ev);
-            }
-            if finished {
-                break;
-            }
+        for ev in tail.poll() {
+            view.show(&ev);
         }
-        view.finish();
-        let out = waiter
-            .join()
-            .map_err(|_| anyhow::anyhow!("the thread waiting for `{cmd}` panicked"))?
-            .with_context(|| format!("cannot run the profile recipe `{cmd}`"))?;
-        if env.verbose || !out.status.success() {
-            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        if finished {
+            break;
         }
-        if !out.status.success() {
-            // A sweep launches each kernel once per shape: a program that checks the results
-            // of kernels that accumulate (y += …) fails its own check under profiling. What
-            // matters is what the runtime recorded, which the caller checks.
-            eprintln!(
-                "klaraptor-cc: note: the profile recipe of {} (annotated at {}) exited with {} \
-                 under profiling (`{cmd}` in {}); its records are kept",
-                spec.name,
-                spec.annotated_at,
-                out.status,
-                spec.build_dir.display()
-            );
-        }
-        eprintln!("klaraptor-cc:   done in {:.2} s", t.elapsed().as_secs_f64());
     }
-    Ok(start.elapsed())
+    view.finish();
+    let out = waiter
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread waiting for `{cmd}` panicked"))?
+        .with_context(|| format!("cannot run the profile recipe `{cmd}`"))?;
+    if env.verbose || !out.status.success() {
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    if !out.status.success() {
+        // A sweep launches each kernel once per shape: a program that checks the results
+        // of kernels that accumulate (y += …) fails its own check under profiling. What
+        // matters is what the runtime recorded, which the caller checks.
+        eprintln!(
+            "klaraptor-cc: note: the profile recipe of {} (annotated at {}) exited with {} \
+                 under profiling (`{cmd}` in {}); its records are kept",
+            spec.name,
+            spec.annotated_at,
+            out.status,
+            spec.build_dir.display()
+        );
+    }
+    eprintln!("klaraptor-cc:   done in {:.2} s", t.elapsed().as_secs_f64());
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// One event of the profiling runtime's progress channel (`KLARAPTOR_PROGRESS`; the
@@ -1054,6 +1044,7 @@ pub fn import_captures(
             driver_version: driver,
             plan: plan_record(spec, 1, 0),
             samples,
+            incomplete: None,
         });
     }
     Ok(out)

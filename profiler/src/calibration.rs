@@ -14,7 +14,9 @@
 //! sub-partition (warp scheduler); `issue_cycles_per_sm` (an extra) is per SM.
 //!
 //! Concurrent builds: measurements hold an exclusive lock of `<cache>/klaraptor/devices/.lock`,
-//! so two compilers calibrating at once do not disturb each other's benchmarks.
+//! so two compilers calibrating at once do not disturb each other's benchmarks, and the GPU's
+//! own lock ([`crate::gpu_lock`], `gpu-<uuid>.lock` beside it), so that no link profiles on
+//! the GPU while it is measured.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -244,6 +246,19 @@ pub enum CalibrationError {
         status: String,
         stderr: String,
     },
+    #[error(
+        "GPU {uuid} is still profiled by another process after {waited_s:.0} s ({holder}): \
+         not calibrating it now\n  = help: let that build finish, or raise {wait_env} \
+         (seconds, or a number with s, m or h)",
+        wait_env = crate::gpu_lock::WAIT_ENV
+    )]
+    GpuBusy {
+        uuid: String,
+        holder: String,
+        waited_s: f64,
+    },
+    #[error("{0}")]
+    Settings(String),
 }
 
 pub type Result<T, E = CalibrationError> = std::result::Result<T, E>;
@@ -690,7 +705,34 @@ impl Cache {
             return Err(self.no_gpu(NO_DRIVER));
         }
         let _lock = self.lock()?;
+        let id = self.identify(nvcc, device)?;
+        let _gpu = self.lock_gpu(&id.device)?;
         self.calibrate_locked(nvcc, device)
+    }
+
+    /// Holds the GPU's own lock (no profiling on it meanwhile), waiting for it at most
+    /// [`crate::gpu_lock::wait_bound_from_env`].
+    fn lock_gpu(&self, device: &DeviceInfo) -> Result<crate::gpu_lock::GpuLock> {
+        use crate::gpu_lock::{Acquired, GpuLock};
+        let bound = crate::gpu_lock::wait_bound_from_env().map_err(CalibrationError::Settings)?;
+        let key = if device.uuid.is_empty() {
+            &device.name
+        } else {
+            &device.uuid
+        };
+        let dir = self.devices_dir();
+        let got = GpuLock::acquire(&dir, key, "calibration", bound, &mut |holder| {
+            eprintln!("klaraptor: waiting for GPU {key} (profiling held by {holder})")
+        })
+        .map_err(io("lock the GPU in", &dir))?;
+        match got {
+            Acquired::Held { lock, .. } => Ok(lock),
+            Acquired::TimedOut { holder, waited } => Err(CalibrationError::GpuBusy {
+                uuid: key.clone(),
+                holder,
+                waited_s: waited.as_secs_f64(),
+            }),
+        }
     }
 
     fn calibrate_locked(&self, nvcc: &Path, device: u32) -> Result<(DeviceReport, PathBuf)> {
@@ -718,6 +760,7 @@ impl Cache {
                 });
             }
         }
+        let _gpu = self.lock_gpu(&id.device)?;
         let (report, path) = self.calibrate_locked(nvcc, device)?;
         Ok(Ensured {
             report,

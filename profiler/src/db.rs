@@ -13,8 +13,11 @@
 //! `<device>` is [`device_slug`] of the device name, `<kernel>` is [`kernel_slug`] of the
 //! mangled name, `<code_hash>` is the entry's [`KernelId::code_hash`](crate::record::KernelId)
 //! (see [`code_hash`]). An entry is *valid* when it parses, has the current
-//! [`FORMAT_VERSION`], and its key (mangled name, code hash, device name) gives back the
-//! path it is stored under. Entries of other format versions stay in their own `v<N>`
+//! [`FORMAT_VERSION`], its key (mangled name, code hash, device name) gives back the
+//! path it is stored under, and it is complete: an *incomplete* entry (samples missing
+//! because the collector or the GPU failed, [`Entry::incompleteness`]) is kept, listed and
+//! prunable, but never returned by [`ProfileDb::get`] or [`ProfileDb::entries_for`], so
+//! that the next link that can profiles the kernel again. Entries of other format versions stay in their own `v<N>`
 //! directory, are never returned by [`ProfileDb::get`], and are listed as such.
 //!
 //! Concurrency: [`ProfileDb::put`], [`ProfileDb::remove`] and [`ProfileDb::prune`] hold an
@@ -195,6 +198,9 @@ pub enum Status {
     Misplaced { expected: PathBuf, why: String },
     /// A temporary file left by a writer that was killed.
     Partial,
+    /// A well-formed entry whose samples are not all there (the collector or the GPU
+    /// failed): never used for a model; the next link that can profiles it again.
+    Incomplete { why: String },
 }
 
 impl Status {
@@ -215,6 +221,7 @@ impl Status {
             Status::Corrupt { .. } => "corrupt".into(),
             Status::Misplaced { .. } => "misplaced".into(),
             Status::Partial => "partial write".into(),
+            Status::Incomplete { .. } => "incomplete".into(),
         }
     }
 }
@@ -374,6 +381,9 @@ impl ProfileDb {
         };
         let entry = parse_entry(&path, &text)?;
         self.check_placement(&path, &entry)?;
+        if entry.incompleteness().is_some() {
+            return Ok(None);
+        }
         Ok(Some(entry))
     }
 
@@ -394,6 +404,9 @@ impl ProfileDb {
             };
             let entry = parse_entry(&path, &text)?;
             self.check_placement(&path, &entry)?;
+            if entry.incompleteness().is_some() {
+                continue;
+            }
             out.push(entry);
         }
         out.sort_by(|a, b| a.device.name.cmp(&b.device.name));
@@ -568,7 +581,10 @@ impl ProfileDb {
         }
         match parse_entry(path, &text).and_then(|e| self.check_placement(path, &e).map(|()| e)) {
             Ok(entry) => {
-                item.status = Status::Current;
+                item.status = match entry.incompleteness() {
+                    Some(why) => Status::Incomplete { why },
+                    None => Status::Current,
+                };
                 item.entry = Some(entry);
             }
             Err(DbError::Corrupt { message, .. }) => item.status = Status::Corrupt { message },
@@ -864,11 +880,12 @@ fn mark_superseded(items: &mut [Listed]) {
 fn selects(f: &PruneFilter, l: &Listed) -> bool {
     let kind = if f.all {
         true
-    } else if f.invalid || f.old_format || f.superseded {
+    } else if f.invalid || f.old_format || f.superseded || f.incomplete {
         match &l.status {
             Status::Corrupt { .. } | Status::Misplaced { .. } | Status::Partial => f.invalid,
             Status::OtherVersion { version } => f.old_format && *version < FORMAT_VERSION,
             Status::Superseded { .. } => f.superseded,
+            Status::Incomplete { .. } => f.incomplete,
             Status::Current => false,
         }
     } else {
@@ -989,9 +1006,13 @@ compiler flags that change that code) on one device. When the kernel's code chan
 hash changes and the kernel is profiled again; the old entry stays until pruned.
 
 Inspect and clean it with:
-  klaraptor profile list
+  klaraptor profile list [--incomplete]
   klaraptor profile show <kernel or file> [--samples]
-  klaraptor profile prune --invalid | --superseded | --device D | --kernel K | --older-than YYYY-MM-DD
+  klaraptor profile prune --invalid | --incomplete | --superseded | --device D | --kernel K | --older-than YYYY-MM-DD
+
+An entry marked `incomplete` lacks samples because the collector or the GPU failed (e.g.
+another profiler held the GPU's counters); it is never used for a model, and the next
+link on a GPU profiles the kernel again.
 
 klaraptor finds its database in ${ENV_VAR}, else in the nearest `{PROJECT_DIR}/`
 directory at or above the current directory, else in $XDG_CACHE_HOME/klaraptor/profiles

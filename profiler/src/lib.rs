@@ -13,4 +13,5 @@
 
 pub mod calibration;
 pub mod db;
+pub mod gpu_lock;
 pub mod record;

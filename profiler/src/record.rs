@@ -27,6 +27,97 @@ pub struct Entry {
     pub driver_version: String,
     pub plan: Plan,
     pub samples: Vec<Sample>,
+    /// Set when the profile is missing samples through no fault of the kernel (the
+    /// collector or the GPU failed, or a planned size left no samples): why. Such an entry
+    /// is never used for a model and is profiled again by the next link that can (see
+    /// [`Entry::incompleteness`]). Absent in complete entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+}
+
+impl Entry {
+    /// Why this entry cannot be used for a model, when it cannot: what its `incomplete`
+    /// field says, else the first sample whose error is the collector's or the GPU's (an
+    /// entry stored before completeness was checked, e.g. while another process held the
+    /// GPU's counters).
+    pub fn incompleteness(&self) -> Option<String> {
+        if let Some(why) = &self.incomplete {
+            return Some(why.clone());
+        }
+        let bad: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| s.collector_error().is_some())
+            .collect();
+        let first = bad.first()?;
+        Some(format!(
+            "{} of {} samples failed in the collector or the GPU; the first, at size {:?} \
+             block {}x{}x{}: {}",
+            bad.len(),
+            self.samples.len(),
+            first.sizes,
+            first.block[0],
+            first.block[1],
+            first.block[2],
+            first.error.as_deref().unwrap_or_default()
+        ))
+    }
+}
+
+/// Whose failure a sample's error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureCause {
+    /// The kernel's own: a shape it cannot run (device limits, its constraints, a launch
+    /// the GPU refuses for this shape, a fault in the kernel). Profiling again gives the
+    /// same answer, so the sample is a valid part of a complete profile.
+    Kernel,
+    /// The collector's or the GPU's: CUPTI refused (the GPU's counters busy with another
+    /// profiler, `CUPTI_ERROR_HARDWARE_BUSY`), the collector could not load or start, the
+    /// device was unavailable. Another try may succeed; the profile is incomplete.
+    Collector,
+}
+
+/// Whose failure the error text of a sample is (the collector's and the profiling
+/// runtime's messages, `profiler/collector/src/collect.rs` and
+/// `runtime-shim/src/klaraptor_prof.c`). Text of neither is the kernel's: a shape the
+/// runtime rejected, or a launch that failed.
+pub fn failure_cause(error: &str) -> FailureCause {
+    // Whatever follows a fault of the kernel (the context is lost) is the kernel's.
+    const KERNEL: [&str; 3] = [
+        "the CUDA context is unusable",
+        "an error in the kernel",
+        "the kernel failed",
+    ];
+    const COLLECTOR: [&str; 12] = [
+        "CUptiResult",
+        "CUPTI",
+        "the profiler failed",
+        "not profiled",
+        "not measured",
+        "the collector",
+        "no usable time",
+        "cudaErrorDevicesUnavailable",
+        "cudaErrorSystemNotReady",
+        "cudaErrorInsufficientDriver",
+        "cudaErrorNoDevice",
+        "busy",
+    ];
+    if KERNEL.iter().any(|m| error.contains(m)) {
+        FailureCause::Kernel
+    } else if COLLECTOR.iter().any(|m| error.contains(m)) {
+        FailureCause::Collector
+    } else {
+        FailureCause::Kernel
+    }
+}
+
+/// Whether a collector error may go away by itself (another process holds the GPU's
+/// counters, or the device is busy): worth trying again after a while.
+pub fn is_transient(error: &str) -> bool {
+    error.contains("HARDWARE_BUSY")
+        || error.contains("(CUptiResult 26)")
+        || error.contains("cudaErrorDevicesUnavailable")
+        || error.contains("busy")
 }
 
 /// The key of an entry: a kernel, identified so that a change to its device code or to the
@@ -85,6 +176,16 @@ pub struct Sample {
     pub counters: Option<Counters>,
 }
 
+impl Sample {
+    /// The error of this sample when it is the collector's or the GPU's, not the kernel's
+    /// (see [`failure_cause`]).
+    pub fn collector_error(&self) -> Option<&str> {
+        self.error
+            .as_deref()
+            .filter(|e| failure_cause(e) == FailureCause::Collector)
+    }
+}
+
 /// Hardware counters of one launch (totals over the whole grid), its resources and time.
 /// ncu names (sm_70+) are given for each field; the CUPTI collector reads the same metrics.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,4 +231,90 @@ pub struct Counters {
     /// `launch__shared_mem_per_block_static`, `…_dynamic` (bytes).
     pub smem_static: u32,
     pub smem_dynamic: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_of_the_collector_and_the_gpu_are_told_from_the_kernels_own() {
+        for msg in [
+            "the profiler failed: cuptiRangeProfilerStart failed: CUPTI_ERROR_HARDWARE_BUSY \
+             (CUptiResult 26)",
+            "not profiled: the profiler failed: x",
+            "not profiled (no session measured it)",
+            "CUPTI returned no range for this shape",
+            "the collector failed: cuptiProfilerInitialize failed: x (CUptiResult 17)",
+            "not measured: cannot load the collector /x.so: no such file",
+            "the timed runs gave no usable time: []",
+            "launch failed: cudaErrorDevicesUnavailable (46)",
+        ] {
+            assert_eq!(failure_cause(msg), FailureCause::Collector, "{msg}");
+        }
+        for msg in [
+            "launch failed: cudaErrorInvalidConfiguration (9)",
+            "launch failed",
+            "an error in the kernel: cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS",
+            "not run: the CUDA context is unusable after launch failed: x (700)",
+            "not profiled: the CUDA context is unusable after an error in the kernel: y",
+            "the kernel failed: cuEventSynchronize failed: z",
+            "block 2048x1x1 exceeds the device's 1024 threads per block",
+        ] {
+            assert_eq!(failure_cause(msg), FailureCause::Kernel, "{msg}");
+        }
+        assert!(is_transient("x CUPTI_ERROR_HARDWARE_BUSY (CUptiResult 26)"));
+        assert!(!is_transient("x (CUptiResult 35)"));
+    }
+
+    #[test]
+    fn an_entry_with_collector_failures_is_incomplete() {
+        let sample = |error: Option<&str>| Sample {
+            sizes: vec![64],
+            block: [32, 1, 1],
+            grid: [2, 1, 1],
+            error: error.map(String::from),
+            counters: None,
+        };
+        let mut e = Entry {
+            format_version: FORMAT_VERSION,
+            kernel: KernelId {
+                mangled: "_Z1kv".into(),
+                name: "k".into(),
+                code_hash: "0".repeat(16),
+                data: vec!["N".into()],
+                dim: 1,
+            },
+            device: DeviceId {
+                name: "GPU".into(),
+                uuid: String::new(),
+                cc: "9.0".into(),
+                sm_count: 1,
+            },
+            collector: String::new(),
+            captured_at: String::new(),
+            cuda_version: String::new(),
+            driver_version: String::new(),
+            plan: Plan {
+                sizes: vec![vec![64]],
+                shapes: vec![[32, 1, 1]],
+                runs: 1,
+                warmup: 0,
+                note: String::new(),
+            },
+            samples: vec![sample(None), sample(Some("launch failed"))],
+            incomplete: None,
+        };
+        assert_eq!(e.incompleteness(), None);
+        e.samples
+            .push(sample(Some("the profiler failed: x (CUptiResult 26)")));
+        let why = e.incompleteness().unwrap();
+        assert!(why.starts_with("1 of 3 samples failed"), "{why}");
+        assert!(why.contains("block 32x1x1: the profiler failed: x (CUptiResult 26)"));
+        e.incomplete = Some("no samples at N=128".into());
+        assert_eq!(e.incompleteness().as_deref(), Some("no samples at N=128"));
+        let text = toml::to_string(&e).unwrap();
+        let back: Entry = toml::from_str(&text).unwrap();
+        assert_eq!(back, e);
+    }
 }

@@ -121,6 +121,7 @@ fn entry_with(
             note: "powers of two, multiples of 32 in x; \"quoted\" and\nmulti-line".into(),
         },
         samples,
+        incomplete: None,
     }
 }
 

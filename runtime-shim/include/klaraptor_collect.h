@@ -53,7 +53,9 @@ typedef struct klaraptor_collect_request {
 } klaraptor_collect_request;
 
 /* Returns 0 when every shape was measured or recorded as failed; nonzero when the collector
- * could not work at all (no CUPTI, no context); it prints why on stderr. */
+ * could not work at all (no CUPTI, no context, the GPU's counters held by another process);
+ * it prints why on stderr and, when it wrote nothing for the request, appends a failed
+ * sample per shape whose error says why ("the collector failed: …"). */
 typedef int (*klaraptor_collect_fn)(const klaraptor_collect_request *req);
 int klaraptor_collect(const klaraptor_collect_request *req);
 

@@ -119,6 +119,7 @@ static const char *g_collector;
 static klaraptor_collect_fn g_collect;
 static int g_runs = 5, g_warmup = 1, g_max_sizes = 4;
 static int g_broken; /* the collector could not be loaded: no more attempts */
+static char g_load_error[1024]; /* why, for the samples */
 static int g_progress_fd = -1;
 
 static int env_int(const char *name, int dflt, int lo, int hi) {
@@ -261,19 +262,26 @@ static void json_sizes(FILE *f, const klaraptor_kernel *k, const int64_t *data) 
   fputc(']', f);
 }
 
-/* A shape that could not be launched: the sample says why. */
-static void record_rejected(const klaraptor_kernel *k, const int64_t *data, const uint32_t b[3],
-                            const char *why) {
+/* A shape without counters: the sample says why (grid NULL: not launchable, [0,0,0]). */
+static void record_failed(const klaraptor_kernel *k, const int64_t *data, const uint32_t b[3],
+                          const uint32_t *g, const char *why) {
   char p[4096];
   out_path(p, sizeof p, k->id, ".jsonl");
   FILE *f = fopen(p, "a");
   if (!f) return;
   fputs("{\"sizes\":", f);
   json_sizes(f, k, data);
-  fprintf(f, ",\"block\":[%u,%u,%u],\"grid\":[0,0,0],\"error\":", b[0], b[1], b[2]);
+  fprintf(f, ",\"block\":[%u,%u,%u],\"grid\":[%u,%u,%u],\"error\":", b[0], b[1], b[2],
+          g ? g[0] : 0, g ? g[1] : 0, g ? g[2] : 0);
   json_str(f, why);
   fputs("}\n", f);
   fclose(f);
+}
+
+/* A shape that could not be launched: the sample says why. */
+static void record_rejected(const klaraptor_kernel *k, const int64_t *data, const uint32_t b[3],
+                            const char *why) {
+  record_failed(k, data, b, NULL, why);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -398,19 +406,25 @@ static int load_collector(void) {
   if (g_collect) return 0;
   if (g_broken) return -1;
   if (!g_collector || !*g_collector) {
-    perr("KLARAPTOR_COLLECTOR is not set: nothing to measure with");
+    snprintf(g_load_error, sizeof g_load_error,
+             "KLARAPTOR_COLLECTOR is not set: nothing to measure with");
+    perr("%s", g_load_error);
     g_broken = 1;
     return -1;
   }
   void *h = dlopen(g_collector, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
-    perr("cannot load the collector %s: %s", g_collector, dlerror());
+    snprintf(g_load_error, sizeof g_load_error, "cannot load the collector %s: %s", g_collector,
+             dlerror());
+    perr("%s", g_load_error);
     g_broken = 1;
     return -1;
   }
   g_collect = (klaraptor_collect_fn)dlsym(h, "klaraptor_collect");
   if (!g_collect) {
-    perr("%s has no klaraptor_collect: %s", g_collector, dlerror());
+    snprintf(g_load_error, sizeof g_load_error, "%s has no klaraptor_collect: %s", g_collector,
+             dlerror());
+    perr("%s", g_load_error);
     g_broken = 1;
     return -1;
   }
@@ -451,6 +465,10 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
   int launch_only = strcmp(g_collector ? g_collector : "", "launch") == 0;
   out_path(path, sizeof path, k->id, launch_only ? ".launches.jsonl" : ".jsonl");
   launch_ctx c = {kernel, args, shmem, stream, blocks, grids, NULL, k, pd->data, &pg, m};
+  /* Why the shapes the collector did not write have no sample (NULL: they have one, or
+   * their absence is the collector's business, e.g. ABI 1). */
+  char not_measured[1200];
+  not_measured[0] = 0;
   if (launch_only) {
     c.log = fopen(path, "a");
     if (!c.log) perr("cannot write %s: %s", path, strerror(errno));
@@ -476,13 +494,24 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
     req.ctx = &c;
     req.launch = launch_shape;
     req.progress = collect_progress;
-    if (g_collect(&req) != 0) perr("the collector failed on %s", req.kernel_name);
+    if (g_collect(&req) != 0) {
+      perr("the collector failed on %s", req.kernel_name);
+      snprintf(not_measured, sizeof not_measured,
+               "not measured: the collector failed on this request (its message is on the "
+               "program's stderr)");
+    }
+  } else {
+    snprintf(not_measured, sizeof not_measured, "not measured: %s", g_load_error);
   }
   /* Shapes nobody reported (no collector, a collector that failed or of ABI 1) are done too,
-   * as far as the progress goes: their records, if any, say how. */
+   * as far as the progress goes. When the collector failed or could not be loaded, their
+   * samples say so (an ABI 2 collector reports each line it writes, so an unreported shape
+   * has none): a sweep never vanishes without a trace, and the driver tells a collector that
+   * failed from a kernel that was never launched. */
   for (int i = 0; i < m; i++)
     if (!reported[i]) {
       reported[i] = 1;
+      if (not_measured[0]) record_failed(k, pd->data, blocks + 3 * i, grids + 3 * i, not_measured);
       progress_shape(&pg, blocks + 3 * i, "failed");
     }
   progress_end(&pg);

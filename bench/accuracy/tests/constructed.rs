@@ -144,6 +144,7 @@ fn entry(s: &LinkSpec, sizes: &[Vec<i64>]) -> Entry {
             note: "constructed".into(),
         },
         samples,
+        incomplete: None,
     }
 }
 

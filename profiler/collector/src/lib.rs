@@ -74,19 +74,65 @@ use sys::request::klaraptor_collect_request;
 /// that it is reported once per request rather than retried) until the process ends.
 static COLLECTOR: Mutex<Option<Result<Collector, String>>> = Mutex::new(None);
 
-/// Measures every shape of one request (see the crate documentation).
+/// Measures every shape of one request (see the crate documentation). When it fails
+/// before writing any sample (the collector cannot start, CUPTI refuses the context, e.g.
+/// `CUPTI_ERROR_HARDWARE_BUSY` while another process profiles on the GPU), every shape
+/// still gets a sample that says why, in the collector's words: the driver then tells a
+/// collector that failed from a kernel that was never launched, and says what failed.
 pub fn collect(req: &Request) -> error::Result<collect::Summary> {
     let mut guard = COLLECTOR
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let before = file_len(&req.out_path);
     let state =
         guard.get_or_insert_with(|| Collector::new(&load::process_env).map_err(|e| e.to_string()));
-    match state {
+    let result = match state {
         Ok(c) => c.collect(req),
         Err(why) => Err(Error::Unusable(format!(
             "the collector could not start: {why}"
         ))),
+    };
+    if let Err(e) = &result {
+        // Nothing of this request written (the file did not grow): a sample per shape.
+        if file_len(&req.out_path) == before {
+            let text = failure_lines(
+                &req.data,
+                &req.shapes,
+                &format!("the collector failed: {e}"),
+            );
+            let written = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&req.out_path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+            if written.is_ok() {
+                for i in 0..req.shapes.len() {
+                    req.report(i, false);
+                }
+            }
+        }
     }
+    result
+}
+
+fn file_len(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// One failed sample per shape, each saying `why`, as the lines of the request's file.
+pub fn failure_lines(data: &[i64], shapes: &[request::Shape], why: &str) -> String {
+    shapes
+        .iter()
+        .map(|s| {
+            collect::sample_line(&klaraptor_profiler::record::Sample {
+                sizes: data.to_vec(),
+                block: s.block,
+                grid: s.grid,
+                error: Some(why.to_string()),
+                counters: None,
+            })
+        })
+        .collect()
 }
 
 /// The C entry point (`klaraptor_collect_fn` of `klaraptor_collect.h`). Returns 0 when every
@@ -117,6 +163,46 @@ pub unsafe extern "C" fn klaraptor_collect(req: *const klaraptor_collect_request
             eprintln!("klaraptor-collect: internal error (please report): {what}");
             2
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_that_failed_early_leaves_a_sample_per_shape_naming_the_error() {
+        let shapes = [
+            request::Shape {
+                block: [32, 1, 1],
+                grid: [32, 1, 1],
+            },
+            request::Shape {
+                block: [64, 2, 1],
+                grid: [16, 8, 1],
+            },
+        ];
+        let e = Error::Cupti {
+            call: "cuptiProfilerCounterAvailability",
+            code: 26,
+            text: "CUPTI_ERROR_HARDWARE_BUSY".into(),
+        };
+        let text = failure_lines(&[1024, 7], &shapes, &format!("the collector failed: {e}"));
+        let samples: Vec<klaraptor_profiler::record::Sample> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(samples.len(), 2);
+        assert_eq!(samples[1].block, [64, 2, 1]);
+        assert_eq!(samples[1].grid, [16, 8, 1]);
+        assert_eq!(samples[0].sizes, [1024, 7]);
+        let err = samples[0].collector_error().unwrap();
+        assert_eq!(
+            err,
+            "the collector failed: cuptiProfilerCounterAvailability failed: \
+             CUPTI_ERROR_HARDWARE_BUSY (CUptiResult 26)"
+        );
+        assert!(klaraptor_profiler::record::is_transient(err));
     }
 }
 

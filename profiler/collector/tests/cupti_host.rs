@@ -172,7 +172,7 @@ fn the_c_entry_point_refuses_a_null_request_without_panicking() {
 }
 
 #[test]
-fn a_well_formed_request_without_a_usable_gpu_fails_cleanly_and_writes_nothing() {
+fn a_well_formed_request_without_a_usable_gpu_fails_cleanly_and_its_samples_say_why() {
     use klaraptor_collector::sys::request::klaraptor_collect_request;
     use std::ffi::{c_int, c_void};
     unsafe extern "C" fn never(_: *mut c_void, _: c_int) -> c_int {
@@ -203,9 +203,22 @@ fn a_well_formed_request_without_a_usable_gpu_fails_cleanly_and_writes_nothing()
         progress: None,
     };
     // Here there is no driver (or, on a GPU machine, no context on this thread): the
-    // collector must refuse, say why on stderr, and return nonzero.
+    // collector must refuse, say why on stderr, and return nonzero; each shape gets a
+    // sample that says why (the driver's warning quotes it, and the profile is incomplete).
+    let _ = std::fs::remove_file(&out);
     // SAFETY: every pointer of `req` points to live data of this function.
     let rc = unsafe { klaraptor_collector::klaraptor_collect(&req) };
     assert_eq!(rc, 1);
-    assert!(!out.exists(), "nothing is written when nothing is measured");
+    let text = std::fs::read_to_string(&out).expect("a sample per shape");
+    let _ = std::fs::remove_file(&out);
+    let samples: Vec<klaraptor_profiler::record::Sample> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(samples.len(), 1, "{text}");
+    assert_eq!(samples[0].block, [256, 1, 1]);
+    assert_eq!(samples[0].grid, [4, 1, 1]);
+    assert!(samples[0].counters.is_none());
+    let err = samples[0].collector_error().expect("the collector's failure");
+    assert!(err.starts_with("the collector failed: "), "{err}");
 }

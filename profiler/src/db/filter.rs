@@ -257,6 +257,8 @@ pub struct PruneFilter {
     /// Entries of a kernel and device for which a newer entry (another code hash,
     /// captured later) exists.
     pub superseded: bool,
+    /// Entries whose samples are not all there (the collector or the GPU failed).
+    pub incomplete: bool,
     /// Every file in scope, of any kind.
     pub all: bool,
     /// Device name (or UUID) pattern, case-insensitive.
@@ -269,7 +271,7 @@ pub struct PruneFilter {
 
 impl PruneFilter {
     pub fn has_kind(&self) -> bool {
-        self.invalid || self.old_format || self.superseded || self.all
+        self.invalid || self.old_format || self.superseded || self.incomplete || self.all
     }
 
     pub fn has_scope(&self) -> bool {

@@ -1,0 +1,498 @@
+//! `make -j` on a GPU machine, without a GPU: the driver's profiling step
+//! (driver/src/gpu_profile.rs) with its real recipe runs, the real profiling runtime
+//! (runtime-shim/src/klaraptor_prof.c, in runtime-shim/tests/test_prof.c's program) and
+//! runtime-shim/tests/fake_collector.c in the collector's place, standing in for the GPU: it
+//! can answer as the CUPTI collector does when another process holds the GPU's counters
+//! (`CUPTI_ERROR_HARDWARE_BUSY`), and it logs when each request "used the GPU".
+//!
+//! - a GPU busy for some shapes: nothing stored as complete, the entry is kept as
+//!   incomplete, listed and pruned by `klaraptor profile`, the warning quotes the
+//!   collector's error with the kernel, size and shape, and the next link profiles again;
+//! - a GPU busy for a while: the run is tried again and the profile is complete;
+//! - a collector that cannot be loaded, and a kernel the recipe never launches: each warning
+//!   says what really happened;
+//! - two processes contending for the GPU's lock: their GPU work never overlaps, and the
+//!   second reuses the entry the first stored for the kernel both need.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use klaraptor::gpu_profile::{self, Outcome, Settings, Target};
+use klaraptor::linkspec::LinkSpec;
+use klaraptor::profile_cmd::{execute, ProfileCommand};
+use klaraptor_profiler::db::{ProfileDb, Status};
+use klaraptor_profiler::record::DeviceId;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const CUDA_INCLUDE: &str = env!("KLARAPTOR_RT_CUDA_INCLUDE");
+const GPU_UUID: &str = "GPU-00000000-1111-2222-3333-444444444444";
+
+fn compiler() -> String {
+    std::env::var("CC")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "cc".into())
+}
+
+/// test_prof (the profiling runtime with a fake CUDA runtime; its kernel is `vadd`) and the
+/// fake collector, built once per test process.
+fn built() -> &'static (PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let shim = Path::new(ROOT).join("runtime-shim");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("parallel-profile-bin");
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("test_prof");
+        let lib = dir.join("libfake_collector.so");
+        let common = |cmd: &mut Command| {
+            cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
+                .arg("-I")
+                .arg(shim.join("include"))
+                .arg("-I")
+                .arg(shim.join("src"))
+                .arg("-I")
+                .arg(CUDA_INCLUDE);
+        };
+        let mut cmd = Command::new(compiler());
+        common(&mut cmd);
+        cmd.arg(shim.join("src/klaraptor_rt.c"))
+            .arg(shim.join("src/klaraptor_prof.c"))
+            .arg(shim.join("tests/test_prof.c"))
+            .arg(shim.join("tests/fake_cudart.c"))
+            .args(["-ldl", "-lpthread", "-o"])
+            .arg(&exe);
+        let mut lib_cmd = Command::new(compiler());
+        common(&mut lib_cmd);
+        lib_cmd
+            .arg("-shared")
+            .arg(shim.join("tests/fake_collector.c"))
+            .arg("-o")
+            .arg(&lib);
+        for mut c in [cmd, lib_cmd] {
+            let o = c.output().expect("running the C compiler");
+            assert!(
+                o.status.success(),
+                "{c:?}:\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        (exe, lib)
+    })
+}
+
+/// The kernel of test_prof, profiled at n = 1000 and 5000 by `recipe` (`{n}` in it).
+fn vadd(code_hash: &str, recipe: &str, build_dir: &Path) -> LinkSpec {
+    LinkSpec {
+        name: "vadd".into(),
+        mangled: "_Z4vaddPfi".into(),
+        data: vec!["n".into()],
+        dim: 1,
+        grid: vec![],
+        block: vec![],
+        profile_run: Some(recipe.into()),
+        profile_sizes: vec![vec![1000], vec![5000]],
+        code_hash: code_hash.into(),
+        annotated_at: "vadd.cu:3:9".into(),
+        build_dir: build_dir.to_path_buf(),
+    }
+}
+
+fn device() -> DeviceId {
+    DeviceId {
+        name: "NVIDIA Test GPU".into(),
+        uuid: GPU_UUID.into(),
+        cc: "9.0".into(),
+        sm_count: 132,
+    }
+}
+
+/// A link's profiling step on the fake GPU: `dir` holds the database (db/), the locks
+/// (locks/) and this link's scratch (`scratch`).
+fn profile(
+    dir: &Path,
+    scratch: &str,
+    collector: &Path,
+    settings: Settings,
+    specs: &[&LinkSpec],
+) -> Vec<Outcome> {
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    let scratch = dir.join(scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let plan = scratch.join("plan");
+    let owned: Vec<LinkSpec> = specs.iter().map(|s| (*s).clone()).collect();
+    std::fs::write(&plan, klaraptor::profiling::plan_file(&owned)).unwrap();
+    let dev = device();
+    let target = Target {
+        db: &db,
+        device: &dev,
+        driver_version: "580.00",
+        cuda_version: "13.0",
+        lock_dir: &dir.join("locks"),
+        scratch: &scratch,
+        plan: &plan,
+        collector: collector.to_str().unwrap(),
+        runs: 1,
+        warmup: 0,
+        verbose: false,
+        settings,
+    };
+    gpu_profile::profile_kernels(&target, specs).unwrap()
+}
+
+fn quick(busy_bound_ms: u64) -> Settings {
+    Settings {
+        wait_bound: Duration::from_secs(120),
+        busy_bound: Duration::from_millis(busy_bound_ms),
+        first_backoff: Duration::from_millis(50),
+    }
+}
+
+fn fresh(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("parallel-profile-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The intervals the fake collector logged: (pid, start ns, stop ns).
+fn intervals(log: &Path) -> Vec<(u32, i128, i128)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn run_cmd(db: &ProfileDb, command: ProfileCommand) -> String {
+    let mut out = String::new();
+    execute(db, &command, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn a_gpu_busy_for_some_shapes_stores_nothing_as_complete_and_says_why() {
+    let (exe, lib) = built();
+    let dir = fresh("busy");
+    let log = dir.join("gpu.log");
+    let recipe = format!(
+        "FAKE_COLLECTOR_BUSY=32,64 FAKE_COLLECTOR_LOG={} {} {{n}}",
+        log.display(),
+        exe.display()
+    );
+    let spec = vadd("0123456789abcdef", &recipe, &dir);
+    let out = profile(&dir, "link1", lib, quick(300), &[&spec]);
+    let (path, why) = match &out[..] {
+        [Outcome::Incomplete { path, why }] => (path.clone(), why.clone()),
+        other => panic!("{other:?}"),
+    };
+    // The busy runs were tried again, for the bound, then given up.
+    assert!(intervals(&log).len() >= 4, "{:?}", intervals(&log));
+    // The warning quotes the collector, with the kernel, the size and the shape, and does
+    // not blame the annotation.
+    let warning = out[0].warning(&spec, GPU_UUID).unwrap();
+    for want in [
+        "the profile of vadd (annotated at vadd.cu:3:9) is incomplete and is not used",
+        "4 of 38 samples failed in the collector or the GPU",
+        "the first: vadd at n=1000 block 32x1x1: the profiler failed: cuptiRangeProfilerStart \
+         failed: CUPTI_ERROR_HARDWARE_BUSY: the hardware is busy (CUptiResult 26)",
+        "keeps the program's launch",
+    ] {
+        assert!(warning.contains(want), "{want:?} not in {warning}");
+    }
+    assert!(!warning.contains("recipe") && !warning.contains("never reached"));
+    assert!(why.contains("CUptiResult 26"));
+    // Nothing a model could use; the entry is kept, marked, listed and prunable.
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    assert!(db
+        .entries_for(&spec.mangled, &spec.code_hash)
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        db.get(&spec.mangled, &spec.code_hash, &device().name)
+            .unwrap(),
+        None
+    );
+    let listed = db.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].path, path);
+    assert!(
+        matches!(&listed[0].status, Status::Incomplete { why: w } if *w == why),
+        "{:?}",
+        listed[0].status
+    );
+    let text = run_cmd(&db, ProfileCommand::List { incomplete: true });
+    assert!(text.contains("incomplete"), "{text}");
+    assert!(text.contains("CUPTI_ERROR_HARDWARE_BUSY"), "{text}");
+    assert!(text.contains("prune --incomplete"), "{text}");
+
+    // The next link that can profiles it again, and replaces the incomplete entry.
+    let free = vadd(
+        "0123456789abcdef",
+        &format!("{} {{n}}", exe.display()),
+        &dir,
+    );
+    let out = profile(&dir, "link2", lib, quick(300), &[&free]);
+    assert!(
+        matches!(&out[..], [Outcome::Stored { samples: 38, path: p }] if *p == path),
+        "{out:?}"
+    );
+    let entries = db.entries_for(&spec.mangled, &spec.code_hash).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].incomplete, None);
+    // 96 threads fail in the fake GPU for the kernel's own reasons: a valid sample.
+    assert_eq!(
+        entries[0]
+            .samples
+            .iter()
+            .filter(|s| s.error.as_deref() == Some("launch failed"))
+            .count(),
+        2
+    );
+    assert_eq!(
+        run_cmd(&db, ProfileCommand::List { incomplete: true })
+            .lines()
+            .nth(1),
+        Some("no incomplete entries")
+    );
+
+    // Prune --incomplete removes an incomplete entry and leaves a complete one.
+    let other = vadd("fedcba9876543210", &recipe, &dir);
+    let out = profile(&dir, "link3", lib, quick(0), &[&other]);
+    assert!(matches!(out[..], [Outcome::Incomplete { .. }]), "{out:?}");
+    let text = run_cmd(
+        &db,
+        ProfileCommand::Prune {
+            dry_run: false,
+            invalid: false,
+            old_format: false,
+            superseded: false,
+            incomplete: true,
+            all: false,
+            device: None,
+            kernel: None,
+            older_than: None,
+        },
+    );
+    assert!(text.contains("fedcba9876543210"), "{text}");
+    let left = db.list().unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].status, Status::Current);
+}
+
+#[test]
+fn a_gpu_busy_for_a_while_is_tried_again_until_it_is_free() {
+    let (exe, lib) = built();
+    let dir = fresh("busy-once");
+    let log = dir.join("gpu.log");
+    // The first run finds every shape busy; the later ones find the GPU free.
+    let recipe = format!(
+        "if mkdir busy-once 2>/dev/null; then export FAKE_COLLECTOR_BUSY=all; fi; \
+         FAKE_COLLECTOR_LOG={} {} {{n}}",
+        log.display(),
+        exe.display()
+    );
+    let spec = vadd("00000000000000aa", &recipe, &dir);
+    let out = profile(&dir, "link", lib, quick(60_000), &[&spec]);
+    assert!(
+        matches!(out[..], [Outcome::Stored { samples: 38, .. }]),
+        "{out:?}"
+    );
+    // Three requests: n=1000 busy, n=1000 again, n=5000.
+    assert_eq!(intervals(&log).len(), 3);
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    let e = &db.entries_for(&spec.mangled, &spec.code_hash).unwrap()[0];
+    assert!(e.samples.iter().all(|s| s.collector_error().is_none()));
+}
+
+#[test]
+fn warnings_name_the_real_cause() {
+    let (exe, _) = built();
+    let dir = fresh("causes");
+    // No collector to load: the runtime's samples say so; this is no fault of the recipe.
+    let spec = vadd(
+        "00000000000000bb",
+        &format!("{} {{n}}", exe.display()),
+        &dir,
+    );
+    let missing = dir.join("no-such/libklaraptor_collector.so");
+    let out = profile(&dir, "link1", &missing, quick(0), &[&spec]);
+    let w = out[0].warning(&spec, GPU_UUID).unwrap();
+    assert!(matches!(out[0], Outcome::Incomplete { .. }), "{out:?}");
+    assert!(
+        w.contains(&format!(
+            "the first: vadd at n=1000 block 1x1x1: not measured: cannot load the collector {}",
+            missing.display()
+        )),
+        "{w}"
+    );
+    assert!(!w.contains("never reached"), "{w}");
+    // A recipe that never launches the kernel: that, and only that, is what the warning says.
+    let idle = vadd("00000000000000cc", "true {n}", &dir);
+    let out = profile(&dir, "link2", &built().1, quick(0), &[&idle]);
+    assert_eq!(
+        out,
+        [Outcome::NothingRecorded {
+            commands: vec!["true 1000".into(), "true 5000".into()]
+        }]
+    );
+    assert_eq!(
+        out[0].warning(&idle, GPU_UUID).unwrap(),
+        "profiling vadd recorded nothing: its launches never reached the profiling runtime (is \
+         it launched with <<<>>> by `true 1000`, `true 5000`?)"
+    );
+    // A size the recipe does not launch the kernel at: incomplete, saying which.
+    let half = vadd(
+        "00000000000000dd",
+        &format!("test {{n}} = 5000 || {} {{n}}", exe.display()),
+        &dir,
+    );
+    let out = profile(&dir, "link3", &built().1, quick(0), &[&half]);
+    match &out[..] {
+        [Outcome::Incomplete { why, .. }] => assert_eq!(
+            why,
+            &format!(
+                "the run at n=5000 (`test 5000 = 5000 || {} 5000`) left no sample of it",
+                exe.display()
+            )
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The environment variable that makes [`child_link`] one of the contending links.
+const CHILD: &str = "KLARAPTOR_TEST_PARALLEL_CHILD";
+
+#[test]
+fn two_links_take_turns_on_the_gpu_and_the_second_reuses_the_first_ones_entry() {
+    let (exe, lib) = built();
+    let dir = fresh("contend");
+    let log = dir.join("gpu.log");
+    let me = std::env::current_exe().unwrap();
+    // Each link profiles a kernel of its own, then the kernel both link (one object in two
+    // executables). Each kernel's recipe is its own command (a shell comment tells them
+    // apart), so no link reuses its own runs for another kernel.
+    let children: Vec<_> = ["00000000000000a1", "00000000000000a2"]
+        .iter()
+        .map(|own| {
+            Command::new(&me)
+                .args([
+                    "--exact",
+                    "child_link",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, own)
+                .env("TEST_DIR", &dir)
+                .env("TEST_EXE", exe)
+                .env("TEST_LIB", lib)
+                .env("TEST_LOG", &log)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    let mut stderr = String::new();
+    let mut pids = Vec::new();
+    for c in children {
+        pids.push(c.id());
+        let o = c.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{out}\n{err}");
+        outcomes.extend(
+            out.lines()
+                // libtest's "test child_link ... " may begin the first line.
+                .filter_map(|l| l.split_once("OUTCOME ").map(|(_, o)| o.to_string())),
+        );
+        stderr.push_str(&err);
+    }
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            "00000000000000a1 stored",
+            "00000000000000a2 stored",
+            "0000000000000s0s reused",
+            "0000000000000s0s stored",
+        ],
+        "{stderr}"
+    );
+    // The GPU work never overlapped: 3 kernels × 2 sizes, one after another.
+    let mut iv = intervals(&log);
+    assert_eq!(iv.len(), 6, "{iv:?}");
+    iv.sort_by_key(|i| i.1);
+    for w in iv.windows(2) {
+        assert!(w[1].1 >= w[0].2, "overlapping GPU work: {w:?}");
+    }
+    // A link that waited said for whom, once per wait.
+    let waits: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("klaraptor-cc: waiting for GPU"))
+        .collect();
+    assert!(!waits.is_empty(), "{stderr}");
+    for w in &waits {
+        assert!(
+            pids.iter().any(|p| {
+                w.starts_with(&format!(
+                    "klaraptor-cc: waiting for GPU {GPU_UUID} (profiling held by pid {p}: vadd)"
+                ))
+            }),
+            "{w}"
+        );
+    }
+    assert!(
+        stderr.contains("vadd was profiled by another link meanwhile"),
+        "{stderr}"
+    );
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    assert_eq!(db.list().unwrap().len(), 3);
+}
+
+/// One of the contending links of the test above (run as a child process by it; does
+/// nothing on its own).
+#[test]
+#[ignore = "a child process of two_links_take_turns_on_the_gpu_…, which runs it"]
+fn child_link() {
+    let Ok(own) = std::env::var(CHILD) else {
+        return;
+    };
+    let var = |k: &str| PathBuf::from(std::env::var_os(k).unwrap());
+    let dir = var("TEST_DIR");
+    let recipe = |tag: &str| {
+        format!(
+            "FAKE_COLLECTOR_SLEEP_MS=300 FAKE_COLLECTOR_LOG={} {} {{n}} # {tag}",
+            var("TEST_LOG").display(),
+            var("TEST_EXE").display()
+        )
+    };
+    let mine = vadd(&own, &recipe(&own), &dir);
+    let shared = vadd("0000000000000s0s", &recipe("shared"), &dir);
+    let out = profile(
+        &dir,
+        &format!("link-{own}"),
+        &var("TEST_LIB"),
+        quick(0),
+        &[&mine, &shared],
+    );
+    for (s, o) in [&mine, &shared].iter().zip(&out) {
+        let word = match o {
+            Outcome::Stored { .. } => "stored",
+            Outcome::Reused { .. } => "reused",
+            other => panic!("{other:?}"),
+        };
+        println!("OUTCOME {} {word}", s.code_hash);
+    }
+}
