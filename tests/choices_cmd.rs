@@ -520,3 +520,54 @@ fn the_directory_from_the_environment_and_a_missing_one() {
         )
     );
 }
+
+/// A key the runtime has not settled yet, as its exit writes it (`*.progress`).
+const MM_PROGRESS: &str = "\
+# klaraptor: what the program's runtime measured of a launch that has not settled yet; the next run goes on from here (safe to delete)
+version = 1
+kernel = _Z2mmPfS_S_ii
+name = mm
+code_hash = 0123456789abcdef
+device = NVIDIA H200
+device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144
+data = n=4096 m=100
+launches = 150
+cand = program 32x8x1 128x13x1 program=1 walked=0 out=0 batch=1 us=412.500,409.000
+cand = model#1 128x2x1 32x50x1 program=0 walked=0 out=0 batch=1 us=300.125
+cand = model#2 64x4x1 64x25x1 program=0 walked=0 out=0 batch=0 us=-
+";
+
+#[test]
+fn keys_still_being_measured_are_listed_and_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    let f = "mm-3333333333333333.progress";
+    std::fs::write(p.join(f), MM_PROGRESS).unwrap();
+    std::fs::write(
+        p.join("mm-4444444444444444.progress"),
+        "version = 1\nkernel = x\n",
+    )
+    .unwrap();
+    std::fs::write(p.join(F_AXPY), AXPY).unwrap();
+    let o = in_dir(p, &["list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "axpy n=1048576 block=256x1x1 candidate=profiled launches=4 device=NVIDIA H100 80GB HBM3 {F_AXPY}\n\
+             mm n=4096 m=100 measuring: not settled after launches=150 (2 shapes timed) device=NVIDIA H200 {f}\n\
+             mm-4444444444444444.progress: invalid: missing key launches\n\
+             1 choice in {}, 1 still being measured, 1 invalid\n",
+            p.display()
+        )
+    );
+    let o = in_dir(p, &["list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[1]["measuring"], true);
+    assert_eq!(v[1]["launches"], 150);
+    // --kernel takes the keys still being measured with the settled ones
+    let o = in_dir(p, &["prune", "--kernel", "mm"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!files(p).contains(&f.to_string()), "{:?}", files(p));
+    assert!(files(p).contains(&F_AXPY.to_string()));
+}

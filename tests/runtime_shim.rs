@@ -855,7 +855,9 @@ fn test_refine() -> &'static Path {
 /// long kernels, results read only when ready (no synchronisation: the fake counts every
 /// wait), stream capture, a failing candidate, the neighbour walk, the program's shape as the
 /// incumbent, the cap on keys refining at once, KLARAPTOR_REFINE, the choices cache (written,
-/// read back, a damaged file, an unwritable directory) and two threads on two streams.
+/// read back, a damaged file, an unwritable directory), two threads on two streams, the
+/// budget (KLARAPTOR_REFINE_BUDGET), progress kept across runs, and two kernels launched in
+/// turn on one stream.
 #[test]
 fn refinement_cases() {
     let o = run_refine(test_refine(), "unit");
@@ -876,15 +878,19 @@ fn refinement_cases() {
             "ok controls",
             "ok cache",
             "ok threads",
+            "ok budget",
+            "ok progress",
+            "ok interleaved",
             "all refinement cases passed",
         ])
     );
-    // Exactly one warning for the damaged file and one for the unwritable directory.
+    // Exactly one warning for the damaged file, one for the unwritable directory and one for
+    // the damaged progress file.
     let warnings: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("klaraptor: warning:"))
         .collect();
-    assert_eq!(warnings.len(), 2, "{err}");
+    assert_eq!(warnings.len(), 3, "{err}");
     assert!(
         warnings[0].contains("ignoring the damaged choices cache file")
             && warnings[0].contains("/choices-damaged/stencil-"),
@@ -892,6 +898,11 @@ fn refinement_cases() {
     );
     assert!(
         warnings[1].contains("cannot write the choices cache in /proc/klaraptor-no-such-dir"),
+        "{err}"
+    );
+    assert!(
+        warnings[2].contains("/choices-progress-damaged/stencil-")
+            && warnings[2].contains(".progress (a sample is not a positive time)"),
         "{err}"
     );
 }

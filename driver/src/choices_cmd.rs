@@ -448,7 +448,11 @@ impl Progress {
         if get.get("version").map(String::as_str) != Some("1") {
             return Err(format!("format version is not {FORMAT_VERSION}"));
         }
-        let req = |k: &str| get.get(k).cloned().ok_or_else(|| format!("missing key {k}"));
+        let req = |k: &str| {
+            get.get(k)
+                .cloned()
+                .ok_or_else(|| format!("missing key {k}"))
+        };
         let launches = req("launches")?;
         Ok(Progress {
             kernel: req("kernel")?,

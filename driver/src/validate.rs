@@ -345,7 +345,8 @@ pub fn settled_pick(settled: Option<&Refine>, trying: Option<&RefineTrying>, run
         _ if !r.settled => format!(
             "the runtime's refinement in {run}: not settled after {} launches; the shape it \
              launched when the run ended, the next run's start (candidate={})",
-            r.launches.map_or_else(|| "?".to_string(), |n| n.to_string()),
+            r.launches
+                .map_or_else(|| "?".to_string(), |n| n.to_string()),
             r.candidate
         ),
         (true, _, _) => format!(
@@ -1137,7 +1138,9 @@ fn after<'a>(s: &'a str, key: &str, ends: &[char]) -> Option<&'a str> {
 pub fn parse_refine(line: &str) -> Option<Result<Refine>> {
     let (head, tail) = refine_parts(line)?;
     if let Some(body) = tail.strip_prefix("not settled at exit after launches=") {
-        return Some(parse_unsettled(head, body).with_context(|| format!("in the log line {line:?}")));
+        return Some(
+            parse_unsettled(head, body).with_context(|| format!("in the log line {line:?}")),
+        );
     }
     let body = tail.strip_prefix("settled on ")?;
     Some(
@@ -1227,7 +1230,10 @@ fn parse_unsettled(head: &str, body: &str) -> Result<Refine> {
         .context("no candidate=")?
         .to_string();
     let extra_us = match after(rest, " extra_us=", &[' ', ')']) {
-        Some(x) => Some(x.parse::<f64>().with_context(|| format!("extra_us={x:?}"))?),
+        Some(x) => Some(
+            x.parse::<f64>()
+                .with_context(|| format!("extra_us={x:?}"))?,
+        ),
         None => None,
     };
     Ok(Refine {
@@ -1296,7 +1302,7 @@ impl Refines {
                 .filter(mine)
                 .find(|r| r.settled && !r.from_cache)
                 .or_else(|| self.settled.iter().filter(mine).find(|r| r.settled))
-                .or_else(|| self.settled.iter().filter(mine).last()),
+                .or_else(|| self.settled.iter().rfind(|r| mine(r))),
             self.trying
                 .iter()
                 .find(|r| names.contains(&r.kernel.as_str()) && r.sizes() == sizes),
@@ -1629,7 +1635,13 @@ mod tests {
         let u = parse_refine(u1).unwrap().unwrap();
         assert!(!u.settled && !u.from_cache);
         assert_eq!(
-            (u.block, u.grid, u.launches, u.candidate.as_str(), u.extra_us),
+            (
+                u.block,
+                u.grid,
+                u.launches,
+                u.candidate.as_str(),
+                u.extra_us
+            ),
             ([256, 1, 1], [16, 1, 1], Some(150), "model#1", Some(70.0))
         );
         let refines = |lines: &[&str]| Refines {

@@ -580,7 +580,9 @@ fn sweep_runs(
             bs = run_to_files(cmd, &dir, "binary", timeout)?;
             let text = std::fs::read(&log).unwrap_or_default();
             let this_run = String::from_utf8_lossy(text.get(seen as usize..).unwrap_or_default());
-            if !bs.is_some_and(|s| s.success()) || !this_run.contains(" refine: not settled at exit") {
+            if !bs.is_some_and(|s| s.success())
+                || !this_run.contains(" refine: not settled at exit")
+            {
                 break;
             }
         }
@@ -588,7 +590,11 @@ fn sweep_runs(
         eprintln!(
             "klaraptor validate:   ran the binary for klaraptor's choice {} in {:.1} s (exit \
              status {})",
-            if runs == 1 { "once".to_string() } else { format!("{runs} times") },
+            if runs == 1 {
+                "once".to_string()
+            } else {
+                format!("{runs} times")
+            },
             t.elapsed().as_secs_f64(),
             status_text(bs)
         );

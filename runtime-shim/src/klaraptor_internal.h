@@ -38,8 +38,8 @@ void klaraptor__set_device_query(klaraptor_current_device_fn current,
 void klaraptor__reset_for_tests(void);
 /* Runs what the runtime does at exit for keys still refining (their progress files, the log). */
 void klaraptor__save_progress_for_tests(void);
-/* The timing batches open now (on any stream). */
-int klaraptor__open_batches(void);
+/* 1 when a key refines on this stream (the others wait). */
+int klaraptor__refining_on(void *stream);
 
 /* Number of memoized decisions. */
 size_t klaraptor__memo_size(void);

@@ -1074,7 +1074,6 @@ static void capture_mode_restore(int old) { (void)old; }
 #define RF_SHORT_US 20.0   /* kernels shorter than this are timed over batches of launches */
 #define RF_BATCH_US 20.0   /* ... of about this long */
 #define RF_MAX_BATCH 16
-#define RF_LONG_US 1000.0  /* kernels at least this long get one sample */
 #define RF_STALE 64        /* a try idle for this many launches of its key is dropped */
 #define RF_WALK_STEPS 4    /* steps of the neighbour walk along one direction */
 #define RF_WALK_PLATEAU 1.03 /* a step at most this much slower than the best walks on, */
@@ -1083,7 +1082,7 @@ static void capture_mode_restore(int old) { (void)old; }
 #define RF_WALK_STOP 1.10  /* a walked shape one sample shows this much slower is out */
 #define RF_WALK_MAX_SHAPES 4096
 #define RF_INCUMBENT 1.03  /* the program's own shape is left only for one this much faster */
-#define RF_MID_US 100.0    /* kernels at least this long get two samples */
+#define RF_MID_US 100.0    /* kernels at least this long get two samples (else three) */
 #define RF_MAX_REFINING 256 /* keys refining at once; later ones take the model's choice */
 
 static int g_refining;      /* under g_lock: unsettled keys */
@@ -1098,7 +1097,6 @@ typedef struct rf_cand {
   int n;           /* samples read (per-launch microseconds) */
   int batch;       /* launches a sample spans; 0 until the first sample sized it */
   int out;         /* 1: slower than the best by RF_PRUNE; 2: its launch failed */
-  int noisy;       /* 1: timed launch by launch though short (the events' noise is in it) */
   double us[RF_MAX_SAMPLES];
   double spent_us; /* kernel time of every timed launch of it, sizing ones too */
   int spent_n;
@@ -1113,7 +1111,6 @@ typedef struct rf_try {
   int last_at;   /* the key's launch count at its last launch */
   int launches;  /* launches the try spans (a batch for short kernels) */
   int done;      /* of which begun */
-  int shared;    /* other refining keys launched on its stream inside the batch */
   void *stream;
   kl_event ev0, ev1;
 } rf_try;
@@ -1124,10 +1121,10 @@ typedef struct refine {
   int nc;
   rf_cand c[RF_MAX_CANDS];
   int n_shapes;   /* shapes the model may choose from (-1: unknown) */
-  int warmed;
+  int warmed;     /* 1 + the candidate of the untimed first launch; 0 before it, -1 unknown */
   int launches;   /* launches of the key so far in this run */
   int prior;      /* launches of earlier runs (the progress the choices cache kept) */
-  int single;     /* 1: timed launch by launch (other keys' launches come between its own) */
+  int batch;      /* launches a sample of every candidate spans; 0 until the first is sized */
   int ntries;
   int capture_logged;
   int walk_started, walk_dir, walk_from, walk_steps, walk_flat, n_walked;
@@ -1136,43 +1133,49 @@ typedef struct refine {
   rf_try t[RF_MAX_TRIES];
 } refine;
 
-/* The batches open on each stream (under g_lock): while one is open, other keys launched on
- * that stream begin no tries of their own (a batch's time spans their launches), and the
- * batch is marked shared. */
-#define RF_MAX_WINDOWS 512
-typedef struct rf_window {
+/* One key refines on a stream at a time (under g_lock): the first to begin a try there holds
+ * the stream until it settles. A batch of a short kernel's launches times whatever else the
+ * program launches between them on that stream; with the other keys launching the shape they
+ * launch anyway (they try nothing meanwhile, so that shape does not change), that time is the
+ * same for every candidate and the ranking stays right. A holder no longer launched (its data
+ * values are not used again) gives the stream up after RF_TOKEN_IDLE launches of others. */
+#define RF_MAX_TOKENS 512
+#define RF_TOKEN_IDLE 16
+typedef struct rf_token {
   void *stream;
   const struct refine *owner;
-  rf_try *t;
-} rf_window;
-static rf_window g_windows[RF_MAX_WINDOWS];
-static int g_nwindows;
+  int idle; /* launches of other keys waiting on the stream since the holder's last one */
+} rf_token;
+static rf_token g_tokens[RF_MAX_TOKENS];
+static int g_ntokens;
 
-static void window_open(void *stream, const struct refine *owner, rf_try *t) {
-  if (g_nwindows < RF_MAX_WINDOWS) g_windows[g_nwindows++] = (rf_window){stream, owner, t};
-}
-
-static void window_close(const rf_try *t) {
-  for (int i = 0; i < g_nwindows; i++)
-    if (g_windows[i].t == t) {
-      g_windows[i] = g_windows[--g_nwindows];
-      return;
-    }
-}
-
-static rf_try *window_of_other(void *stream, const struct refine *r) {
-  for (int i = 0; i < g_nwindows; i++)
-    if (g_windows[i].stream == stream && g_windows[i].owner != r) return g_windows[i].t;
+static rf_token *token_of(void *stream) {
+  for (int i = 0; i < g_ntokens; i++)
+    if (g_tokens[i].stream == stream) return &g_tokens[i];
   return NULL;
+}
+
+static void token_take(void *stream, const struct refine *r) {
+  rf_token *t = token_of(stream);
+  if (!t && g_ntokens < RF_MAX_TOKENS) t = &g_tokens[g_ntokens++];
+  if (t) *t = (rf_token){stream, r, 0};
+}
+
+static void token_release(const struct refine *r) {
+  for (int i = 0; i < g_ntokens;)
+    if (g_tokens[i].owner == r)
+      g_tokens[i] = g_tokens[--g_ntokens];
+    else
+      i++;
 }
 
 /* Frees a key's refinement state, the events of tries still in flight too (a try whose
  * launch has not ended yet must not be freed: only the test reset calls this with one). */
 static void rf_free(refine *r) {
   if (!r) return;
+  token_release(r);
   for (int i = 0; i < r->ntries; i++) {
     rf_try *t = &r->t[i];
-    window_close(t);
     if (t->state != TRY_DONE && t->state != TRY_FREE) {
       ev_destroy(t->ev0);
       ev_destroy(t->ev1);
@@ -1184,6 +1187,8 @@ static void rf_free(refine *r) {
 
 static void sb_block(sbuf *b, const uint32_t x[3]) { sb_printf(b, "%ux%ux%u", x[0], x[1], x[2]); }
 
+/* A candidate's time: the median of its samples; of two, the faster (a long kernel's noise
+ * only adds: the clocks still ramping up at the first launches, other work on the GPU). */
 static double cand_median(const rf_cand *c) {
   double v[RF_MAX_SAMPLES];
   int n = c->n;
@@ -1195,14 +1200,8 @@ static double cand_median(const rf_cand *c) {
       v[j - 1] = t;
     }
   if (n == 0) return INFINITY_US;
+  if (n == 2) return v[0];
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double cand_max(const rf_cand *c) {
-  double m = 0;
-  for (int i = 0; i < c->n; i++)
-    if (c->us[i] > m) m = c->us[i];
-  return m;
 }
 
 static double cand_min(const rf_cand *c) {
@@ -1213,12 +1212,11 @@ static double cand_min(const rf_cand *c) {
 }
 
 /* Samples a candidate needs: three (batched for short kernels, whose single launches the
- * events cannot resolve), one for long kernels. */
+ * events cannot resolve), two for kernels of 100 us or more. */
 static int cand_needed(const rf_cand *c) {
-  if (c->noisy) return RF_MAX_SAMPLES;
   if (c->n == 0 || c->batch > 1) return 3;
   double m = cand_median(c);
-  return m >= RF_LONG_US ? 1 : m >= RF_MID_US ? 2 : 3;
+  return m >= RF_MID_US ? 2 : 3;
 }
 
 /* Adds a candidate unless an equal one is there (same block and grid; the program's shape
@@ -1565,8 +1563,8 @@ static void progress_write(const kentry *e, const refine *r, const int64_t *data
     sb_block(&b, c->block);
     sb_printf(&b, " ");
     sb_block(&b, c->grid);
-    sb_printf(&b, " program=%d walked=%d out=%d batch=%d noisy=%d us=", c->program, c->walked,
-              c->out, c->batch, c->noisy);
+    sb_printf(&b, " program=%d walked=%d out=%d batch=%d us=", c->program, c->walked, c->out,
+              c->batch);
     for (int j = 0; j < c->n; j++) sb_printf(&b, "%s%.3f", j ? "," : "", c->us[j]);
     if (c->n == 0) sb_printf(&b, "-");
     sb_printf(&b, "\n");
@@ -1599,9 +1597,8 @@ static void progress_read(const kentry *e, refine *r, const int64_t *data) {
     char blk[32], grd[32], us[256];
     int used = 0;
     if (sscanf(lines[i] + 7,
-               "%23s %31s %31s program=%d walked=%d out=%d batch=%d noisy=%d us=%255s%n",
-               c.label, blk, grd, &c.program, &c.walked, &c.out, &c.batch, &c.noisy, us,
-               &used) != 9 ||
+               "%23s %31s %31s program=%d walked=%d out=%d batch=%d us=%255s%n", c.label, blk,
+               grd, &c.program, &c.walked, &c.out, &c.batch, us, &used) != 8 ||
         lines[i][7 + used] != 0 || parse_block3(blk, c.block) != 0 ||
         parse_block3(grd, c.grid) != 0 || c.out < 0 || c.out > 2 || c.batch < 0 ||
         c.batch > RF_MAX_BATCH || ng >= RF_MAX_CANDS) {
@@ -1649,11 +1646,11 @@ static void progress_read(const kentry *e, refine *r, const int64_t *data) {
     }
     rf_cand *c = &r->c[idx];
     if (c->n > 0) continue;
+    if (got[i].batch > 0 && r->batch == 0) r->batch = got[i].batch;
     memcpy(c->us, got[i].us, sizeof c->us);
     c->n = got[i].n;
     c->batch = got[i].batch;
     c->out = got[i].out;
-    c->noisy = got[i].noisy;
     c->issued = c->n;
   }
 }
@@ -1719,7 +1716,6 @@ static void rf_poll(refine *r) {
     if (t->state == TRY_BEGUN && r->launches - t->last_at > RF_STALE) {
       /* never ended (the launch was skipped, or threw): forget it */
       t->state = TRY_ABANDONED;
-      window_close(t);
       continue;
     }
     if (t->state != TRY_ENDED) continue;
@@ -1729,36 +1725,39 @@ static void rf_poll(refine *r) {
     rf_cand *c = &r->c[t->cand];
     if (t->failed) {
       c->out = 2;
-    } else if (q == 0 && ev_elapsed_us(t->ev0, t->ev1, &us) == 0 && us > 0 && t->shared &&
-               t->launches > 1) {
-      /* Other keys' launches came inside the batch, so its time is theirs too: this key is
-       * timed launch by launch from now on, and its batches' samples are dropped. */
-      r->single = 1;
-      for (int j = 0; j < r->nc; j++)
-        if (r->c[j].batch > 1) {
-          r->c[j].batch = 1;
-          r->c[j].n = 0;
-        }
     } else if (q == 0 && ev_elapsed_us(t->ev0, t->ev1, &us) == 0 && us > 0) {
       us /= t->launches;
       c->spent_us += us * t->launches;
       c->spent_n += t->launches;
-      if (c->batch == 0 && us < RF_SHORT_US && !r->single) {
-        /* a short kernel: this launch sized its batches, whose samples count; a walked shape
-         * that one launch shows far slower goes no further (a cliff is costly to batch) */
-        int b = (int)(RF_BATCH_US / us) + 1;
-        c->batch = b < 2 ? 2 : b > RF_MAX_BATCH ? RF_MAX_BATCH : b;
+      if (c->batch == 0) {
+        /* Its first launch, alone: it sizes the batches. Every candidate of the key is timed
+         * over batches of one length, the one its fastest first candidate needs (~20 us a
+         * sample), so that what the program launches between a batch's launches weighs the
+         * same in every candidate's samples; samples of another length are taken again. */
+        int b = us < RF_SHORT_US ? (int)(RF_BATCH_US / us) + 1 : 1;
+        b = us >= RF_SHORT_US ? 1 : b < 2 ? 2 : b > RF_MAX_BATCH ? RF_MAX_BATCH : b;
+        if (!c->walked && b > r->batch) {
+          r->batch = b;
+          for (int j = 0; j < r->nc; j++)
+            if (r->c[j].batch && r->c[j].batch != b) {
+              r->c[j].batch = b;
+              r->c[j].n = 0;
+            }
+        }
+        c->batch = r->batch > 1 ? r->batch : 1;
         int best = rf_best(r);
-        if (c->walked && best >= 0 && r->c[best].n > 0 && us > RF_PRUNE * cand_median(&r->c[best]))
+        if (c->batch == 1) {
+          if (c->n < RF_MAX_SAMPLES) c->us[c->n++] = us; /* a long kernel's first sample */
+        } else if (c->walked && best >= 0 && r->c[best].n > 0 &&
+                   us > RF_PRUNE * cand_median(&r->c[best])) {
+          /* a walked shape that one launch shows far slower goes no further (a cliff is
+           * costly to batch) */
           c->out = 1;
+        }
       } else if (c->batch > 1 && t->launches == 1) {
         /* a single launch of a batched candidate begun before the sizing was read */
-      } else {
-        if (c->batch == 0) c->batch = 1;
-        if (c->n < RF_MAX_SAMPLES) {
-          c->us[c->n++] = us;
-          if (us < RF_SHORT_US) c->noisy = 1;
-        }
+      } else if (c->n < RF_MAX_SAMPLES) {
+        c->us[c->n++] = us;
       }
     }
     ev_destroy(t->ev0);
@@ -1796,16 +1795,13 @@ static int rf_best(const refine *r) {
 
 /* The candidate the key launches: the fastest, except that the program's own shape is the
  * incumbent, left only for a shape measured clearly faster (short kernels' timings carry a
- * few per cent of noise; a short kernel timed launch by launch carries the events' own, so
- * there every sample of the winner must beat every sample of the program's). */
+ * few per cent of noise). */
 static int rf_choice(const refine *r) {
   int best = rf_best(r);
   for (int i = 0; best >= 0 && i < r->nc; i++) {
     const rf_cand *p = &r->c[i], *b = &r->c[best];
     if (!p->program || i == best || p->out == 2 || p->n == 0) continue;
-    int clear = cand_median(b) * RF_INCUMBENT <= cand_median(p);
-    if ((b->noisy || p->noisy) && cand_max(b) * RF_INCUMBENT > cand_min(p)) clear = 0;
-    if (!clear) best = i;
+    if (cand_median(b) * RF_INCUMBENT > cand_median(p)) best = i;
   }
   return best;
 }
@@ -1817,7 +1813,7 @@ static void rf_prune(refine *r) {
   /* Two samples at least (one may be an outlier), or the one a long kernel needs. */
   for (int i = 0; i < r->nc; i++) {
     const rf_cand *c = &r->c[i];
-    int enough = c->n >= 2 || (c->n >= 1 && cand_needed(c) == 1);
+    int enough = c->n >= 2 || (c->n >= 1 && cand_min(c) > 2 * bt);
     if (!c->out && enough && i != b && cand_min(c) > RF_PRUNE * bt) r->c[i].out = 1;
     /* a walked shape needs one sample to show it is no way on */
     if (!c->out && c->walked && c->n >= 1 && i != b && r->c[b].n >= 2 &&
@@ -1862,7 +1858,6 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
       t->state = TRY_DONE;
     } else if (t->state == TRY_BEGUN) {
       t->state = TRY_ABANDONED; /* klaraptor_launch_end frees its events */
-      window_close(t);
     }
   }
   m->d = d;
@@ -1870,6 +1865,7 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
   r->shapes = NULL;
   r->nshapes = 0;
   g_refining--;
+  token_release(r);
   atomic_store_explicit(&m->settled, 1, memory_order_release);
   if (best < 0) {
     rf_log(m->e, data, r->dev, ordinal,
@@ -1879,7 +1875,8 @@ static void rf_settle(memo_node *m, const int64_t *data, int ordinal) {
   double bt = cand_median(&r->c[best]);
   double extra = 0;
   for (int i = 0; i < r->nc; i++) extra += r->c[i].spent_us - bt * r->c[i].spent_n;
-  if (r->warmed && r->c[0].n) extra += cand_median(&r->c[0]) - bt; /* the untimed warm-up */
+  if (r->warmed > 0 && r->c[r->warmed - 1].n) /* the untimed warm-up */
+    extra += cand_median(&r->c[r->warmed - 1]) - bt;
   char ratio[32] = "?";
   if (r->c[0].n && cand_median(&r->c[0]) > 0)
     snprintf(ratio, sizeof ratio, "%.3f", bt / cand_median(&r->c[0]));
@@ -1989,23 +1986,34 @@ static int rf_wants(const refine *r, int i) {
   return !(c->batch == 0 && pending); /* its first launch sizes its batches */
 }
 
-/* 1 when the tries have cost the key more than its budget: the kernel time its timed launches
- * spent beyond what the shape it launches (ch) takes, those in flight estimated, against
- * KLARAPTOR_REFINE_BUDGET of its launches so far at that shape's time. The key then launches
- * that shape until its launches have paid for the next try: a key launched a few times tries
- * little in one run and goes on in the next (the choices cache keeps what was measured), a
- * key launched thousands of times finishes early. */
-static int rf_paced(const refine *r, int ch) {
-  if (g_cfg.refine_budget < 0 || ch < 0 || r->c[ch].n == 0) return 0;
+/* What a timed try of candidate i is expected to cost beyond ch's time: per launch, its
+ * measured median minus ch's, or half ch's time while it has none. */
+static double rf_try_cost(const refine *r, int i, int ch, int launches) {
+  const rf_cand *c = &r->c[i];
+  double bt = cand_median(&r->c[ch]);
+  double d = c->n ? cand_median(c) - bt : 0.5 * bt;
+  return d > 0 ? d * launches : 0;
+}
+
+/* 1 when a try of candidate `next` would take the key past its budget: the kernel time its
+ * timed launches spent beyond what the shape it launches (ch) takes, those in flight and the
+ * next one estimated, against KLARAPTOR_REFINE_BUDGET of its launches in this run at that
+ * shape's time. The key then launches that shape until its launches have paid for the try: a
+ * key launched a few times tries little in one run and goes on in the next (the choices
+ * cache keeps what was measured), a key launched thousands of times finishes early. Before
+ * anything is measured nothing is paced (the program's own shape goes first). */
+static int rf_over_budget(const refine *r, int ch, int next) {
+  if (g_cfg.refine_budget < 0 || ch < 0 || r->c[ch].n == 0 || next == ch) return 0;
   double bt = cand_median(&r->c[ch]), extra = 0;
   for (int i = 0; i < r->nc; i++) extra += r->c[i].spent_us - bt * r->c[i].spent_n;
   for (int i = 0; i < r->ntries; i++) {
     const rf_try *t = &r->t[i];
     if (t->cand == ch || (t->state != TRY_BEGUN && t->state != TRY_ENDED)) continue;
-    const rf_cand *c = &r->c[t->cand];
-    double d = c->n ? cand_median(c) - bt : 0.5 * bt;
-    if (d > 0) extra += d * t->launches;
+    extra += rf_try_cost(r, t->cand, ch, t->launches);
   }
+  const rf_cand *c = &r->c[next];
+  int launches = c->batch > 1 ? c->batch : 1;
+  extra += rf_try_cost(r, next, ch, launches);
   return extra > g_cfg.refine_budget * bt * r->launches;
 }
 
@@ -2027,23 +2035,22 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
     t->done++;
     t->last_at = r->launches;
     *use = t->cand;
-    if (t->done == t->launches) {
-      ticket = t;
-      window_close(t); /* its last launch: nothing else comes between it and the end event */
-    }
+    if (t->done == t->launches) ticket = t;
     goto out;
   }
   rf_poll(r);
   *use = rf_choice(r);
   if (can_time) {
-    /* another key's batch is open on this stream: this launch is inside its time, with the
-     * shape this key launches now, untimed */
-    rf_try *w = window_of_other(stream, r);
-    if (w) {
-      w->shared = 1;
-      r->warmed = 1;
-      goto out;
+    /* another key refines on this stream: this one launches what it launches now, untimed */
+    rf_token *tk = token_of(stream);
+    if (tk && tk->owner != r) {
+      if (++tk->idle <= RF_TOKEN_IDLE) {
+        if (!r->warmed) r->warmed = *use >= 0 ? *use + 1 : -1;
+        goto out;
+      }
+      tk->owner = r; /* the holder is no longer launched: the stream is this key's */
     }
+    if (tk) tk->idle = 0;
   }
   if (!can_time || stream_capturing(stream)) {
     /* A graph captured now replays whatever it captured: the best guess, untimed. */
@@ -2055,10 +2062,9 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
     goto out;
   }
   if (!r->warmed) {
-    /* The first launch of a key pays for loading the kernel and touching its data: untimed,
-     * with the model's choice. */
-    r->warmed = 1;
-    *use = 0;
+    /* The first launch of a key in a run pays for loading the kernel and touching its data:
+     * untimed, with the model's choice (or what an earlier run measured fastest). */
+    r->warmed = *use >= 0 ? *use + 1 : -1;
     goto out;
   }
   for (int i = 0; i < r->ntries; i++)
@@ -2074,12 +2080,14 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
   /* First every candidate's first launch, the program's own first (the shape no choice may
    * lose to); then the samples of the shape the key launches anyway, which cost nothing; then
    * the others' by fewest tries. All but the free ones are paced by the budget. */
-  int pick = -1, paced = rf_paced(r, *use);
-  for (int i = 0; !paced && i < r->nc; i++)
+  int pick = -1;
+  for (int i = 0; i < r->nc; i++)
     if (r->c[i].issued == 0 && rf_wants(r, i) && (pick < 0 || r->c[i].program)) pick = i;
+  if (pick >= 0 && rf_over_budget(r, *use, pick)) pick = -1;
   if (pick < 0 && *use >= 0 && rf_wants(r, *use)) pick = *use;
-  for (int i = 0; pick < 0 && !paced && i < r->nc; i++)
+  for (int i = 0; pick < 0 && i < r->nc; i++)
     if (rf_wants(r, i) && (pick < 0 || r->c[i].issued < r->c[pick].issued)) pick = i;
+  if (pick >= 0 && rf_over_budget(r, *use, pick)) pick = -1;
   if (pick < 0 || launch_error_pending()) goto out; /* waiting for results */
   rf_try *t = &r->t[r->ntries];
   memset(t, 0, sizeof *t);
@@ -2096,10 +2104,10 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
   t->cand = pick;
   t->state = TRY_BEGUN;
   t->last_at = r->launches;
-  t->launches = r->c[pick].batch > 1 && !r->single ? r->c[pick].batch : 1;
+  t->launches = r->c[pick].batch > 1 ? r->c[pick].batch : 1;
   t->done = 1;
   t->stream = stream;
-  if (t->launches > 1) window_open(stream, r, t);
+  if (!token_of(stream)) token_take(stream, r);
   r->ntries++;
   r->c[pick].issued++;
   *use = pick;
@@ -2166,11 +2174,11 @@ static void rf_save_all(void) {
 
 void klaraptor__save_progress_for_tests(void) { rf_save_all(); }
 
-int klaraptor__open_batches(void) {
+int klaraptor__refining_on(void *stream) {
   pthread_mutex_lock(&g_lock);
-  int n = g_nwindows;
+  int held = token_of(stream) != NULL;
   pthread_mutex_unlock(&g_lock);
-  return n;
+  return held;
 }
 
 /* The program's dims of a launch, unpacked. */
@@ -2380,7 +2388,7 @@ void klaraptor__reset_for_tests(void) {
   g_cfg.refine_budget = REFINE_DEFAULT_BUDGET;
   g_refining = 0;
   g_refining_full = 0;
-  g_nwindows = 0;
+  g_ntokens = 0;
   free(g_cfg.choices_dir);
   g_cfg.choices_dir = NULL;
   g_choices_warned = 0;

@@ -219,6 +219,8 @@ fn a_well_formed_request_without_a_usable_gpu_fails_cleanly_and_its_samples_say_
     assert_eq!(samples[0].block, [256, 1, 1]);
     assert_eq!(samples[0].grid, [4, 1, 1]);
     assert!(samples[0].counters.is_none());
-    let err = samples[0].collector_error().expect("the collector's failure");
+    let err = samples[0]
+        .collector_error()
+        .expect("the collector's failure");
     assert!(err.starts_with("the collector failed: "), "{err}");
 }
