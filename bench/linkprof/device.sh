@@ -55,47 +55,11 @@ say "== klaraptor link-time profiling check ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(h
 cc_bin=${CC:-cc}
 command -v "$cc_bin" >/dev/null || die "C compiler: '$cc_bin' is not on PATH; the link compiles the rational programs with \$CC (default cc)"
 
-# --- 1. unpack ----------------------------------------------------------------------------
+# --- 1-2. unpack, and point klaraptor-cc at the device's CUDA ---------------------------------
 rm -rf "$WORK"
-mkdir -p "$WORK/bundle" "$BUILD_DIR"
-t0=$(now)
-xz -T0 -dc "$bundle" | tar -C "$WORK/bundle" -xf -
-say "unpacked $(stat -c %s "$bundle") bytes in $(secs "$t0" "$(now)") s"
-B=$WORK/bundle
-sed -n '1,7p' "$B/BUILD-INFO" | sed 's/^/  /' | tee -a "$summary"
-kcc=$B/bin/klaraptor-cc
-klaraptor=$B/bin/klaraptor
-libdir=$B/libs
-export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-missing() { { ldd "$1" 2>&1 || true; } | awk '/not found/ {print $1}' | sort -u; }
-if [ "${LINKPROF_FORCE_FALLBACK:-0}" = 1 ]; then
-  for f in "$B"/fallback/*; do ln -sf "../fallback/$(basename "$f")" "$libdir/"; done
-fi
-# Add a fallback library only where the system lacks it (libxml2's ICU comes with it).
-for _ in 1 2 3 4; do
-  added=0
-  for so in $(missing "$kcc"); do
-    if [ -f "$B/fallback/$so" ] && [ ! -e "$libdir/$so" ]; then
-      ln -s "../fallback/$so" "$libdir/$so"
-      added=1
-    fi
-  done
-  [ $added = 1 ] || break
-done
-miss=$(missing "$kcc")
-[ -z "$miss" ] || { ldd "$kcc" > "$OUT/ldd.txt" 2>&1 || true; die "ldd: klaraptor-cc still lacks: $(echo $miss) (ldd output in ldd.txt)"; }
-carried=$(ldd "$kcc" | awk -v d="$B/" 'index($3, d) == 1 {print $1}' | sort | tr '\n' ' ')
-say "ldd: every library resolves; from the bundle: $carried"
-for b in "$klaraptor" "$B/bin/libklaraptor_collector.so"; do
-  m=$(missing "$b")
-  [ -z "$m" ] || die "ldd: $(basename "$b") lacks: $(echo $m)"
-done
-
-# --- 2. the device's CUDA -------------------------------------------------------------------
-export KLARAPTOR_NVCC=$nvcc
-"$kcc" --version > "$WORK/version.txt" 2>&1 || die "klaraptor-cc --version failed: $(cat "$WORK/version.txt")"
-grep -q "KLARAPTOR_NVCC" "$WORK/version.txt" || die "klaraptor-cc does not use KLARAPTOR_NVCC: $(head -3 "$WORK/version.txt")"
-say "klaraptor-cc: $(head -1 "$WORK/version.txt"); nvcc: $nvcc ($("$nvcc" --version | tail -1))"
+mkdir -p "$WORK" "$BUILD_DIR"
+. bench/linkprof/unpack.sh
+unpack_bundle "$bundle" "$WORK/bundle" "$nvcc"
 
 # --- 3. the link, with an empty database -----------------------------------------------------
 cp "$B"/objs/*.o "$BUILD_DIR/"
@@ -204,7 +168,7 @@ mkdir -p "$pack/models" "$pack/db" "$pack/device"
 cp "$models"/*.c "$models"/*.json "$models"/*.h "$pack/models/" 2>/dev/null || true
 cp -r "$KLARAPTOR_PROFILE_DB"/. "$pack/db/" 2>/dev/null || true
 cp -r "$XDG_CACHE_HOME"/klaraptor/devices/. "$pack/device/" 2>/dev/null || true
-cp "$B/BUILD-INFO" "$WORK/version.txt" "$WORK/inspect.txt" "$pack/"
+cp "$B/BUILD-INFO" "$B/version.txt" "$WORK/inspect.txt" "$pack/"
 tar -C "$pack" -czf "$OUT/results.tar.gz" .
 say "results.tar.gz: $(stat -c %s "$OUT/results.tar.gz") bytes (rational programs, manifests, profile entries, device report, klaraptor inspect)"
 say "RESULT: $([ $fails = 0 ] && echo PASS || echo FAIL) ($fails failure(s)); link 1 $link1_s s (profiling), link 2 $link2_s s"
