@@ -8,7 +8,11 @@
 //! (`klaraptor::validate::profiled_best`, what the study and `klaraptor validate` use), looked
 //! up in the same sweep; and lists the kernels where it beats the model by more than 5 %.
 //!
-//! cargo run --release --example replay -- <study dir> <exhaustive dir> [--db <profile db>] [-v]
+//! A binary that carries programs for several GPUs replays one: `--device` names it exactly
+//! (e.g. "NVIDIA H100 80GB HBM3"), as the runtime matches it.
+//!
+//! cargo run --release --example replay -- <study dir> <exhaustive dir> [--db <profile db>]
+//!   [--device <name>] [-v]
 //! (`<study>/<program>/models/*.json`, `<exhaustive>/<program>/x*/records/`)
 
 use std::collections::BTreeMap;
@@ -38,6 +42,7 @@ fn main() -> Result<()> {
     let verbose = a.iter().any(|x| x == "-v");
     let mut pos = Vec::new();
     let mut db_arg: Option<PathBuf> = None;
+    let mut device: Option<String> = None;
     let mut it = a.iter();
     while let Some(x) = it.next() {
         match x.as_str() {
@@ -46,11 +51,17 @@ fn main() -> Result<()> {
                 Some(d) => db_arg = Some(PathBuf::from(d)),
                 None => bail!("--db needs a directory"),
             },
+            "--device" => match it.next() {
+                Some(d) => device = Some(d.clone()),
+                None => bail!("--device needs a device name"),
+            },
             _ => pos.push(x.clone()),
         }
     }
     let [study, sweeps] = pos.as_slice() else {
-        bail!("usage: replay <study dir> <exhaustive dir> [--db <profile db>] [-v]");
+        bail!(
+            "usage: replay <study dir> <exhaustive dir> [--db <profile db>] [--device <name>] [-v]"
+        );
     };
     let (study, sweeps) = (Path::new(study), Path::new(sweeps));
     let db = match db_arg {
@@ -83,6 +94,9 @@ fn main() -> Result<()> {
             .collect();
         xs.sort();
         for (_, prog) in rational::load_dir(&models)? {
+            if device.as_ref().is_some_and(|d| prog.device.name != *d) {
+                continue;
+            }
             let profile = match &db {
                 Some(db) => validate::manifest_profile(db, &prog),
                 None => Err("no profile database (--db)".to_string()),

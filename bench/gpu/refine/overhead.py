@@ -91,8 +91,10 @@ def main():
                                 f"timed, launching {block} ({cand})")
                     r_extra += extra
                     r_total += total
+                    # A key that timed nothing in the run reports no kernel time (0 of 0).
+                    share = f"{100 * extra / total:6.3f} %" if total else "     - %"
                     print(f"{prog:15s} run{i:<2d} {name:14s} {data:18s} extra {extra:8.1f} us = "
-                          f"{100 * extra / total:6.3f} % of {total / 1e3:7.2f} ms; {what}")
+                          f"{share} of {total / 1e3:7.2f} ms; {what}")
             if r_total:
                 share = 100 * r_extra / r_total
                 worst_run = max(worst_run, share)
