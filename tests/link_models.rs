@@ -748,3 +748,71 @@ fn an_empty_database_warns_and_require_model_fails_the_link() {
     assert!(sample.join("matmul").is_file());
     assert_eq!(files(&sample.join("matmul.klaraptor")).len(), 4);
 }
+
+#[test]
+fn a_kernel_that_cannot_be_modelled_keeps_its_launch_and_the_build_goes_on() {
+    let root = tempfile::tempdir().unwrap();
+    let sample = copy_sample(root.path());
+    // mm's entry keeps 3 measured samples (a model needs 4): the rest faulted, as the
+    // samples of a kernel whose larger shapes run out of its shared memory do.
+    let db = root.path().join("samples/klaraptor-profiles");
+    let path = files_under(&db)
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{MM}-")))
+        })
+        .expect("the committed H200 profile has mm");
+    let mut entry: klaraptor_profiler::record::Entry =
+        toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for s in entry.samples.iter_mut().skip(3) {
+        s.counters = None;
+        s.error = Some("launch failed with CUDA error 700".into());
+    }
+    std::fs::write(&path, toml::to_string(&entry).unwrap()).unwrap();
+
+    let err = ok(&make(&sample, "", &[], &[]));
+    assert!(
+        err.contains("warning: no rational program of mm (annotated at mm.cu:")
+            && err.contains("the profile has 3 usable samples")
+            && err.contains("keeps the program's own launch dims")
+            && err.contains(&format!("klaraptor profile prune --kernel {MM}")),
+        "{err}"
+    );
+    assert!(sample.join("matmul").is_file());
+    assert_eq!(
+        files(&sample.join("matmul.klaraptor")),
+        ["saxpy.nvidia-h200.c", "saxpy.nvidia-h200.json"]
+    );
+
+    // --kl-require-model keeps the strict behaviour: the link fails and leaves no binary.
+    let o = command(&sample, &klaraptor_cc())
+        .args([
+            "--kl-require-model",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+        ])
+        .args(["main.o", "mm.o", "saxpy.o", "-o", "matmul"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("error: no rational program of mm") && err.contains("(--kl-require-model)"),
+        "{err}"
+    );
+    assert!(!sample.join("matmul").exists(), "a binary was left");
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use klaraptor_profiler::db::ProfileDb;
 use klaraptor_profiler::gpu_lock::{self, Acquired, GpuLock};
-use klaraptor_profiler::record::{DeviceId, Entry, KernelId, Sample, FORMAT_VERSION};
+use klaraptor_profiler::record::{self, DeviceId, Entry, KernelId, Sample, FORMAT_VERSION};
 
 use crate::linkspec::LinkSpec;
 use crate::profiling::{self, RunEnv};
@@ -264,6 +264,9 @@ fn profile_one(
             first.block[2],
             first.error.as_deref().unwrap_or_default()
         ));
+    }
+    if failed.is_empty() {
+        why.extend(record::nothing_ran(&samples));
     }
     for (i, cmd) in &silent {
         why.push(format!(

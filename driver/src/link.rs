@@ -216,16 +216,43 @@ pub fn link(job: &LinkJob) -> Result<i32> {
     let mut objects = Vec::new();
     for (s, es) in &entries {
         for e in es {
-            let prog = rational::build(s, e, &models_dir)
-                .with_context(|| format!("building the rational program of {}", s.name))?;
-            let files = prog.write(&staging)?;
-            job.say(format!(
-                "rational program of {} for {}: {}",
-                s.name,
-                e.device.name,
-                models_dir.join(&files.c_name).display()
-            ));
-            objects.push(rational::compile(&staging, &files, job.verbose)?);
+            // A kernel that cannot be modelled (too few usable samples, a failed fit, a
+            // rational program that does not compile) never fails the build: it keeps the
+            // program's launch, and the link says why, unless the user asked for models.
+            let built = rational::build(s, e, &models_dir).and_then(|prog| {
+                let files = prog.write(&staging)?;
+                let obj = rational::compile(&staging, &files, job.verbose)?;
+                Ok((files, obj))
+            });
+            match built {
+                Ok((files, obj)) => {
+                    job.say(format!(
+                        "rational program of {} for {}: {}",
+                        s.name,
+                        e.device.name,
+                        models_dir.join(&files.c_name).display()
+                    ));
+                    objects.push(obj);
+                }
+                Err(err) => {
+                    let how = format!(
+                        "no rational program of {} (annotated at {}) for {}: {err:#}",
+                        s.name, s.annotated_at, e.device.name
+                    );
+                    if job.require_model {
+                        eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
+                        let _ = std::fs::remove_file(&job.output);
+                        return Ok(1);
+                    }
+                    eprintln!(
+                        "klaraptor-cc: warning: {how}; the kernel keeps the program's own \
+                         launch dims (`klaraptor profile show {}` shows its samples; \
+                         `klaraptor profile prune --kernel {}` profiles it again at the next \
+                         link on a GPU)",
+                        s.mangled, s.mangled
+                    );
+                }
+            }
         }
     }
     let mut extra: Vec<String> = objects.iter().map(|o| o.display().to_string()).collect();
@@ -279,6 +306,7 @@ fn why_no_profile(
 fn publish(staging: &Path, dir: &Path) -> Result<()> {
     let tmp = dir.with_extension("klaraptor-new");
     let _ = std::fs::remove_dir_all(&tmp);
+    let _interrupted = crate::interrupt::guard(&tmp);
     std::fs::create_dir_all(&tmp)?;
     for e in std::fs::read_dir(staging)? {
         let p = e?.path();

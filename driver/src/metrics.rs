@@ -60,7 +60,7 @@ use klaraptor_fitting::{
     fit, fit_degrees, DegreeBounds, Domain, FitOptions, FitProblem, RationalFn, Variable,
 };
 use klaraptor_passes::expr::{self, IntExpr};
-use klaraptor_profiler::record::{Counters, Entry, Sample};
+use klaraptor_profiler::record::{Counters, Entry, Sample, MIN_MEASURED};
 use serde::{Deserialize, Serialize};
 
 use crate::linkspec::LinkSpec;
@@ -303,9 +303,10 @@ pub fn fit_samples<'a>(
     } else {
         all
     };
-    if samples.len() < 4 {
+    if samples.len() < MIN_MEASURED {
         bail!(
-            "kernel {}: the profile has {} usable samples (of {}); at least 4 are needed to fit",
+            "kernel {}: the profile has {} usable samples (of {}); at least {MIN_MEASURED} are \
+             needed to fit",
             spec.name,
             samples.len(),
             entry.samples.len()

@@ -49,7 +49,9 @@ impl Entry {
             .iter()
             .filter(|s| s.collector_error().is_some())
             .collect();
-        let first = bad.first()?;
+        let Some(first) = bad.first() else {
+            return nothing_ran(&self.samples);
+        };
         Some(format!(
             "{} of {} samples failed in the collector or the GPU; the first, at size {:?} \
              block {}x{}x{}: {}",
@@ -62,6 +64,28 @@ impl Entry {
             first.error.as_deref().unwrap_or_default()
         ))
     }
+}
+
+/// The fewest measured samples a model is fitted from.
+pub const MIN_MEASURED: usize = 4;
+
+/// Why `samples` are no profile at all when none of them ran (every shape faulted or was
+/// refused): an entry of such samples is incomplete, so that no build reuses it and the next
+/// link profiles the kernel again. Quotes the first failure.
+pub fn nothing_ran(samples: &[Sample]) -> Option<String> {
+    if samples.is_empty() || samples.iter().any(|s| s.error.is_none()) {
+        return None;
+    }
+    let first = &samples[0];
+    Some(format!(
+        "none of its {} samples ran; the first, at size {:?} block {}x{}x{}: {}",
+        samples.len(),
+        first.sizes,
+        first.block[0],
+        first.block[1],
+        first.block[2],
+        first.error.as_deref().unwrap_or_default()
+    ))
 }
 
 /// Whose failure a sample's error is.
@@ -311,6 +335,19 @@ mod tests {
         let why = e.incompleteness().unwrap();
         assert!(why.starts_with("1 of 3 samples failed"), "{why}");
         assert!(why.contains("block 32x1x1: the profiler failed: x (CUptiResult 26)"));
+        e.incomplete = Some("no samples at N=128".into());
+        assert!(e.incompleteness().unwrap().contains("no samples at N=128"));
+        e.incomplete = None;
+        // Samples that all failed, for the kernel's own reasons: no profile at all.
+        e.samples = vec![
+            sample(Some("launch failed")),
+            sample(Some("an error in the kernel")),
+        ];
+        let why = e.incompleteness().unwrap();
+        assert!(why.starts_with("none of its 2 samples ran"), "{why}");
+        assert!(why.contains("block 32x1x1: launch failed"), "{why}");
+        e.samples.push(sample(None));
+        assert_eq!(e.incompleteness(), None);
         e.incomplete = Some("no samples at N=128".into());
         assert_eq!(e.incompleteness().as_deref(), Some("no samples at N=128"));
         let text = toml::to_string(&e).unwrap();
