@@ -131,7 +131,7 @@ impl Invocation {
             {
                 // Objects instrumented by an earlier `klaraptor-cc -c` call the runtime.
                 self.say("linking instrumented objects: adding rational programs and the runtime");
-                let dir = tempfile::Builder::new().prefix("klaraptor-").tempdir()?;
+                let dir = crate::interrupt::Scratch::new("klaraptor-")?;
                 let inputs: Vec<PathBuf> = self.view.inputs().map(Path::to_path_buf).collect();
                 return self.link(args, inputs, dir.path());
             }
@@ -240,9 +240,7 @@ impl Invocation {
     /// objects (`-c`) or links, else (`-rdc`, `-lib`, `-ptx`, …) compiled from the prepared
     /// copies with the program's own launch dimensions.
     fn compile_annotated(&self, analyses: &[(PathBuf, Analysis)]) -> Result<i32> {
-        let work = tempfile::Builder::new()
-            .prefix("klaraptor-")
-            .tempdir()
+        let work = crate::interrupt::Scratch::new("klaraptor-")
             .context("creating a temporary directory")?;
         let phase = self.view.phase();
         let code = if matches!(phase, Phase::Compile | Phase::Link | Phase::Run) && !self.view.rdc()
@@ -571,6 +569,7 @@ fn shell_words(args: &[String]) -> String {
 
 /// Entry point of the `klaraptor-cc` binary.
 pub fn main_with(args: Vec<OsString>) -> i32 {
+    crate::interrupt::install();
     let args: Vec<String> = args
         .into_iter()
         .map(|a| a.to_string_lossy().into_owned())

@@ -17,6 +17,7 @@ pub mod devices;
 pub mod gpu_profile;
 pub mod inspect_cmd;
 pub mod instrument;
+pub mod interrupt;
 pub mod link;
 pub mod linkspec;
 pub mod metrics;

@@ -1,0 +1,93 @@
+//! An interrupted klaraptor-cc leaves nothing behind (no GPU): SIGINT and SIGTERM sent while it
+//! compiles an annotated source remove its temporary directories, leave no output, and end
+//! it by the same signal, as nvcc ends.
+
+mod common;
+use common::*;
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Starts `klaraptor-cc -c mm.cu` with a private TMPDIR, sends `sig` once its temporary
+/// directory exists, and checks what is left.
+fn interrupted_compile(sig: libc::c_int) {
+    let root = tempfile::tempdir().unwrap();
+    let src = root.path().join("src");
+    let tmp = root.path().join("tmp");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for f in ["mm.cu", "kernels.h"] {
+        std::fs::copy(repo.join("samples/matmul").join(f), src.join(f)).unwrap();
+    }
+    let mut child = Command::new(klaraptor_cc())
+        .current_dir(&src)
+        .args(["-O2", "-arch=sm_90", "-c", "mm.cu", "-o", "mm.o"])
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("TMPDIR", &tmp)
+        .env("XDG_CACHE_HOME", root.path().join("cache"))
+        .env_remove("KLARAPTOR_PROFILE_DB")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until klaraptor-cc's work directory exists (and a little more, so that the
+    // interrupt falls in the middle of its work), then interrupt it.
+    let start = Instant::now();
+    let work = loop {
+        let found = std::fs::read_dir(&tmp)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("klaraptor-")
+            });
+        if let Some(w) = found {
+            break w;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "klaraptor-cc ended before it made its work directory"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no work directory after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "klaraptor-cc finished before the signal: the test must interrupt it mid-build"
+    );
+    // SAFETY: signalling a child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(sig),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!work.exists(), "{} was left behind", work.display());
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    assert!(!src.join("mm.o").exists(), "a partial output was left");
+}
+
+#[test]
+fn sigint_during_a_compile_leaves_nothing_behind() {
+    interrupted_compile(libc::SIGINT);
+}
+
+#[test]
+fn sigterm_during_a_compile_leaves_nothing_behind() {
+    interrupted_compile(libc::SIGTERM);
+}
