@@ -857,7 +857,8 @@ fn test_refine() -> &'static Path {
 /// incumbent, the cap on keys refining at once, KLARAPTOR_REFINE, the choices cache (written,
 /// read back, a damaged file, an unwritable directory), two threads on two streams, the
 /// budget (KLARAPTOR_REFINE_BUDGET), progress kept across runs, and two kernels launched in
-/// turn on one stream.
+/// turn on one stream (one try in flight there at a time, the keys taking turns, paced or
+/// not).
 #[test]
 fn refinement_cases() {
     let o = run_refine(test_refine(), "unit");
@@ -881,6 +882,7 @@ fn refinement_cases() {
             "ok budget",
             "ok progress",
             "ok interleaved",
+            "ok turns",
             "all refinement cases passed",
         ])
     );

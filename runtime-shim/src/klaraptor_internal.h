@@ -38,7 +38,7 @@ void klaraptor__set_device_query(klaraptor_current_device_fn current,
 void klaraptor__reset_for_tests(void);
 /* Runs what the runtime does at exit for keys still refining (their progress files, the log). */
 void klaraptor__save_progress_for_tests(void);
-/* 1 when a key refines on this stream (the others wait). */
+/* 1 when a key has a try in flight on this stream (the other keys launch untimed). */
 int klaraptor__refining_on(void *stream);
 
 /* Number of memoized decisions. */

@@ -18,10 +18,11 @@
  *   run before main, and a program may set them in main).
  * - Refinement: a memo node whose model choice is not yet confirmed is *unsettled*; its
  *   launches take the lock and time a few candidate shapes (the model's best k, the
- *   profile's fastest, the program's own) with CUDA events on the launch's own stream, read
- *   later without waiting; when every candidate has its samples the fastest is stored, the
- *   node is published as settled (release store) and written to the choices cache. A settled
- *   node costs the hit path one acquire load more.
+ *   profile's fastest, the program's own) with CUDA events on the launch's own stream (one
+ *   key's try in flight per stream, the keys there taking turns), read later without
+ *   waiting; when every candidate has its samples the fastest is stored, the node is
+ *   published as settled (release store) and written to the choices cache. A settled node
+ *   costs the hit path one acquire load more.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -1130,24 +1131,33 @@ typedef struct refine {
   int walk_started, walk_dir, walk_from, walk_steps, walk_flat, n_walked;
   uint32_t (*shapes)[3]; /* every shape the model may choose (the walk stays among them) */
   int nshapes;
+  uint64_t turn; /* when it last began a try on a stream (g_turns); 0: never */
   rf_try t[RF_MAX_TRIES];
 } refine;
 
-/* One key refines on a stream at a time (under g_lock): the first to begin a try there holds
- * the stream until it settles. A batch of a short kernel's launches times whatever else the
- * program launches between them on that stream; with the other keys launching the shape they
- * launch anyway (they try nothing meanwhile, so that shape does not change), that time is the
- * same for every candidate and the ranking stays right. A holder no longer launched (its data
- * values are not used again) gives the stream up after RF_TOKEN_IDLE launches of others. */
+/* One key tries on a stream at a time (under g_lock). A batch of a short kernel's launches
+ * times whatever else the program launches between them on that stream; while one key has a
+ * try in flight there (from the launch that records its start event to the one that records
+ * its end), the other keys launch the shape they launch anyway, untimed, and read none of
+ * their results meanwhile, so that shape stays the same through the batch. The stream is
+ * held only that long: a key paced by its budget, or waiting for its results to be read,
+ * holds nothing. Turns: a key launched while another's try is in flight there is *next*;
+ * when that try ends, only the next key may begin one, at its next launch (it loses the turn
+ * if it does not take it then). Of several keys waiting, the one whose last turn is oldest is
+ * next, so every key that wants to try gets its turn. A key waited for (the holder or the
+ * next) and not launched during RF_TOKEN_IDLE launches of the others (its data values are not
+ * used again) is passed over, and a batch it left open is dropped. */
 #define RF_MAX_TOKENS 512
 #define RF_TOKEN_IDLE 16
 typedef struct rf_token {
   void *stream;
-  const struct refine *owner;
-  int idle; /* launches of other keys waiting on the stream since the holder's last one */
+  struct refine *owner; /* the key that began the last try there (in flight or not) */
+  struct refine *next;  /* the key whose turn comes when the owner's try ends; NULL: any */
+  int idle; /* launches of other keys since the last of the key waited for */
 } rf_token;
 static rf_token g_tokens[RF_MAX_TOKENS];
 static int g_ntokens;
+static uint64_t g_turns; /* tries begun under a token, for the order of turns */
 
 static rf_token *token_of(void *stream) {
   for (int i = 0; i < g_ntokens; i++)
@@ -1155,18 +1165,38 @@ static rf_token *token_of(void *stream) {
   return NULL;
 }
 
-static void token_take(void *stream, const struct refine *r) {
-  rf_token *t = token_of(stream);
-  if (!t && g_ntokens < RF_MAX_TOKENS) t = &g_tokens[g_ntokens++];
-  if (t) *t = (rf_token){stream, r, 0};
+/* 1 when key r has a try in flight on the stream (its end not recorded yet). */
+static int rf_in_flight(const refine *r, void *stream) {
+  for (int i = 0; i < r->ntries; i++)
+    if (r->t[i].state == TRY_BEGUN && r->t[i].stream == stream) return 1;
+  return 0;
 }
 
+/* r begins a try on the stream: it holds it until the try's end is recorded. */
+static void token_take(void *stream, struct refine *r) {
+  rf_token *t = token_of(stream);
+  if (!t && g_ntokens < RF_MAX_TOKENS) {
+    t = &g_tokens[g_ntokens++];
+    *t = (rf_token){stream, NULL, NULL, 0};
+  }
+  if (!t) return; /* too many streams: this one is not shared out */
+  t->owner = r;
+  t->idle = 0;
+  if (t->next == r) t->next = NULL;
+  r->turn = ++g_turns;
+}
+
+/* r settles or is freed: it neither holds nor waits for any stream. */
 static void token_release(const struct refine *r) {
-  for (int i = 0; i < g_ntokens;)
-    if (g_tokens[i].owner == r)
-      g_tokens[i] = g_tokens[--g_ntokens];
+  for (int i = 0; i < g_ntokens;) {
+    rf_token *t = &g_tokens[i];
+    if (t->owner == r) t->owner = NULL;
+    if (t->next == r) t->next = NULL;
+    if (!t->owner && !t->next)
+      *t = g_tokens[--g_ntokens];
     else
       i++;
+  }
 }
 
 /* Frees a key's refinement state, the events of tries still in flight too (a try whose
@@ -2017,6 +2047,43 @@ static int rf_over_budget(const refine *r, int ch, int next) {
   return extra > g_cfg.refine_budget * bt * r->launches;
 }
 
+/* Under g_lock, with timing possible: 1 when key r may begin a try on the stream at this
+ * launch (see rf_token), 0 when it launches untimed because another key's try is in flight
+ * there or its turn is next. */
+static int rf_turn(refine *r, void *stream) {
+  rf_token *tk = token_of(stream);
+  if (!tk) return 1;
+  int busy = tk->owner && rf_in_flight(tk->owner, stream);
+  refine *awaited = busy ? tk->owner : tk->next;
+  if (awaited && awaited != r) {
+    if (++tk->idle <= RF_TOKEN_IDLE) {
+      if (busy && (!tk->next || r->turn < tk->next->turn)) tk->next = r;
+      return 0;
+    }
+    /* the key waited for is no longer launched here: passed over, its open batch dropped
+     * (a try whose last launch has begun is left to klaraptor_launch_end) */
+    if (busy) {
+      for (int i = 0; i < awaited->ntries; i++) {
+        rf_try *t = &awaited->t[i];
+        if (t->state != TRY_BEGUN || t->stream != stream) continue;
+        if (t->done < t->launches) {
+          ev_destroy(t->ev0);
+          ev_destroy(t->ev1);
+          t->ev0 = t->ev1 = NULL;
+          t->state = TRY_DONE;
+        } else {
+          t->state = TRY_ABANDONED;
+        }
+      }
+    } else {
+      tk->next = NULL;
+    }
+  }
+  tk->idle = 0;
+  if (tk->next == r) tk->next = NULL; /* its turn: taken now or lost */
+  return 1;
+}
+
 /* Under g_lock, for an unsettled node: which dims this launch takes (*use: a candidate, or -1
  * for the program's own) and, when it is timed, the try (NULL otherwise). */
 static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *stream,
@@ -2036,22 +2103,19 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
     t->last_at = r->launches;
     *use = t->cand;
     if (t->done == t->launches) ticket = t;
+    rf_token *tk = token_of(stream);
+    if (tk && tk->owner == r) tk->idle = 0;
+    goto out;
+  }
+  if (can_time && !rf_turn(r, stream)) {
+    /* another key tries on this stream, or its turn is next: this one launches what it
+     * launches now, untimed, and reads no result (its shape stays the same meanwhile) */
+    *use = rf_choice(r);
+    if (!r->warmed) r->warmed = *use >= 0 ? *use + 1 : -1;
     goto out;
   }
   rf_poll(r);
   *use = rf_choice(r);
-  if (can_time) {
-    /* another key refines on this stream: this one launches what it launches now, untimed */
-    rf_token *tk = token_of(stream);
-    if (tk && tk->owner != r) {
-      if (++tk->idle <= RF_TOKEN_IDLE) {
-        if (!r->warmed) r->warmed = *use >= 0 ? *use + 1 : -1;
-        goto out;
-      }
-      tk->owner = r; /* the holder is no longer launched: the stream is this key's */
-    }
-    if (tk) tk->idle = 0;
-  }
   if (!can_time || stream_capturing(stream)) {
     /* A graph captured now replays whatever it captured: the best guess, untimed. */
     if (can_time && !r->capture_logged) {
@@ -2107,7 +2171,7 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
   t->launches = r->c[pick].batch > 1 ? r->c[pick].batch : 1;
   t->done = 1;
   t->stream = stream;
-  if (!token_of(stream)) token_take(stream, r);
+  token_take(stream, r);
   r->ntries++;
   r->c[pick].issued++;
   *use = pick;
@@ -2176,7 +2240,8 @@ void klaraptor__save_progress_for_tests(void) { rf_save_all(); }
 
 int klaraptor__refining_on(void *stream) {
   pthread_mutex_lock(&g_lock);
-  int held = token_of(stream) != NULL;
+  rf_token *tk = token_of(stream);
+  int held = tk && tk->owner && rf_in_flight(tk->owner, stream);
   pthread_mutex_unlock(&g_lock);
   return held;
 }
@@ -2389,6 +2454,7 @@ void klaraptor__reset_for_tests(void) {
   g_refining = 0;
   g_refining_full = 0;
   g_ntokens = 0;
+  g_turns = 0;
   free(g_cfg.choices_dir);
   g_cfg.choices_dir = NULL;
   g_choices_warned = 0;

@@ -631,47 +631,158 @@ static void t_progress(void) {
   printf("ok progress\n");
 }
 
-/* Two keys on one stream, one launch each in turn: the first to try holds the stream and the
- * other tries nothing until it has settled (its changing shapes would be inside the first's
- * batches); then the other refines; both settle on their fastest. */
+/* Launches the second kernel on `stream` with the program's 64 threads: 5 us at 64, 7 at 128,
+ * 9 at any other width (timed in batches). Returns the block width used. */
+static uint32_t run_other(void *stream) {
+  int64_t n = 4096;
+  uint32_t prog = 64;
+  uint64_t gxy = (uint64_t)cdiv(n, prog) | (1ull << 32), bxy = prog | (1ull << 32);
+  uint32_t gz = 1, bz = 1;
+  uint64_t t = klaraptor_launch_begin(ID2, 1, &n, &gxy, &gz, &bxy, &bz, 0, stream);
+  uint32_t bx = (uint32_t)bxy;
+  fake_cudart_kernel(stream, bx == 64 ? 5 : bx == 128 ? 7 : 9);
+  klaraptor_launch_end(t);
+  return bx;
+}
+
+/* Two keys launched on one stream, watched from outside: the width of each launch, the
+ * events it recorded (one: a batch begun or ended; two: a single timed launch) and whether a
+ * try is in flight on the stream after it. A batch is one key's launches of one shape; while
+ * it is in flight the other key records nothing and launches one shape throughout. */
+typedef struct watch {
+  int holder;     /* the key whose batch is in flight; -1: none */
+  uint32_t batch_bx, wait_bx;
+  int timed[2];   /* launches that recorded events */
+  int batches[2]; /* batches begun */
+  int waited[2];  /* launches inside the other key's batch */
+  int in_batch;   /* of which inside the batch in flight */
+  int bad;        /* launches that broke the rule */
+} watch;
+
+static void watch_launch(watch *w, int k, uint32_t bx, int records, int busy) {
+  if (records) w->timed[k]++;
+  if (w->holder == k) {
+    /* its own batch: one shape; the middle launches record nothing, the last one ends it */
+    if (bx != w->batch_bx || records > 1 || busy != (records == 0)) w->bad++;
+    if (records) w->holder = -1;
+  } else if (w->holder >= 0) {
+    /* inside the other key's batch: untimed, one shape */
+    if (records || !busy || (w->in_batch && bx != w->wait_bx)) w->bad++;
+    w->wait_bx = bx;
+    w->in_batch++;
+    w->waited[k]++;
+  } else if (records == 1 && busy) {
+    w->holder = k;
+    w->batch_bx = bx;
+    w->batches[k]++;
+    w->in_batch = 0;
+  } else if (busy || records == 1) {
+    w->bad++; /* a try left in flight that is no batch, or a batch's end never begun */
+  }
+}
+
+/* One launch of key k (0: stencil, 1: the other kernel) on stream s, watched. */
+static void watched(watch *w, void *s, int k) {
+  int before = fake_cudart_records;
+  uint32_t bx = k == 0 ? run(s, 4096, 0) : run_other(s);
+  watch_launch(w, k, bx, fake_cudart_records - before, klaraptor__refining_on(s));
+}
+
+/* Two keys on one stream, one launch each in turn, both short (timed in batches): while one
+ * has a try in flight the other launches its shape untimed; both settle on their fastest. A
+ * key no longer launched gives the stream up. */
 static void t_interleaved(void) {
   g_case = "interleaved";
   fresh(NULL, NULL);
-  g_scale = 0.2; /* stencil: 6 us at 128, batched */
+  g_scale = 0.2; /* stencil: 6 us at 128 */
   void *s = (void *)0x30;
-  int waiting = 0, tries_waiting = 0;
+  watch w = {-1, 0, 0, {0, 0}, {0, 0}, {0, 0}, 0, 0};
   for (int i = 0; i < 400; i++) {
-    run(s, 4096, 0);
-    int64_t n = 4096;
-    uint32_t prog = 64;
-    uint64_t gxy = (uint64_t)cdiv(n, prog) | (1ull << 32), bxy = prog | (1ull << 32);
-    uint32_t gz = 1, bz = 1;
-    int stencil_refining = !strstr(log_text(), "stencil n=4096 refine: settled");
-    int before = fake_cudart_records;
-    uint64_t t = klaraptor_launch_begin(ID2, 1, &n, &gxy, &gz, &bxy, &bz, 0, s);
-    uint32_t bx = (uint32_t)bxy;
-    fake_cudart_kernel(s, bx == 64 ? 40 : bx == 128 ? 60 : 200);
-    klaraptor_launch_end(t);
-    if (stencil_refining && i > 0) {
-      waiting++;
-      tries_waiting += fake_cudart_records != before;
-    }
+    watched(&w, s, 0);
+    watched(&w, s, 1);
   }
-  CHECK(waiting > 0);
-  CHECK(tries_waiting == 0);
+  CHECK(w.bad == 0);
+  CHECK(w.batches[0] > 0 && w.batches[1] > 0);
+  CHECK(w.waited[0] > 0 && w.waited[1] > 0);
   const char *log = log_text();
   CHECK(strstr(log, "stencil n=4096 refine: settled on block=128x1x1"));
   CHECK(strstr(log, "other n=4096 refine: settled on block=64x1x1"));
   CHECK(!klaraptor__refining_on(s));
   CHECK(fake_cudart_events_live == 0);
 
-  /* a key no longer launched gives the stream up */
+  /* a key no longer launched gives the stream up, its open batch dropped */
   fresh(NULL, NULL);
-  for (int i = 0; i < 3; i++) run(s, 4096, 0); /* holds the stream, then is not seen again */
-  CHECK(klaraptor__refining_on(s));
+  g_scale = 0.2;
+  for (int i = 0; i < 20 && !klaraptor__refining_on(s); i++) run(s, 4096, 0);
+  CHECK(klaraptor__refining_on(s)); /* a batch in flight, then the key is not seen again */
   for (int i = 0; i < 60; i++) run(s, 8192, 0);
   CHECK(strstr(log_text(), "stencil n=8192 refine: settled on block=128x1x1"));
   printf("ok interleaved\n");
+}
+
+/* The number in the log line "<key> refine: not settled at exit ... <k> of <m> candidates
+ * timed", or -1. */
+static int timed_of(const char *log, const char *key) {
+  char want[256];
+  snprintf(want, sizeof want, "%s refine: not settled at exit", key);
+  const char *at = strstr(log, want), *end = at ? strchr(at, '\n') : NULL;
+  const char *c = at ? strstr(at, " candidates timed") : NULL;
+  if (!c || (end && c > end)) return -1;
+  for (int words = 0; words < 3 && c > at; c--)
+    if (c[-1] == ' ') words++;
+  return atoi(c + 1);
+}
+
+/* Two keys launched in turn on one stream, both paced by the budget: a key holds the stream
+ * only while it has a try in flight, not while the budget makes it wait, so both time their
+ * candidates in the same run (neither waits for the other to settle); while one has a batch
+ * in flight the other launches its current shape, untimed. Then turns: a key launched three
+ * times for each launch of the other, unpaced, does not keep the stream to itself. */
+static void t_turns(void) {
+  g_case = "turns";
+  fresh_paced(NULL);
+  g_scale = 0.2; /* stencil: 6 us at 128; the other: 5 us at 64; both timed in batches */
+  void *s = (void *)0x40;
+  watch w = {-1, 0, 0, {0, 0}, {0, 0}, {0, 0}, 0, 0};
+  for (int i = 0; i < 300; i++) {
+    watched(&w, s, 0);
+    watched(&w, s, 1);
+  }
+  /* paced: nothing settles in these launches (unpaced, a hundred would do) */
+  CHECK(!strstr(log_text(), "settled on"));
+  klaraptor__save_progress_for_tests();
+  const char *log = log_text();
+  /* both timed candidates, in batches, each while the other launched untimed */
+  CHECK(timed_of(log, "stencil n=4096") >= 2 && timed_of(log, "other n=4096") >= 2);
+  CHECK(w.batches[0] >= 2 && w.batches[1] >= 2);
+  CHECK(w.waited[0] > 0 && w.waited[1] > 0);
+  CHECK(w.bad == 0);
+  /* and both settle on their fastest */
+  for (int i = 0; i < 4000 && count(log_text(), "refine: settled on") < 2; i++) {
+    watched(&w, s, 0);
+    watched(&w, s, 1);
+  }
+  CHECK(w.bad == 0);
+  CHECK(strstr(log_text(), "stencil n=4096 refine: settled on block=128x1x1"));
+  CHECK(strstr(log_text(), "other n=4096 refine: settled on block=64x1x1"));
+
+  /* Turns: unpaced, stencil launched three times for each launch of the other. Stencil would
+   * begin a batch right after the last one ended, and the other, always launched while one
+   * is in flight, would try nothing until stencil settled; having waited, it is next: stencil
+   * launches untimed from the end of its batch until the other has begun its own. */
+  fresh(NULL, NULL);
+  g_scale = 0.2;
+  watch u = {-1, 0, 0, {0, 0}, {0, 0}, {0, 0}, 0, 0};
+  int other_before = 0; /* the other's batches before stencil settled */
+  for (int i = 0; i < 400 && !strstr(log_text(), "stencil n=4096 refine: settled"); i++) {
+    for (int j = 0; j < 3; j++) watched(&u, s, 0);
+    watched(&u, s, 1);
+    if (!strstr(log_text(), "stencil n=4096 refine: settled")) other_before = u.batches[1];
+  }
+  CHECK(u.bad == 0);
+  CHECK(u.batches[0] >= 2 && u.waited[0] > 0);
+  CHECK(other_before >= 2);
+  printf("ok turns\n");
 }
 
 static int scenario_unit(void) {
@@ -690,6 +801,7 @@ static int scenario_unit(void) {
   t_budget();
   t_progress();
   t_interleaved();
+  t_turns();
   if (!g_failures) printf("all refinement cases passed\n");
   return g_failures != 0;
 }
