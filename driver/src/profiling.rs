@@ -21,17 +21,20 @@ use crate::linkspec::LinkSpec;
 /// Linker options that make a link the profiling variant (with the runtime archive).
 pub const WRAP_FLAGS: &[&str] = &["-Xlinker", "--wrap=__cudaLaunchKernel"];
 
-/// The block shapes profiled for a kernel of dimensionality `dim`. The fit works on launch
-/// totals scaled by lane occupancy (metrics.rs), which depend on the shape far less than
-/// per-warp figures, so the plan samples the shapes rather than taking all of them:
+/// The generic sample of block shapes for a kernel of dimensionality `dim`: the plan of a
+/// kernel whose constraints allow all of it ([`kernel_plan`], where every plan comes from,
+/// says what a kernel that does not gets). The fit works on launch totals scaled by lane
+/// occupancy (metrics.rs), which depend on the shape far less than per-warp figures, so the
+/// plan samples the shapes rather than taking all of them:
 /// - 1-D: every power of two 1 … 1024 and the multiples of 32 between 64 and 384 that are
 ///   not (19 shapes): occupancy steps most there;
 /// - 2-D: 1×1 and every power-of-two shape of 8, 64, 256 or 1024 threads (32 of the 66
 ///   candidates): every bx and by from 1 to 1024 appears, with tiny, medium and full blocks;
 /// - 3-D: the same thread counts with bz ≤ 8.
 ///
-/// Tiny blocks stay: they are legal and the fit must see them. Shapes the device or the
-/// kernel's constraints reject are recorded as failed by the runtime, not dropped.
+/// Tiny blocks stay: they are legal and the fit must see them. Shapes the device rejects at
+/// run time, or the kernel's constraints at some profile size, are recorded as failed by the
+/// runtime, not dropped.
 pub fn plan_shapes(dim: u8) -> Vec<[u32; 3]> {
     let p2 = |e: u32| 1u32 << e;
     let mut out = Vec::new();
@@ -67,12 +70,187 @@ pub fn plan_shapes(dim: u8) -> Vec<[u32; 3]> {
     out
 }
 
-/// The plan file the profiling runtime reads: one line per kernel, its id then its shapes.
+/// Below this many allowed shapes of the generic plan ([`plan_shapes`]), its spread is lost:
+/// a kernel's plan is then every shape it allows ([`kernel_plan`]).
+pub const MIN_GENERIC_ALLOWED: usize = 8;
+
+/// How a kernel's sampling plan was drawn ([`kernel_plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanRule {
+    /// The kernel allows every shape of the generic plan: the plan is the generic one.
+    Generic,
+    /// The generic plan's allowed shapes, topped up with other allowed shapes (spread over
+    /// thread counts) to as many shapes as the generic plan has.
+    ToppedUp,
+    /// Every allowed shape: fewer are allowed than the generic plan has, or fewer than
+    /// [`MIN_GENERIC_ALLOWED`] of the generic plan's.
+    EveryAllowed,
+    /// No candidate shape is allowed at any profile size: the generic plan, whose shapes
+    /// the profiling runtime records as rejected (the records say why).
+    NoneAllowed,
+    /// The constraints do not parse: the generic plan (the build reports the constraint).
+    Unreadable,
+}
+
+/// The sampling plan of one kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelPlan {
+    pub shapes: Vec<[u32; 3]>,
+    pub rule: PlanRule,
+    /// How many candidate shapes (`rational::candidates` within the generic device limits)
+    /// the kernel allows at some profile size, of how many.
+    pub allowed: usize,
+    pub candidates: usize,
+}
+
+/// The sampling plan of `spec`: the block shapes the profiling runtime sweeps at each of its
+/// profile sizes. Every user of a kernel's plan (the plan file of the profiling variant,
+/// the plan record of its profile, the progress messages, `klaraptor plan`) takes it from
+/// here.
+///
+/// The shapes are drawn from those the model may choose: the candidates of the kernel's
+/// dimensionality ([`crate::rational::candidates`], what the rational program searches)
+/// within the generic device limits (the sm_90 table: 1024 threads, 1024 × 1024 × 64),
+/// allowed by the kernel's block constraints. A constraint that names a data label is
+/// evaluated at each profile size: a shape is allowed when at some profile size every
+/// constraint holds (the runtime still rejects it at the sizes where it does not); without
+/// profile sizes only the constraints that need no data count. Then:
+/// - when every shape of the generic plan ([`plan_shapes`]) is allowed, the plan is the
+///   generic one, unchanged;
+/// - when fewer shapes are allowed than the generic plan has, or fewer than
+///   [`MIN_GENERIC_ALLOWED`] of the generic plan's shapes are, the plan is every allowed
+///   shape (in candidate order);
+/// - otherwise it is the generic plan's allowed shapes (in its order), topped up with other
+///   allowed shapes (in candidate order) until it has as many as the generic plan. Each
+///   added shape is, of the allowed ones left, one of a thread count the plan has fewest
+///   shapes of; of those, the farthest (in log2 of the threads) from the plan's thread
+///   counts; then the farthest (in log2 of each dimension) from the plan's shapes of its
+///   thread count; then the first candidate.
+///
+/// When no candidate is allowed, or the constraints do not parse, the plan is the generic
+/// one (the runtime rejects its shapes and says why; the build reports the constraint).
+pub fn kernel_plan(spec: &LinkSpec) -> KernelPlan {
+    let generic = plan_shapes(spec.dim);
+    let limits = klaraptor_model::Device::for_arch(9, 0).ok();
+    let candidates: Vec<[u32; 3]> = crate::rational::candidates(spec.dim)
+        .into_iter()
+        .filter(|b| {
+            limits
+                .as_ref()
+                .is_none_or(|d| crate::rational::within_limits(d, *b))
+        })
+        .collect();
+    let n_candidates = candidates.len();
+    let unfiltered = |rule| KernelPlan {
+        shapes: generic.clone(),
+        rule,
+        allowed: 0,
+        candidates: n_candidates,
+    };
+    let Ok(constraints) = crate::rational::kernel_constraints(&spec.data, &spec.block) else {
+        return unfiltered(PlanRule::Unreadable);
+    };
+    let allowed: Vec<[u32; 3]> = candidates
+        .into_iter()
+        .filter(|&b| {
+            crate::rational::allowed_for_some_data(&constraints, b)
+                && (spec.profile_sizes.is_empty()
+                    || spec
+                        .profile_sizes
+                        .iter()
+                        .any(|size| crate::rational::allowed_at(&constraints, &spec.data, size, b)))
+        })
+        .collect();
+    if allowed.is_empty() {
+        return unfiltered(PlanRule::NoneAllowed);
+    }
+    let mut shapes: Vec<[u32; 3]> = generic
+        .iter()
+        .filter(|b| allowed.contains(b))
+        .copied()
+        .collect();
+    let rule = if shapes.len() == generic.len() {
+        PlanRule::Generic
+    } else if allowed.len() < generic.len() || shapes.len() < MIN_GENERIC_ALLOWED {
+        shapes = allowed.clone();
+        PlanRule::EveryAllowed
+    } else {
+        let added = top_up(&shapes, &allowed, generic.len());
+        shapes.extend(added);
+        PlanRule::ToppedUp
+    };
+    KernelPlan {
+        shapes,
+        rule,
+        allowed: allowed.len(),
+        candidates: n_candidates,
+    }
+}
+
+/// The shapes of `pool` (in its order) that top `plan` up to `target` shapes, chosen as
+/// [`kernel_plan`] says.
+fn top_up(plan: &[[u32; 3]], pool: &[[u32; 3]], target: usize) -> Vec<[u32; 3]> {
+    let threads = |b: &[u32; 3]| u64::from(b[0]) * u64::from(b[1]) * u64::from(b[2]);
+    let lg = |v: u64| (v.max(1) as f64).log2();
+    let mut chosen: Vec<[u32; 3]> = plan.to_vec();
+    let mut rest: Vec<usize> = (0..pool.len())
+        .filter(|&i| !plan.contains(&pool[i]))
+        .collect();
+    let mut added: Vec<usize> = Vec::new();
+    while chosen.len() < target && !rest.is_empty() {
+        // (shapes of its thread count, distance to the plan's thread counts, distance to
+        // the plan's shapes of its thread count): the least first, then the farthest.
+        let key = |b: &[u32; 3]| {
+            let t = threads(b);
+            let same: Vec<&[u32; 3]> = chosen.iter().filter(|c| threads(c) == t).collect();
+            let gap = chosen
+                .iter()
+                .map(|c| (lg(t) - lg(threads(c))).abs())
+                .fold(f64::INFINITY, f64::min);
+            let shape_gap = same
+                .iter()
+                .map(|c| {
+                    (0..3)
+                        .map(|i| (lg(u64::from(b[i])) - lg(u64::from(c[i]))).abs())
+                        .sum::<f64>()
+                })
+                .fold(f64::INFINITY, f64::min);
+            (same.len(), gap, shape_gap)
+        };
+        let mut best = 0;
+        let mut best_key = key(&pool[rest[0]]);
+        for (k, &i) in rest.iter().enumerate().skip(1) {
+            let kk = key(&pool[i]);
+            let better =
+                kk.0.cmp(&best_key.0)
+                    .then(best_key.1.total_cmp(&kk.1))
+                    .then(best_key.2.total_cmp(&kk.2))
+                    == std::cmp::Ordering::Less;
+            if better {
+                best = k;
+                best_key = kk;
+            }
+        }
+        let i = rest.remove(best);
+        chosen.push(pool[i]);
+        added.push(i);
+    }
+    added.sort_unstable();
+    added.into_iter().map(|i| pool[i]).collect()
+}
+
+/// The shapes of [`kernel_plan`]`(spec)`.
+pub fn plan_shapes_for(spec: &LinkSpec) -> Vec<[u32; 3]> {
+    kernel_plan(spec).shapes
+}
+
+/// The plan file the profiling runtime reads: one line per kernel, its id then its shapes
+/// ([`kernel_plan`]).
 pub fn plan_file(specs: &[LinkSpec]) -> String {
     let mut s = String::from("# klaraptor sampling plan: <kernel id> <bx>x<by>x<bz> ...\n");
     for spec in specs {
         s.push_str(&spec.mangled);
-        for b in plan_shapes(spec.dim) {
+        for b in plan_shapes_for(spec) {
             s.push_str(&format!(" {}x{}x{}", b[0], b[1], b[2]));
         }
         s.push('\n');
@@ -80,18 +258,50 @@ pub fn plan_file(specs: &[LinkSpec]) -> String {
     s
 }
 
-/// The plan record of `spec`.
+/// The plan record of `spec` ([`kernel_plan`]; its note says which rule drew the shapes).
 pub fn plan_record(spec: &LinkSpec, runs: u32, warmup: u32) -> Plan {
+    let plan = kernel_plan(spec);
+    let n = plan.shapes.len();
+    let how = match plan.rule {
+        PlanRule::Generic => format!(
+            "the generic sample of the block shapes of a {}-D kernel (plan_shapes), all of \
+             which its constraints allow",
+            spec.dim
+        ),
+        PlanRule::ToppedUp => format!(
+            "the shapes of the generic sample of a {}-D kernel (plan_shapes) that its \
+             constraints allow at some profile size, topped up with other allowed candidates \
+             spread over thread counts to {n} shapes ({} of {} candidates allowed)",
+            spec.dim, plan.allowed, plan.candidates
+        ),
+        PlanRule::EveryAllowed => format!(
+            "every candidate block shape of a {}-D kernel that its constraints allow at some \
+             profile size ({n} of {} candidates; too few of the generic sample's are allowed)",
+            spec.dim, plan.candidates
+        ),
+        PlanRule::NoneAllowed => format!(
+            "the generic sample of the block shapes of a {}-D kernel (plan_shapes): its \
+             constraints allow no candidate at any profile size, so the runtime rejects them",
+            spec.dim
+        ),
+        PlanRule::Unreadable => format!(
+            "the generic sample of the block shapes of a {}-D kernel (plan_shapes): its \
+             constraints do not parse",
+            spec.dim
+        ),
+    };
     Plan {
         sizes: spec.profile_sizes.clone(),
-        shapes: plan_shapes(spec.dim),
+        shapes: plan.shapes,
         runs,
         warmup,
         note: format!(
-            "a sample of the block shapes of a {}-D kernel (plan_shapes in \
-             driver/src/profiling.rs), at the annotation's profile sizes; the fit extrapolates \
-             in data size from these",
-            spec.dim
+            "{how} (kernel_plan in driver/src/profiling.rs: the shapes the model may choose, \
+             within 1024 threads, filtered by the block constraints at the profile sizes; the \
+             generic sample when all of it is allowed, every allowed shape when fewer than the \
+             generic sample's count or fewer than {MIN_GENERIC_ALLOWED} of its shapes are, \
+             else its allowed shapes topped up to its count), at the annotation's profile \
+             sizes; the fit extrapolates in data size from these"
         ),
     }
 }
@@ -168,7 +378,7 @@ pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result
         fmt_size(&spec.data, size),
         i + 1,
         spec.profile_sizes.len(),
-        plan_shapes(spec.dim).len()
+        plan_shapes_for(spec).len()
     );
     let t = std::time::Instant::now();
     let progress_file = tempfile::Builder::new()
@@ -1113,6 +1323,220 @@ mod tests {
         let line = file.lines().nth(1).unwrap();
         assert!(line.starts_with("_Z1kPfii 1x1x1 8x1x1 4x2x1 "), "{line}");
         assert_eq!(line.split(' ').count(), 33);
+    }
+
+    /// The generic plans as `plan_shapes` gave them before plans were filtered by the
+    /// kernels' constraints (the committed profiles and the accuracy study were planned so).
+    const GENERIC_1D: &str =
+        "1x1x1 2x1x1 4x1x1 8x1x1 16x1x1 32x1x1 64x1x1 96x1x1 128x1x1 160x1x1 192x1x1 \
+         224x1x1 256x1x1 288x1x1 320x1x1 352x1x1 384x1x1 512x1x1 1024x1x1";
+    const GENERIC_2D: &str =
+        "1x1x1 8x1x1 4x2x1 2x4x1 1x8x1 64x1x1 32x2x1 16x4x1 8x8x1 4x16x1 2x32x1 1x64x1 \
+         256x1x1 128x2x1 64x4x1 32x8x1 16x16x1 8x32x1 4x64x1 2x128x1 1x256x1 1024x1x1 \
+         512x2x1 256x4x1 128x8x1 64x16x1 32x32x1 16x64x1 8x128x1 4x256x1 2x512x1 1x1024x1";
+    const GENERIC_3D: &str =
+        "1x1x1 8x1x1 4x2x1 2x4x1 1x8x1 4x1x2 2x2x2 1x4x2 2x1x4 1x2x4 1x1x8 64x1x1 32x2x1 \
+         16x4x1 8x8x1 4x16x1 2x32x1 1x64x1 32x1x2 16x2x2 8x4x2 4x8x2 2x16x2 1x32x2 16x1x4 \
+         8x2x4 4x4x4 2x8x4 1x16x4 8x1x8 4x2x8 2x4x8 1x8x8 256x1x1 128x2x1 64x4x1 32x8x1 \
+         16x16x1 8x32x1 4x64x1 2x128x1 1x256x1 128x1x2 64x2x2 32x4x2 16x8x2 8x16x2 4x32x2 \
+         2x64x2 1x128x2 64x1x4 32x2x4 16x4x4 8x8x4 4x16x4 2x32x4 1x64x4 32x1x8 16x2x8 \
+         8x4x8 4x8x8 2x16x8 1x32x8 1024x1x1 512x2x1 256x4x1 128x8x1 64x16x1 32x32x1 \
+         16x64x1 8x128x1 4x256x1 2x512x1 1x1024x1 512x1x2 256x2x2 128x4x2 64x8x2 32x16x2 \
+         16x32x2 8x64x2 4x128x2 2x256x2 1x512x2 256x1x4 128x2x4 64x4x4 32x8x4 16x16x4 \
+         8x32x4 4x64x4 2x128x4 1x256x4 128x1x8 64x2x8 32x4x8 16x8x8 8x16x8 4x32x8 2x64x8 \
+         1x128x8";
+
+    /// Shapes written `BXxBYxBZ`, separated by spaces.
+    fn shapes(text: &str) -> Vec<[u32; 3]> {
+        text.split_whitespace()
+            .map(|w| {
+                let v: Vec<u32> = w.split('x').map(|x| x.parse().unwrap()).collect();
+                [v[0], v[1], v[2]]
+            })
+            .collect()
+    }
+
+    /// A kernel of `dim` with data labels `data`, block constraints `block` and profile sizes
+    /// `sizes`.
+    fn constrained(data: &[&str], dim: u8, block: &[&str], sizes: &[&[i64]]) -> LinkSpec {
+        let mut s = spec(data, dim, Some("./app"));
+        s.block = block.iter().map(|b| b.to_string()).collect();
+        s.profile_sizes = sizes.iter().map(|v| v.to_vec()).collect();
+        s
+    }
+
+    #[test]
+    fn an_unconstrained_kernel_keeps_the_generic_plan() {
+        for (dim, text, unused) in [
+            (1, GENERIC_1D, "bx != 416"),
+            (2, GENERIC_2D, "bx * by != 512"),
+            (3, GENERIC_3D, "bx * by * bz != 512"),
+        ] {
+            let want = shapes(text);
+            assert_eq!(plan_shapes(dim), want, "{dim}-D");
+            let s = spec(&["N"], dim, None);
+            let plan = kernel_plan(&s);
+            assert_eq!(plan.shapes, want, "{dim}-D");
+            assert_eq!(plan.rule, PlanRule::Generic, "{dim}-D");
+            assert_eq!(plan_record(&s, 1, 0).shapes, want, "{dim}-D");
+            let file = plan_file(std::slice::from_ref(&s));
+            assert_eq!(
+                file.lines().nth(1).unwrap(),
+                format!("_Z1kPfii {text}"),
+                "{dim}-D"
+            );
+            // A constraint that rules out only candidates outside the generic plan keeps it.
+            let c = constrained(&["N"], dim, &[unused], &[&[64]]);
+            let plan = kernel_plan(&c);
+            assert_eq!((plan.shapes, plan.rule), (want.clone(), PlanRule::Generic));
+            // One that rules out generic shapes does not: those are not planned.
+            let c = constrained(&["N"], dim, &["bx >= 2"], &[&[64]]);
+            let got = plan_shapes_for(&c);
+            assert_ne!(got, want, "{dim}-D");
+            assert!(got.iter().all(|b| b[0] >= 2), "{dim}-D: {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_constrained_transpose_plans_exactly_its_allowed_shapes() {
+        let t = LinkSpec {
+            name: "transpose".into(),
+            mangled: "_Z9transposePfPKfii".into(),
+            grid: vec!["ceil(W, bx)".into(), "ceil(H, by)".into()],
+            ..constrained(
+                &["W", "H"],
+                2,
+                &["bx == 32 && 32 % by == 0"],
+                &[&[64, 64], &[128, 128], &[256, 64], &[64, 256]],
+            )
+        };
+        let want = shapes("32x1x1 32x2x1 32x4x1 32x8x1 32x16x1 32x32x1");
+        let plan = kernel_plan(&t);
+        assert_eq!(plan.shapes, want);
+        assert_eq!(plan.rule, PlanRule::EveryAllowed);
+        assert_eq!((plan.allowed, plan.candidates), (6, 66));
+        // The plan file, the plan record and the count of the progress line agree.
+        let file = plan_file(std::slice::from_ref(&t));
+        assert_eq!(
+            file.lines().nth(1).unwrap(),
+            "_Z9transposePfPKfii 32x1x1 32x2x1 32x4x1 32x8x1 32x16x1 32x32x1"
+        );
+        let record = plan_record(&t, 3, 1);
+        assert_eq!(record.shapes, want);
+        assert_eq!(record.sizes, t.profile_sizes);
+        assert!(
+            record.note.starts_with(
+                "every candidate block shape of a 2-D kernel that its constraints allow at some \
+                 profile size (6 of 66 candidates"
+            ),
+            "{}",
+            record.note
+        );
+        assert_eq!(plan_shapes_for(&t).len(), 6);
+        // The constraint as the link spec carries it (printed by the annotation front-end)
+        // plans the same.
+        let printed = LinkSpec {
+            block: vec!["((bx == 32) && ((32 % by) == 0))".into()],
+            ..t.clone()
+        };
+        assert_eq!(plan_shapes_for(&printed), want);
+    }
+
+    #[test]
+    fn a_data_dependent_constraint_plans_the_shapes_allowed_at_some_profile_size() {
+        // bx <= N at N = 64 and N = 200: the shapes up to 192 threads, those above 64 only
+        // at the larger size; 11 shapes, fewer than the generic 19: all of them.
+        let k = constrained(&["N"], 1, &["bx <= N"], &[&[64], &[200]]);
+        let plan = kernel_plan(&k);
+        assert_eq!(
+            plan.shapes,
+            shapes("1x1x1 2x1x1 4x1x1 8x1x1 16x1x1 32x1x1 64x1x1 96x1x1 128x1x1 160x1x1 192x1x1")
+        );
+        assert_eq!(plan.rule, PlanRule::EveryAllowed);
+        // At N = 64 alone: seven.
+        let k = constrained(&["N"], 1, &["bx <= N"], &[&[64]]);
+        assert_eq!(
+            plan_shapes_for(&k),
+            shapes("1x1x1 2x1x1 4x1x1 8x1x1 16x1x1 32x1x1 64x1x1")
+        );
+        // A constraint that cannot be evaluated at a size (a division by zero at N = 64)
+        // allows nothing there.
+        let k = constrained(&["N"], 1, &["bx <= 4096 / (N - 64)"], &[&[64], &[96]]);
+        assert_eq!(
+            plan_shapes_for(&k),
+            shapes("1x1x1 2x1x1 4x1x1 8x1x1 16x1x1 32x1x1 64x1x1 96x1x1 128x1x1")
+        );
+        // 2-D, at most N threads: at N = 256, 21 of the generic shapes and 45 candidates are
+        // allowed: the 21, topped up to 32 with shapes of the thread counts the generic
+        // plan lacks.
+        let k = constrained(&["N"], 2, &["bx * by <= N"], &[&[256]]);
+        let plan = kernel_plan(&k);
+        assert_eq!(plan.rule, PlanRule::ToppedUp);
+        assert_eq!((plan.allowed, plan.shapes.len()), (45, 32));
+        let threads = |b: &[u32; 3]| b[0] * b[1] * b[2];
+        assert!(plan.shapes.iter().all(|b| threads(b) <= 256), "{plan:?}");
+        let generic_allowed: Vec<[u32; 3]> = shapes(GENERIC_2D)
+            .into_iter()
+            .filter(|b| threads(b) <= 256)
+            .collect();
+        assert_eq!(generic_allowed.len(), 21);
+        assert_eq!(plan.shapes[..21], generic_allowed[..]);
+        let counts: std::collections::BTreeSet<u32> =
+            plan.shapes[21..].iter().map(threads).collect();
+        assert_eq!(counts.into_iter().collect::<Vec<_>>(), [2, 4, 16, 32, 128]);
+        // At N = 256 or N = 1024 every generic shape is allowed at some size: generic.
+        let k = constrained(&["N"], 2, &["bx * by <= N"], &[&[256], &[1024]]);
+        let plan = kernel_plan(&k);
+        assert_eq!(
+            (plan.shapes, plan.rule),
+            (shapes(GENERIC_2D), PlanRule::Generic)
+        );
+    }
+
+    #[test]
+    fn a_kernel_that_allows_most_shapes_gets_the_generic_ones_topped_up() {
+        // bx >= 32 (saxpy's constraint): 14 of the generic 1-D shapes, 32 candidates; five
+        // more, spread over the thread counts the generic plan leaves out (its gap between
+        // 512 and 1024 first: 736, then 608 and 864, then 448 and 672).
+        let k = constrained(&["N"], 1, &["bx >= 32"], &[&[4096]]);
+        let plan = kernel_plan(&k);
+        assert_eq!(plan.rule, PlanRule::ToppedUp);
+        assert_eq!((plan.allowed, plan.candidates), (32, 37));
+        assert_eq!(
+            plan.shapes,
+            shapes(
+                "32x1x1 64x1x1 96x1x1 128x1x1 160x1x1 192x1x1 224x1x1 256x1x1 288x1x1 \
+                 320x1x1 352x1x1 384x1x1 512x1x1 1024x1x1 448x1x1 608x1x1 672x1x1 736x1x1 \
+                 864x1x1"
+            )
+        );
+        assert!(plan_record(&k, 1, 0).note.starts_with(
+            "the shapes of the generic sample of a 1-D kernel (plan_shapes) that its \
+             constraints allow at some profile size, topped up"
+        ));
+    }
+
+    #[test]
+    fn a_kernel_that_allows_no_shape_or_cannot_be_read_gets_the_generic_plan() {
+        for (block, rule) in [
+            ("bx > 2048", PlanRule::NoneAllowed),
+            ("bx > N", PlanRule::NoneAllowed),
+            ("bx +", PlanRule::Unreadable),
+        ] {
+            let k = constrained(&["N"], 1, &[block], &[&[1024]]);
+            let plan = kernel_plan(&k);
+            assert_eq!(
+                (plan.shapes, plan.rule),
+                (shapes(GENERIC_1D), rule),
+                "{block}"
+            );
+        }
+        // Without profile sizes, only the constraints that need no data count.
+        let k = constrained(&["N"], 2, &["bx == 32", "bx * by <= N"], &[]);
+        assert_eq!(
+            plan_shapes_for(&k),
+            shapes("32x1x1 32x2x1 32x4x1 32x8x1 32x16x1 32x32x1")
+        );
     }
 
     #[test]

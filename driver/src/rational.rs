@@ -275,11 +275,55 @@ fn parse_grid(spec_grid: &[String], labels: &[&str]) -> Result<Vec<IntExpr>> {
         .collect()
 }
 
-fn parse_constraints(block: &[String], labels: &[&str]) -> Result<Vec<BoolExpr>> {
+/// Parses the block constraints of a kernel; `labels` are the names they may use (the data
+/// labels and [`expr::BLOCK_VARS`]).
+pub(crate) fn parse_constraints(block: &[String], labels: &[&str]) -> Result<Vec<BoolExpr>> {
     block
         .iter()
         .map(|b| expr::parse_bool(b, labels).map_err(|e| anyhow::anyhow!("block {b:?}: {e}")))
         .collect()
+}
+
+/// The block constraints of a kernel whose data labels are `data`, parsed.
+pub(crate) fn kernel_constraints(data: &[String], block: &[String]) -> Result<Vec<BoolExpr>> {
+    let mut labels: Vec<&str> = data.iter().map(String::as_str).collect();
+    labels.extend(expr::BLOCK_VARS);
+    parse_constraints(block, &labels)
+}
+
+/// Whether block `b` is within `device`'s limits (threads per block, each dimension).
+pub(crate) fn within_limits(device: &Device, b: [u32; 3]) -> bool {
+    b[0] <= device.max_block_dim[0]
+        && b[1] <= device.max_block_dim[1]
+        && b[2] <= device.max_block_dim[2]
+        && u64::from(b[0]) * u64::from(b[1]) * u64::from(b[2])
+            <= u64::from(device.max_threads_per_block)
+}
+
+/// Whether no constraint rules block `b` out for every data size: a constraint that names a
+/// data label cannot be evaluated without the data (nor can one whose evaluation fails) and
+/// is left for the launch.
+pub(crate) fn allowed_for_some_data(constraints: &[BoolExpr], b: [u32; 3]) -> bool {
+    constraints
+        .iter()
+        .all(|c| c.eval(&BlockEnv(b)).unwrap_or(true))
+}
+
+/// Whether every constraint holds for block `b` at the data values `data` (of the labels
+/// `labels`); one that cannot be evaluated there (division by zero, overflow, a missing
+/// value) does not.
+pub(crate) fn allowed_at(
+    constraints: &[BoolExpr],
+    labels: &[String],
+    data: &[i64],
+    b: [u32; 3],
+) -> bool {
+    let env = FullEnv {
+        labels,
+        data,
+        block: b,
+    };
+    constraints.iter().all(|c| c.eval(&env).unwrap_or(false))
 }
 
 /// Builds the program of `spec` from its profile `entry`.
@@ -289,22 +333,11 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
     labels.extend(expr::BLOCK_VARS);
     let constraints = parse_constraints(&spec.block, &labels)?;
     parse_grid(&spec.grid, &labels)?;
+    // Constraints that depend on the data are checked at run time; here only those that
+    // rule a shape out for every size.
     let cands: Vec<[u32; 3]> = candidates(spec.dim)
         .into_iter()
-        .filter(|b| {
-            b[0] <= device.max_block_dim[0]
-                && b[1] <= device.max_block_dim[1]
-                && b[2] <= device.max_block_dim[2]
-                && b[0] * b[1] * b[2] <= device.max_threads_per_block
-        })
-        .filter(|b| {
-            // Constraints that depend on the data are checked at run time; here only those
-            // that rule a shape out for every size.
-            // (evaluation fails on a data label: such a constraint is kept for later).
-            constraints
-                .iter()
-                .all(|c| c.eval(&BlockEnv(*b)).unwrap_or(true))
-        })
+        .filter(|b| within_limits(&device, *b) && allowed_for_some_data(&constraints, *b))
         .collect();
     if cands.is_empty() {
         bail!(
@@ -566,14 +599,14 @@ impl RationalProgram {
         let domain = metrics::domain_threads(&self.data, &grid, data);
         let mut out = Vec::new();
         for &b in &self.candidates {
+            if !allowed_at(&cons, &self.data, data, b) {
+                continue;
+            }
             let env = FullEnv {
                 labels: &self.data,
                 data,
                 block: b,
             };
-            if !cons.iter().all(|c| c.eval(&env).unwrap_or(false)) {
-                continue;
-            }
             let mut g = [1u32; 3];
             let mut ok = true;
             for (i, e) in grid.iter().enumerate().take(3) {

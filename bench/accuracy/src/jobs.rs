@@ -160,7 +160,7 @@ pub fn write(study: &Path, sizes: &Sizes, programs: &[String]) -> Result<Written
         std::fs::write(dir.join("recipes.txt"), recipes.join("\n") + "\n")?;
         let shapes_per_run: usize = specs
             .iter()
-            .map(|s| profiling::plan_shapes(s.dim).len())
+            .map(|s| profiling::plan_shapes_for(s).len())
             .sum();
         for (i, cmd) in recipes.iter().enumerate() {
             check_command(cmd)?;
