@@ -816,3 +816,63 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_damaged_entry_is_a_miss_kept_aside_and_the_link_succeeds() {
+    let root = tempfile::tempdir().unwrap();
+    let sample = copy_sample(root.path());
+    let db = root.path().join("samples/klaraptor-profiles");
+    let entry_of = |mangled: &str| {
+        files_under(&db)
+            .into_iter()
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{mangled}-")))
+            })
+            .unwrap()
+    };
+    // mm's entry cut in the middle (a disk that filled up); saxpy's with a NaN time.
+    let mm = entry_of(MM);
+    let text = std::fs::read_to_string(&mm).unwrap();
+    std::fs::write(&mm, &text[..text.len() / 2]).unwrap();
+    let saxpy = entry_of(SAXPY);
+    let text = std::fs::read_to_string(&saxpy).unwrap();
+    let nan = regex::Regex::new(r"(?m)^time_ms = .*$")
+        .unwrap()
+        .replace(&text, "time_ms = nan")
+        .into_owned();
+    assert_ne!(nan, text);
+    std::fs::write(&saxpy, nan).unwrap();
+
+    let err = ok(&make(&sample, "", &[], &[]));
+    for (path, why) in [(&mm, "TOML parse error"), (&saxpy, "time_ms = NaN")] {
+        let aside = PathBuf::from(format!("{}.invalid", path.display()));
+        assert!(
+            err.contains(&format!(
+                "warning: the profile entry {} is damaged",
+                path.display()
+            )) && err.contains(why)
+                && err.contains(&format!("moved aside to {}", aside.display())),
+            "{err}"
+        );
+        assert!(aside.is_file() && !path.exists());
+    }
+    // Both kernels keep the program's launch; the binary links.
+    assert!(err.contains("no profile in"), "{err}");
+    assert!(sample.join("matmul").is_file());
+    assert!(!sample.join("matmul.klaraptor").exists());
+
+    // `klaraptor profile list` shows them as such; prune --invalid removes them.
+    let list = command(&sample, &klaraptor())
+        .args(["profile", "list"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&list.stdout).into_owned() + &stderr(&list);
+    assert_eq!(text.matches("invalid (set aside)").count(), 2, "{text}");
+    let prune = command(&sample, &klaraptor())
+        .args(["profile", "prune", "--invalid"])
+        .output()
+        .unwrap();
+    assert!(prune.status.success(), "{}", stderr(&prune));
+    assert!(!PathBuf::from(format!("{}.invalid", mm.display())).exists());
+}

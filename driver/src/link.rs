@@ -177,6 +177,9 @@ pub fn link(job: &LinkJob) -> Result<i32> {
             }
         }
     }
+    for w in db.take_damaged() {
+        eprintln!("klaraptor-cc: warning: {w}");
+    }
     let mut unmodelled = Vec::new();
     for (s, e) in &entries {
         if e.is_empty() {

@@ -255,6 +255,10 @@ fn list(db: &ProfileDb, only_incomplete: bool, out: &mut String) -> Result<ExitC
                 format!("{why}; it belongs at {}", relative(db.root(), expected))
             }
             Status::Partial => "left half-written by a writer that was stopped".into(),
+            Status::SetAside { message } => format!(
+                "moved aside by a link that found it damaged ({message}); never read (klaraptor \
+                 profile prune --invalid removes it)"
+            ),
             Status::OtherVersion { version }
                 if *version < klaraptor_profiler::record::FORMAT_VERSION =>
             {

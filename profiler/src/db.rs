@@ -42,6 +42,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::record::{Entry, FORMAT_VERSION};
@@ -201,6 +202,9 @@ pub enum Status {
     /// A well-formed entry whose samples are not all there (the collector or the GPU
     /// failed): never used for a model; the next link that can profiles it again.
     Incomplete { why: String },
+    /// A damaged entry a link moved aside (`<entry>.invalid`): kept for a person to look at,
+    /// never read for a model; `prune --invalid` removes it.
+    SetAside { message: String },
 }
 
 impl Status {
@@ -222,6 +226,7 @@ impl Status {
             Status::Misplaced { .. } => "misplaced".into(),
             Status::Partial => "partial write".into(),
             Status::Incomplete { .. } => "incomplete".into(),
+            Status::SetAside { .. } => "invalid (set aside)".into(),
         }
     }
 }
@@ -265,7 +270,12 @@ impl Listed {
 pub struct ProfileDb {
     root: PathBuf,
     origin: Origin,
+    /// Damaged entries moved aside by `entries_for`, not yet taken (shared by clones).
+    damaged: Arc<Mutex<Vec<String>>>,
 }
+
+/// What a damaged entry's file name gets when it is moved aside.
+pub const INVALID_SUFFIX: &str = ".invalid";
 
 /// Held for as long as a lock of `<db>/.lock` is held (dropping it unlocks).
 struct DbLock {
@@ -284,7 +294,11 @@ impl ProfileDb {
         if root.exists() && !root.is_dir() {
             return Err(DbError::NotADirectory { path: root, origin });
         }
-        Ok(ProfileDb { root, origin })
+        Ok(ProfileDb {
+            root,
+            origin,
+            damaged: Arc::default(),
+        })
     }
 
     /// The database to use: `KLARAPTOR_PROFILE_DB` if set, else the nearest
@@ -397,13 +411,27 @@ impl ProfileDb {
         let mut out = Vec::new();
         for dev_dir in subdirs(&self.version_dir(FORMAT_VERSION))? {
             let path = dev_dir.join(&file);
-            let text = match fs::read_to_string(&path) {
+            let text = match fs::read(&path) {
                 Ok(t) => t,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(io_err(&path, "read the profile entry")(e)),
             };
-            let entry = parse_entry(&path, &text)?;
-            self.check_placement(&path, &entry)?;
+            // The database is a cache: a damaged entry is a miss. It is moved aside (never
+            // deleted) and said once (`take_damaged`).
+            let parsed = std::str::from_utf8(&text)
+                .map_err(|_| DbError::Corrupt {
+                    path: path.clone(),
+                    message: "it is not UTF-8 text".into(),
+                })
+                .and_then(|t| parse_entry(&path, t))
+                .and_then(|e| self.check_placement(&path, &e).map(|()| e));
+            let entry = match parsed {
+                Ok(e) => e,
+                Err(err) => {
+                    self.set_aside(&path, &err);
+                    continue;
+                }
+            };
             if entry.incompleteness().is_some() {
                 continue;
             }
@@ -411,6 +439,42 @@ impl ProfileDb {
         }
         out.sort_by(|a, b| a.device.name.cmp(&b.device.name));
         Ok(out)
+    }
+
+    /// Moves a damaged entry to `<entry>.invalid` (replacing an older one there) and keeps a
+    /// message for [`ProfileDb::take_damaged`].
+    fn set_aside(&self, path: &Path, err: &DbError) {
+        let mut aside = path.as_os_str().to_owned();
+        aside.push(INVALID_SUFFIX);
+        let aside = PathBuf::from(aside);
+        let what = match fs::rename(path, &aside) {
+            Ok(()) => format!("moved aside to {}", aside.display()),
+            // Another process moved it first.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                format!("moved aside to {} by another process", aside.display())
+            }
+            Err(e) => format!("left in place (it could not be moved aside: {e})"),
+        };
+        let why = match err {
+            DbError::Corrupt { message, .. } => message.clone(),
+            e => e.to_string(),
+        };
+        if let Ok(mut d) = self.damaged.lock() {
+            d.push(format!(
+                "the profile entry {} is damaged ({why}); {what}, and the kernel is treated as \
+                 not profiled",
+                path.display()
+            ));
+        }
+    }
+
+    /// What [`ProfileDb::entries_for`] found damaged and moved aside since the last call, one
+    /// message per file, for the caller to show.
+    pub fn take_damaged(&self) -> Vec<String> {
+        self.damaged
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
     }
 
     /// Reads one entry file wherever it is (for `klaraptor profile show <file>`): it must
@@ -558,6 +622,18 @@ impl ProfileDb {
             modified,
         };
         if name.starts_with('.') && name.ends_with(TMP_SUFFIX) {
+            return Ok(Some(item));
+        }
+        if name.ends_with(&format!(".toml{INVALID_SUFFIX}")) && !name.starts_with('.') {
+            let text = fs::read(path).unwrap_or_default();
+            let text = String::from_utf8_lossy(&text);
+            item.summary = summarize(&text);
+            item.status = Status::SetAside {
+                message: match parse_entry(path, &text) {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "moved aside by a link; it reads as valid now".into(),
+                },
+            };
             return Ok(Some(item));
         }
         if !name.ends_with(".toml") || name.starts_with('.') {
@@ -795,10 +871,14 @@ fn same_place(a: &Path, b: &Path) -> bool {
 }
 
 fn parse_entry(path: &Path, text: &str) -> Result<Entry> {
-    toml::from_str::<Entry>(text).map_err(|e| DbError::Corrupt {
+    let corrupt = |message: String| DbError::Corrupt {
         path: path.to_path_buf(),
-        message: e.to_string().trim_end().to_string(),
-    })
+        message,
+    };
+    let entry =
+        toml::from_str::<Entry>(text).map_err(|e| corrupt(e.to_string().trim_end().to_string()))?;
+    entry.check_values().map_err(corrupt)?;
+    Ok(entry)
 }
 
 /// The TOML text of an entry: a comment saying what the file is, then the entry.
@@ -882,7 +962,10 @@ fn selects(f: &PruneFilter, l: &Listed) -> bool {
         true
     } else if f.invalid || f.old_format || f.superseded || f.incomplete {
         match &l.status {
-            Status::Corrupt { .. } | Status::Misplaced { .. } | Status::Partial => f.invalid,
+            Status::Corrupt { .. }
+            | Status::Misplaced { .. }
+            | Status::Partial
+            | Status::SetAside { .. } => f.invalid,
             Status::OtherVersion { version } => f.old_format && *version < FORMAT_VERSION,
             Status::Superseded { .. } => f.superseded,
             Status::Incomplete { .. } => f.incomplete,

@@ -36,6 +36,52 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Checks the values a model is built from: every sample's data values as many as the
+    /// kernel's data labels; every measured sample's times finite and positive (its runs'
+    /// finite and not negative), its active warps finite and not negative, its block and grid
+    /// non-zero. The error names the first sample at fault.
+    pub fn check_values(&self) -> Result<(), String> {
+        for s in &self.samples {
+            let at = || {
+                format!(
+                    "the sample at size {:?} block {}x{}x{}",
+                    s.sizes, s.block[0], s.block[1], s.block[2]
+                )
+            };
+            if s.sizes.len() != self.kernel.data.len() {
+                return Err(format!(
+                    "{} has {} data values for {} data labels",
+                    at(),
+                    s.sizes.len(),
+                    self.kernel.data.len()
+                ));
+            }
+            // A sample that did not run (refused, failed) has no grid.
+            let Some(c) = &s.counters else { continue };
+            if s.block.contains(&0) || s.grid.contains(&0) {
+                return Err(format!("{} has a zero block or grid dimension", at()));
+            }
+            if !(c.time_ms.is_finite() && c.time_ms > 0.0) {
+                return Err(format!("{} has time_ms = {}", at(), c.time_ms));
+            }
+            if let Some(t) = c
+                .time_runs_ms
+                .iter()
+                .find(|t| !(t.is_finite() && **t >= 0.0))
+            {
+                return Err(format!("{} has a run of {t} ms", at()));
+            }
+            if !(c.achieved_active_warps.is_finite() && c.achieved_active_warps >= 0.0) {
+                return Err(format!(
+                    "{} has achieved_active_warps = {}",
+                    at(),
+                    c.achieved_active_warps
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Why this entry cannot be used for a model, when it cannot: what its `incomplete`
     /// field says, else the first sample whose error is the collector's or the GPU's (an
     /// entry stored before completeness was checked, e.g. while another process held the

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use klaraptor_profiler::db::{
     code_hash, Date, DbError, LocateEnv, Origin, Pattern, ProfileDb, PruneFilter, Status,
+    INVALID_SUFFIX,
 };
 use klaraptor_profiler::record::{
     Counters, DeviceId, Entry, KernelId, Plan, Sample, FORMAT_VERSION,
@@ -401,7 +402,31 @@ fn corrupt_and_misplaced_entries() {
     assert!(msg.contains(&path.display().to_string()), "{msg}");
     assert!(msg.contains("klaraptor profile prune --invalid"), "{msg}");
     assert!(matches!(err, DbError::Corrupt { .. }));
-    assert!(db.entries_for(MM, &hash_of("v1")).is_err());
+    // For a link the database is a cache: a damaged entry is a miss, moved aside (listed as
+    // such, kept for a person to look at) and said once.
+    assert_eq!(db.entries_for(MM, &hash_of("v1")).unwrap(), vec![]);
+    let aside = PathBuf::from(format!("{}{INVALID_SUFFIX}", path.display()));
+    assert!(aside.is_file() && !path.exists());
+    let said = db.take_damaged();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("TOML parse error") && said[0].contains("moved aside"),
+        "{said:?}"
+    );
+    assert!(db.take_damaged().is_empty());
+    let listed = db.list().unwrap();
+    assert!(listed
+        .iter()
+        .any(|l| l.path == aside && l.status.label() == "invalid (set aside)"));
+    // A value no model can use (a NaN time) is damage too.
+    let at = text.find("\ntime_ms = ").expect("a measured sample") + 1;
+    let end = at + text[at..].find('\n').unwrap();
+    let nan = format!("{}time_ms = nan{}", &text[..at], &text[end..]);
+    fs::write(&path, &nan).unwrap();
+    assert!(db.get(MM, &hash_of("v1"), H200).is_err());
+    assert_eq!(db.entries_for(MM, &hash_of("v1")).unwrap(), vec![]);
+    assert!(db.take_damaged()[0].contains("time_ms = NaN"));
+    fs::remove_file(&aside).unwrap();
     // put replaces it.
     db.put(&e).unwrap();
     assert_eq!(db.get(MM, &hash_of("v1"), H200).unwrap(), Some(e.clone()));
