@@ -876,3 +876,40 @@ fn a_damaged_entry_is_a_miss_kept_aside_and_the_link_succeeds() {
     assert!(prune.status.success(), "{}", stderr(&prune));
     assert!(!PathBuf::from(format!("{}.invalid", mm.display())).exists());
 }
+
+#[test]
+fn two_links_of_the_same_inputs_give_the_same_programs() {
+    let root = tempfile::tempdir().unwrap();
+    let sample = copy_sample(root.path());
+    let snapshot = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut out: Vec<(String, Vec<u8>)> = files(dir)
+            .into_iter()
+            .map(|f| (f.clone(), std::fs::read(dir.join(&f)).unwrap()))
+            .collect();
+        out.sort();
+        out
+    };
+    ok(&make(&sample, "", &[], &[]));
+    let first = snapshot(&sample.join("matmul.klaraptor"));
+    assert_eq!(first.len(), 4);
+    // A second link a second or more later, from the same objects and profiles.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::remove_file(sample.join("matmul")).unwrap();
+    ok(&make(&sample, "", &[], &[]));
+    let second = snapshot(&sample.join("matmul.klaraptor"));
+    for ((name, a), (_, b)) in first.iter().zip(&second) {
+        assert!(a == b, "{name} differs between two links of the same inputs");
+    }
+    assert_eq!(first.len(), second.len());
+    // SOURCE_DATE_EPOCH names the time instead of the profile's.
+    std::fs::remove_file(sample.join("matmul")).unwrap();
+    let epoch = root.path().join("1700000000");
+    let o = command(&sample, Path::new("make"))
+        .arg(format!("NVCC={}", klaraptor_cc().display()))
+        .env("SOURCE_DATE_EPOCH", epoch.file_name().unwrap())
+        .output()
+        .unwrap();
+    ok(&o);
+    let c = std::fs::read_to_string(sample.join("matmul.klaraptor/mm.nvidia-h200.c")).unwrap();
+    assert!(c.contains("2023-11-14T22:13:20Z"), "{}", &c[..600.min(c.len())]);
+}

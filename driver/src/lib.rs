@@ -36,6 +36,23 @@ pub fn now_iso8601() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
+    iso8601(secs)
+}
+
+/// The time a generated file says it was made: `SOURCE_DATE_EPOCH` (seconds since 1970, the
+/// convention of reproducible builds) when it is set, else `inputs_time`, a time that comes
+/// with the inputs (a profile's capture time), never the wall clock: two builds of the same
+/// inputs give the same bytes.
+pub fn build_time(inputs_time: &str) -> String {
+    std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .map(iso8601)
+        .unwrap_or_else(|| inputs_time.to_string())
+}
+
+/// Seconds since 1970-01-01 UTC as ISO 8601 (`2026-11-22T10:04:05Z`).
+pub fn iso8601(secs: i64) -> String {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
     let z = days + 719_468;

@@ -37,6 +37,8 @@ pub struct Provenance {
     pub samples: usize,
     pub failed_samples: usize,
     pub generated_by: String,
+    /// `SOURCE_DATE_EPOCH` when set, else the profile's capture time: never the wall clock,
+    /// so that two links of the same inputs give byte-identical programs.
     pub generated_at: String,
 }
 
@@ -386,7 +388,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
             samples: entry.samples.len(),
             failed_samples: entry.samples.iter().filter(|s| s.error.is_some()).count(),
             generated_by: format!("klaraptor-cc {}", env!("CARGO_PKG_VERSION")),
-            generated_at: crate::now_iso8601(),
+            generated_at: crate::build_time(&entry.captured_at),
         },
         c_name,
         time_fit: TimeFit::default(),
