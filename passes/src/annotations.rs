@@ -715,7 +715,7 @@ fn parse_klaraptor(
         constraints.push(expr::parse_bool(c.args, &labels).map_err(|e| expr_err(c.args_off, e))?);
     }
     let profile = get("profile")
-        .map(|c| parse_profile(c, data.len(), at))
+        .map(|c| parse_profile(c, &labels, at))
         .transpose()?;
     Ok(KernelAnnotation {
         kernel: kname.to_string(),
@@ -781,9 +781,10 @@ fn parse_data(c: &Clause, at: &dyn Fn(usize) -> Location) -> Result<Vec<DataPara
 
 fn parse_profile(
     c: &Clause,
-    n_data: usize,
+    labels: &[&str],
     at: &dyn Fn(usize) -> Location,
 ) -> Result<ProfileRecipe, Diagnostic> {
+    let n_data = labels.len();
     let mut run = None;
     let mut sizes = None;
     let help = "write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters";
@@ -829,7 +830,25 @@ fn parse_profile(
         }
     }
     match (run, sizes) {
-        (Some(run), Some(sizes)) => Ok(ProfileRecipe { run, sizes }),
+        (Some(run), Some(sizes)) => {
+            // Every size would run the same command: the profile would hold one size only.
+            if !labels.iter().any(|l| run.contains(&format!("{{{l}}}"))) {
+                return Err(Diagnostic::new(
+                    at(c.name_off),
+                    format!(
+                        "profile(run=\"{run}\") uses none of the data parameters ({}): every \
+                         size would run the same command",
+                        labels
+                            .iter()
+                            .map(|l| format!("{{{l}}}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .help(help));
+            }
+            Ok(ProfileRecipe { run, sizes })
+        }
         (None, _) => Err(Diagnostic::new(at(c.name_off), "profile(…) needs run=\"…\"").help(help)),
         (_, None) => Err(Diagnostic::new(at(c.name_off), "profile(…) needs sizes=[…]").help(help)),
     }

@@ -76,6 +76,7 @@ fn exact_messages_for_bad_pragmas() {
         ("#pragma klaraptor kernel(k) data(bx=1)", "a.cu:1:34: 'bx' is reserved (block dimensions and functions); choose another label | write LABEL=INDEX (0-based argument position), LABEL=ARGUMENT, or ARGUMENT, e.g. data(NI=3, NJ=4) or data(n)"),
         ("#pragma klaraptor kernel(k) data(n) block(bx < 1", "a.cu:1:42: the '(' of 'block' is never closed | add the missing ')' (a pragma that spans lines needs a '\\' at the end of each line but the last)"),
         ("#pragma klaraptor kernel(k) data(N=n) profile(run=\"./a {N}\", sizes=[1, (2, 3)])", "a.cu:1:72: this size gives 2 values but the kernel has 1 data parameter(s) | write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters"),
+        ("#pragma klaraptor kernel(k) data(N=n, M=m) profile(run=\"./a 100\", sizes=[1, 2])", "a.cu:1:44: profile(run=\"./a 100\") uses none of the data parameters ({N}, {M}): every size would run the same command | write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters"),
         ("#pragma klaraptor kernel(k) data(n)\n#pragma klaraptor kernel(k) data(m)", "a.cu:2:19: kernel 'k' is annotated twice | the first annotation is at a.cu:1:19; keep one"),
     ];
     for (src, want) in cases {
@@ -117,7 +118,8 @@ fn toml_entries_and_errors() {
         ("[kernel.k]\ndata = [\"N=0\"]\ndim = 5\n", "klaraptor.toml:3:7: expected 1, 2 or 3, found 5"),
         ("[kernel.k]\ndata = [\"N=0\"]\nblock = [\"bx >= Q\"]\n", "klaraptor.toml:3:17: unknown name 'Q'; the names are bx, by, bz, N"),
         ("[kernel.k]\ndata = []\n", "klaraptor.toml:2:8: kernel 'k' has an empty data list"),
-        ("[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"x\", sizes = [0] }\n", "klaraptor.toml:3:33: each profile size is a positive integer, or a list of 1 positive integers (one per data parameter)"),
+        ("[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"x {N}\", sizes = [0] }\n", "klaraptor.toml:3:37: each profile size is a positive integer, or a list of 1 positive integers (one per data parameter)"),
+        ("[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"x 100\", sizes = [8] }\n", "klaraptor.toml:3:19: profile.run uses none of the data parameters ({N}): every size would run the same command"),
     ];
     for (src, want) in bad {
         let e = config::parse(Path::new("klaraptor.toml"), src).unwrap_err();
