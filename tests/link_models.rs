@@ -898,7 +898,10 @@ fn two_links_of_the_same_inputs_give_the_same_programs() {
     ok(&make(&sample, "", &[], &[]));
     let second = snapshot(&sample.join("matmul.klaraptor"));
     for ((name, a), (_, b)) in first.iter().zip(&second) {
-        assert!(a == b, "{name} differs between two links of the same inputs");
+        assert!(
+            a == b,
+            "{name} differs between two links of the same inputs"
+        );
     }
     assert_eq!(first.len(), second.len());
     // SOURCE_DATE_EPOCH names the time instead of the profile's.
@@ -911,5 +914,9 @@ fn two_links_of_the_same_inputs_give_the_same_programs() {
         .unwrap();
     ok(&o);
     let c = std::fs::read_to_string(sample.join("matmul.klaraptor/mm.nvidia-h200.c")).unwrap();
-    assert!(c.contains("2023-11-14T22:13:20Z"), "{}", &c[..600.min(c.len())]);
+    assert!(
+        c.contains("2023-11-14T22:13:20Z"),
+        "{}",
+        &c[..600.min(c.len())]
+    );
 }

@@ -76,7 +76,7 @@ impl Invocation {
 
     fn say(&self, msg: impl AsRef<str>) {
         if self.verbose() {
-            eprintln!("klaraptor-cc: {}", msg.as_ref());
+            crate::kl_eprintln!("klaraptor-cc: {}", msg.as_ref());
         }
     }
 
@@ -122,6 +122,14 @@ impl Invocation {
             drop(out);
             return Err(self.exec_nvcc(&self.cl.to_args()));
         }
+        if self.view.several_inputs_for_one_output() {
+            // nvcc refuses it ("A single input file is required for a non-link phase when an
+            // outputfile is specified"): let it say so, with its own status, before anything
+            // is done or written.
+            self.say("several inputs for one output file: running exactly the nvcc command given");
+            return Err(self.exec_nvcc(&self.cl.to_args()));
+        }
+        let dry_run = self.view.has(Role::DryRun);
         let annotated = self.annotated_sources()?;
         if annotated.is_empty() {
             let args = self.cl.to_args();
@@ -129,6 +137,14 @@ impl Invocation {
                 && !self.cl.has_kl(&KlOption::Off)
                 && self.view.inputs().any(needs_runtime)
             {
+                if dry_run {
+                    crate::kl_eprintln!(
+                        "klaraptor-cc: --dryrun: klaraptor-cc would link instrumented objects, \
+                         adding their kernels' rational programs and the runtime; below is what \
+                         nvcc would run for the command as given"
+                    );
+                    return Err(self.exec_nvcc(&args));
+                }
                 // Objects instrumented by an earlier `klaraptor-cc -c` call the runtime.
                 self.say("linking instrumented objects: adding rational programs and the runtime");
                 let dir = crate::interrupt::Scratch::new("klaraptor-")?;
@@ -139,6 +155,12 @@ impl Invocation {
                 "nothing for klaraptor in this command: running exactly the nvcc command given",
             );
             return Err(self.exec_nvcc(&args));
+        }
+        if dry_run {
+            // Nothing is run or written: nvcc's own --dryrun of the command as given shows the
+            // commands, and one line says what klaraptor-cc would do besides.
+            crate::kl_eprintln!("{}", self.dry_run_note(&annotated));
+            return Err(self.exec_nvcc(&self.cl.to_args()));
         }
         let cfg = self.clang_config();
         let mut analyses = Vec::new();
@@ -155,8 +177,10 @@ impl Invocation {
                     return Err(self.exec_nvcc(&self.cl.to_args()));
                 }
                 Err(FrontendError::User(d)) => {
-                    eprintln!("{d}");
-                    eprintln!("klaraptor-cc: stopped before compiling; no output was written");
+                    crate::kl_eprintln!("{d}");
+                    crate::kl_eprintln!(
+                        "klaraptor-cc: stopped before compiling; no output was written"
+                    );
                     return Ok(1);
                 }
                 Err(e) => return Err(anyhow::anyhow!(e)),
@@ -166,6 +190,35 @@ impl Invocation {
             return Err(self.exec_nvcc(&self.cl.to_args()));
         }
         self.compile_annotated(&analyses)
+    }
+
+    /// What klaraptor-cc would do with the annotated `sources` of a `--dryrun` command.
+    fn dry_run_note(&self, sources: &[PathBuf]) -> String {
+        let names: Vec<String> = sources.iter().map(|s| s.display().to_string()).collect();
+        let phase = self.view.phase();
+        let what = if matches!(phase, Phase::Compile | Phase::Link | Phase::Run) && !self.view.rdc()
+        {
+            format!(
+                "check the annotations of {} and instrument the launches of its annotated \
+                 kernels{}",
+                names.join(", "),
+                if phase == Phase::Compile {
+                    ""
+                } else {
+                    ", then link their rational programs and the runtime"
+                }
+            )
+        } else {
+            format!(
+                "check the annotations of {} and compile it with klaraptor's pragma lines \
+                 blank (launches are not instrumented in this mode)",
+                names.join(", ")
+            )
+        };
+        format!(
+            "klaraptor-cc: --dryrun: klaraptor-cc would {what}; below is what nvcc would run for \
+             the command as given"
+        )
     }
 
     /// The CUDA sources of this command that carry annotations (pragmas or a
@@ -248,7 +301,7 @@ impl Invocation {
             self.compile_instrumented(analyses, work.path())?
         } else {
             for (src, _) in analyses {
-                eprintln!(
+                crate::kl_eprintln!(
                     "klaraptor-cc: warning: {}: launches are not instrumented in this mode ({}); \
                      kernels keep the program's own launch dimensions{}",
                     src.display(),
@@ -269,7 +322,7 @@ impl Invocation {
         };
         if self.cl.has_kl(&KlOption::Keep) {
             let kept = work.keep();
-            eprintln!(
+            crate::kl_eprintln!(
                 "klaraptor-cc: kept intermediate files in {}",
                 kept.display()
             );
@@ -289,8 +342,10 @@ impl Invocation {
             Backend::Clang => match self.clang_backend() {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    eprintln!("klaraptor-cc: error: {e:#}");
-                    eprintln!("klaraptor-cc: stopped before compiling; no output was written");
+                    crate::kl_eprintln!("klaraptor-cc: error: {e:#}");
+                    crate::kl_eprintln!(
+                        "klaraptor-cc: stopped before compiling; no output was written"
+                    );
                     return Ok(1);
                 }
             },
@@ -357,7 +412,7 @@ impl Invocation {
             match built {
                 Ok(report) => self.report(src, a, &report),
                 Err(e) => {
-                    eprintln!("klaraptor-cc: error: {}: {e:#}", src.display());
+                    crate::kl_eprintln!("klaraptor-cc: error: {}: {e:#}", src.display());
                     return Ok(1);
                 }
             }
@@ -450,7 +505,7 @@ impl Invocation {
         match crate::link::link(&job) {
             Ok(code) => Ok(code),
             Err(e) => {
-                eprintln!("klaraptor-cc: error: {e:#}");
+                crate::kl_eprintln!("klaraptor-cc: error: {e:#}");
                 Ok(1)
             }
         }
@@ -467,7 +522,7 @@ impl Invocation {
             ));
         }
         for l in &r.refused {
-            eprintln!(
+            crate::kl_eprintln!(
                 "klaraptor-cc: warning: {}: a launch of {} in {} is not instrumented: {}",
                 src.display(),
                 l.kernel,
@@ -477,7 +532,7 @@ impl Invocation {
         }
         for m in &r.missing {
             let s = a.specs.iter().find(|s| s.mangled.contains(m));
-            eprintln!(
+            crate::kl_eprintln!(
                 "klaraptor-cc: warning: kernel {} (annotated at {}) has no <<<>>> launch in {} that klaraptor \
                  could instrument; launches elsewhere keep their own dimensions",
                 s.map_or(m.as_str(), |s| s.name.as_str()),
@@ -510,7 +565,10 @@ impl Invocation {
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-            args.push(format!("-Xcompiler=-iquote,{}", dir.display()));
+            args.extend(nvcc_args::host_compiler_options(&[
+                "-iquote".to_string(),
+                dir.display().to_string(),
+            ]));
         }
         let status = self.run_nvcc(&args)?;
         if status.success() && self.view.has_any_deps_with_compile() {
@@ -543,7 +601,8 @@ impl Invocation {
         };
         let mut fixed = text.clone();
         for (orig, copy) in replaced {
-            fixed = fixed.replace(&copy.display().to_string(), &orig.display().to_string());
+            // Paths in a make rule are escaped (`sp\ ace/x.cu`), as nvcc writes the original.
+            fixed = fixed.replace(&make_escaped(copy), &make_escaped(orig));
         }
         if fixed != text {
             let tmp = file.with_extension("d.klaraptor-tmp");
@@ -552,6 +611,59 @@ impl Invocation {
         }
         Ok(())
     }
+}
+
+/// `path` as a make rule names it (as the host compiler writes dependency files): a space
+/// or `#` behind a backslash, `$` doubled.
+fn make_escaped(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.display().to_string().chars() {
+        match c {
+            ' ' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '$' => out.push_str("$$"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Writes `text` to stderr as one write, ignoring errors: klaraptor's own messages must
+/// never fail a build whose stderr is closed (`klaraptor-cc … 2>&1 | head -1`), where
+/// `eprintln!` would panic.
+pub fn stderr_lossy(text: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}
+
+/// Writes `text` to stdout, ignoring errors (a closed pipe: `klaraptor … | head -1`), where
+/// `println!` would panic.
+pub fn stdout_lossy(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// `eprintln!` that ignores write errors ([`stderr_lossy`]): for every message of klaraptor's
+/// own.
+#[macro_export]
+macro_rules! kl_eprintln {
+    ($($arg:tt)*) => {
+        $crate::compile::stderr_lossy(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `println!` that ignores write errors ([`stdout_lossy`]).
+#[macro_export]
+macro_rules! kl_println {
+    ($($arg:tt)*) => {
+        $crate::compile::stdout_lossy(&format!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 fn shell_words(args: &[String]) -> String {
@@ -577,7 +689,7 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
     match Invocation::new(&args).and_then(Invocation::run) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("klaraptor-cc: error: {e:#}");
+            crate::kl_eprintln!("klaraptor-cc: error: {e:#}");
             1
         }
     }

@@ -73,7 +73,7 @@ pub struct Unit<'a> {
 /// Runs `cmd`; on failure the tool's own diagnostics have already reached stderr.
 fn run(cmd: &mut Command, verbose: bool, what: &str) -> Result<()> {
     if verbose {
-        eprintln!("klaraptor-cc: running {cmd:?}");
+        crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
     }
     let status = cmd
         .status()
@@ -167,7 +167,12 @@ pub fn compile_unit(
     cmd.args(host_translation_flags(view))
         .args(["-cuda", "-ccbin"])
         .arg(&tools.clang)
-        .arg(format!("-Xcompiler=-iquote,{}", dir.display()))
+        // Quoted includes find the headers beside the original source first; the directory
+        // travels whole, whatever spaces or commas it holds.
+        .args(crate::nvcc_args::host_compiler_options(&[
+            "-iquote".to_string(),
+            dir.display().to_string(),
+        ]))
         .arg(&copy)
         .arg("-o")
         .arg(&ii);

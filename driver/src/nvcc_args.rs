@@ -723,6 +723,23 @@ impl CommandLine {
         self.has(Deps(DepsKind::WithCompile))
     }
 
+    /// Whether nvcc refuses this command because an output file is named for a phase that
+    /// makes one file per input and there are several inputs (nvcc 13: "A single input file
+    /// is required for a non-link phase when an outputfile is specified", for `-c`, `-dc`,
+    /// `-dw`, `-cuda`, `-ptx`, `-cubin`, `-fatbin`, `-optix-ir`, `-E` and `-M` alike).
+    pub fn several_inputs_for_one_output(&self) -> bool {
+        let one_per_input = matches!(
+            self.phase(),
+            Phase::Compile
+                | Phase::CompileRdc
+                | Phase::CompileWhole
+                | Phase::Intermediate
+                | Phase::Preprocess
+                | Phase::Dependencies
+        );
+        one_per_input && self.output().is_some() && self.inputs().nth(1).is_some()
+    }
+
     /// Whether relocatable device code is requested (`-rdc=true` or `-dc`).
     pub fn rdc(&self) -> bool {
         self.phase() == Phase::CompileRdc || self.values(Rdc).last().is_some_and(|v| v == "true")
@@ -774,6 +791,38 @@ pub fn split_response_file(text: &str) -> Vec<String> {
         words.push(cur);
     }
     words
+}
+
+/// `-Xcompiler` options that hand each of `words` to the host compiler as one argument,
+/// whatever it holds.
+///
+/// nvcc splits an `-Xcompiler` value at commas (and a `-I` value too), and runs the host
+/// compiler through `sh`, so a word with a space, a comma or a shell character would reach
+/// it cut up or expanded. Checked with nvcc 13.0: a comma inside double quotes does not
+/// split, the quotes reach the shell, and nvcc turns `\\` into `\` and `\c` into `c`. So a word
+/// that is not plain is written `"…"` with `$`, `` ` ``, `"` and `\` as `\\\c`: nvcc makes that
+/// `\c`, which the shell reads inside double quotes as `c`.
+pub fn host_compiler_options<S: AsRef<str>>(words: &[S]) -> Vec<String> {
+    words
+        .iter()
+        .map(|w| format!("-Xcompiler={}", quote_list_word(w.as_ref())))
+        .collect()
+}
+
+fn quote_list_word(w: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./+-=:@%".contains(c);
+    if !w.is_empty() && w.chars().all(plain) {
+        return w.to_string();
+    }
+    let mut out = String::from("\"");
+    for c in w.chars() {
+        if matches!(c, '$' | '`' | '"' | '\\') {
+            out.push_str("\\\\\\");
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
 }
 
 /// nvcc reads `NVCC_PREPEND_FLAGS` and `NVCC_APPEND_FLAGS` itself; the driver needs them
@@ -1199,6 +1248,49 @@ mod tests {
         assert_eq!(
             CommandLine::parse(["-o"]).unwrap_err(),
             ArgError::MissingValue("-o".into())
+        );
+    }
+
+    #[test]
+    fn several_inputs_for_one_output_is_refused_for_per_input_phases_only() {
+        for line in [
+            "-c a.cu b.cu -o x.o",
+            "-c a.cu b.o -o x.o",
+            "-dc a.cu b.cu -o x.o",
+            "-ptx a.cu b.cu -o x.ptx",
+            "-E a.cu b.cu -o x.ii",
+            "-M a.cu b.cu -o x.d",
+        ] {
+            assert!(parse(line).several_inputs_for_one_output(), "{line}");
+        }
+        for line in [
+            "-c a.cu -o x.o",
+            "-c a.cu b.cu",
+            "a.cu b.cu -o app",
+            "-lib a.cu b.cu -o x.a",
+            "-dlink a.o b.o -o x.o",
+            "-c a.cu -Xlinker b.o -o x.o",
+        ] {
+            assert!(!parse(line).several_inputs_for_one_output(), "{line}");
+        }
+    }
+
+    #[test]
+    fn host_compiler_options_keep_each_word_whole() {
+        assert_eq!(
+            host_compiler_options(&["-iquote", "src/dir", ""]),
+            [
+                "-Xcompiler=-iquote",
+                "-Xcompiler=src/dir",
+                "-Xcompiler=\"\""
+            ]
+        );
+        assert_eq!(
+            host_compiler_options(&["sp ace,dir", "a$b\"c\\d`e'f"]),
+            [
+                "-Xcompiler=\"sp ace,dir\"",
+                "-Xcompiler=\"a\\\\\\$b\\\\\\\"c\\\\\\\\d\\\\\\`e'f\""
+            ]
         );
     }
 

@@ -60,8 +60,13 @@ pub struct ValidateArgs {
     /// `<binary>.klaraptor/`).
     pub binary: PathBuf,
     /// The program's command-line arguments for one run (what sets the data sizes), e.g.
-    /// --sizes "1000 1000". Give it once per run.
-    #[arg(long = "sizes", value_name = "ARGS", required_unless_present = "from")]
+    /// --sizes "1000 1000". Give it once per run. It may begin with `-` (--sizes "-n 4096").
+    #[arg(
+        long = "sizes",
+        value_name = "ARGS",
+        required_unless_present = "from",
+        allow_hyphen_values = true
+    )]
     pub sizes: Vec<String>,
     /// The program's profiling variant (default: `<binary>.klaraptor/<name>.profiling`,
     /// which klaraptor-cc keeps when it profiled or was given --kl-profiling-variant).
@@ -190,14 +195,14 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
         v.notes
             .push(format!("no profile database ({e:#}): no profiled_best"));
     }
-    print!("{}", table(&v));
+    crate::compile::stdout_lossy(&table(&v));
     if let Some(j) = &args.json {
         let text = serde_json::to_string_pretty(&json(&v, &args.binary))? + "\n";
         std::fs::write(j, text).with_context(|| format!("writing {}", j.display()))?;
-        eprintln!("klaraptor validate: wrote {}", j.display());
+        crate::kl_eprintln!("klaraptor validate: wrote {}", j.display());
     }
     if args.out.is_some() {
-        eprintln!(
+        crate::kl_eprintln!(
             "klaraptor validate: the runs' records and logs are in {}",
             dir.display()
         );
@@ -338,7 +343,7 @@ pub fn find_collector(given: Option<&Path>) -> Result<PathBuf> {
         .windows(TIME_ONLY_MARK.len())
         .any(|w| w == TIME_ONLY_MARK)
     {
-        eprintln!(
+        crate::kl_eprintln!(
             "klaraptor validate: warning: {} has no time-only mode ({}): every shape will also \
              run the profiler's passes, which takes much longer (the times are still event \
              times)",
@@ -495,7 +500,7 @@ fn sweep_runs(
         let records = dir.join("records");
         std::fs::create_dir_all(&records)?;
         std::fs::write(dir.join("args"), format!("{sizes}\n"))?;
-        eprintln!(
+        crate::kl_eprintln!(
             "klaraptor validate: run {}/{n} `{sizes}`: sweeping {} over every candidate shape \
              ({} timed launches per shape after {} warm-up)",
             i + 1,
@@ -536,20 +541,20 @@ fn sweep_runs(
             );
         }
         let swept = validate::read_records(&records)?;
-        eprintln!(
+        crate::kl_eprintln!(
             "klaraptor validate:   swept {} kernel(s) in {:.1} s (exit status {})",
             swept.len(),
             t.elapsed().as_secs_f64(),
             status_text(vs)
         );
         if vs.is_none() {
-            eprintln!(
+            crate::kl_eprintln!(
                 "klaraptor validate: warning: the profiling variant ran past --timeout {} s and \
                  was stopped; what it recorded is kept",
                 args.timeout
             );
         } else if swept.is_empty() {
-            eprintln!(
+            crate::kl_eprintln!(
                 "klaraptor validate: warning: the profiling variant recorded nothing at `{sizes}` \
                  (exit status {}); its last lines:\n{}",
                 status_text(vs),
@@ -587,7 +592,7 @@ fn sweep_runs(
             }
         }
         std::fs::write(dir.join("binary.status"), status_text(bs) + "\n")?;
-        eprintln!(
+        crate::kl_eprintln!(
             "klaraptor validate:   ran the binary for klaraptor's choice {} in {:.1} s (exit \
              status {})",
             if runs == 1 {
@@ -1203,6 +1208,31 @@ fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_may_begin_with_a_dash() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ValidateArgs,
+        }
+        use clap::Parser as _;
+        let cli = Cli::try_parse_from([
+            "validate",
+            "./app",
+            "--sizes",
+            "-s 4096 -q",
+            "--sizes=-n 5",
+            "--sizes",
+            "--big",
+            "--runs",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.sizes, ["-s 4096 -q", "-n 5", "--big"]);
+        assert_eq!(cli.args.runs, 3);
+        assert_eq!(cli.args.binary, Path::new("./app"));
+    }
 
     #[test]
     fn argument_splitting() {

@@ -101,7 +101,7 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("klaraptor: error: {e:#}");
+            klaraptor::kl_eprintln!("klaraptor: error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -142,21 +142,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     for size in &s.profile_sizes {
                         let cmd = klaraptor::profiling::recipe_command(s, size)?;
                         if seen.insert(cmd.clone()) {
-                            println!("{cmd}");
+                            klaraptor::kl_println!("{cmd}");
                         }
                     }
                 }
             } else if candidates {
-                println!("# every candidate shape (an exhaustive search)");
+                klaraptor::kl_println!("# every candidate shape (an exhaustive search)");
                 for s in &specs {
                     let shapes: Vec<String> = klaraptor::rational::candidates(s.dim)
                         .iter()
                         .map(|b| format!("{}x{}x{}", b[0], b[1], b[2]))
                         .collect();
-                    println!("{} {}", s.mangled, shapes.join(" "));
+                    klaraptor::kl_println!("{} {}", s.mangled, shapes.join(" "));
                 }
             } else {
-                print!("{}", klaraptor::profiling::plan_file(&specs));
+                klaraptor::compile::stdout_lossy(&klaraptor::profiling::plan_file(&specs));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -173,7 +173,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for e in &entries {
                 let ok = e.samples.iter().filter(|s| s.error.is_none()).count();
                 let path = db.put(e)?;
-                println!(
+                klaraptor::kl_println!(
                     "{} on {}: {} samples ({} failed) -> {}",
                     e.kernel.name,
                     e.device.name,
@@ -186,8 +186,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Toolchain => {
             let tc = Toolchain::discover(None)?;
-            println!("nvcc: {} ({})", tc.nvcc.display(), tc.origin);
-            println!("CUDA root: {}", tc.cuda_root().display());
+            klaraptor::kl_println!("nvcc: {} ({})", tc.nvcc.display(), tc.origin);
+            klaraptor::kl_println!("CUDA root: {}", tc.cuda_root().display());
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Specs {
@@ -207,24 +207,24 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for src in &sources {
                 match frontend::analyze(src, &cfg) {
                     Ok(Outcome::Unannotated) => {
-                        println!("# {}: no annotated kernels", src.display())
+                        klaraptor::kl_println!("# {}: no annotated kernels", src.display())
                     }
                     Ok(Outcome::SourceErrors(errs)) => {
                         failed = true;
-                        eprintln!("{}: the source does not compile:", src.display());
+                        klaraptor::kl_eprintln!("{}: the source does not compile:", src.display());
                         for e in errs {
-                            eprintln!("  {e}");
+                            klaraptor::kl_eprintln!("  {e}");
                         }
                     }
                     Ok(Outcome::Annotated(a)) => {
-                        println!("# {}", src.display());
+                        klaraptor::kl_println!("# {}", src.display());
                         for s in &a.specs {
-                            println!("{}", s.to_toml());
+                            klaraptor::kl_println!("{}", s.to_toml());
                         }
                     }
                     Err(FrontendError::User(d)) => {
                         failed = true;
-                        eprintln!("{d}");
+                        klaraptor::kl_eprintln!("{d}");
                     }
                     Err(e) => return Err(e.into()),
                 }
