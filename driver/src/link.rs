@@ -44,7 +44,7 @@ pub struct LinkJob<'a> {
 impl LinkJob<'_> {
     fn say(&self, msg: impl AsRef<str>) {
         if self.verbose {
-            eprintln!("klaraptor-cc: {}", msg.as_ref());
+            crate::kl_eprintln!("klaraptor-cc: {}", msg.as_ref());
         }
     }
 
@@ -57,7 +57,7 @@ impl LinkJob<'_> {
         let mut cmd = Command::new(self.nvcc);
         cmd.args(&args);
         if self.verbose {
-            eprintln!("klaraptor-cc: running {cmd:?}");
+            crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
         }
         cmd.status()
             .with_context(|| format!("cannot run {}", self.nvcc.display()))
@@ -117,7 +117,7 @@ pub fn collector_path() -> Option<PathBuf> {
 /// calibrates it (`klaraptor device calibrate`, about 10 s), later ones reuse the report.
 /// Returns the device, the driver version and the CUDA runtime version.
 fn current_device(nvcc: &Path) -> Result<(DeviceId, String, String)> {
-    eprintln!("klaraptor-cc: identifying and (once per device) calibrating the GPU");
+    crate::kl_eprintln!("klaraptor-cc: identifying and (once per device) calibrating the GPU");
     let r = klaraptor_profiler::calibration::ensure_calibrated(nvcc)
         .context("calibrating the GPU before its first profile")?;
     let sm = r
@@ -178,7 +178,7 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         }
     }
     for w in db.take_damaged() {
-        eprintln!("klaraptor-cc: warning: {w}");
+        crate::kl_eprintln!("klaraptor-cc: warning: {w}");
     }
     let mut unmodelled = Vec::new();
     for (s, e) in &entries {
@@ -205,12 +205,14 @@ pub fn link(job: &LinkJob) -> Result<i32> {
             names.join(", "),
         );
         if job.require_model {
-            eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
+            crate::kl_eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
             // As a failed link: no binary, not even one from an earlier link.
             let _ = std::fs::remove_file(&job.output);
             return Ok(1);
         }
-        eprintln!("klaraptor-cc: warning: {how}; these kernels keep the program's own launch dims");
+        crate::kl_eprintln!(
+            "klaraptor-cc: warning: {how}; these kernels keep the program's own launch dims"
+        );
     }
     // Rational programs, next to the output.
     let models_dir = rational::models_dir(&job.output);
@@ -243,16 +245,17 @@ pub fn link(job: &LinkJob) -> Result<i32> {
                         s.name, s.annotated_at, e.device.name
                     );
                     if job.require_model {
-                        eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
+                        crate::kl_eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
                         let _ = std::fs::remove_file(&job.output);
                         return Ok(1);
                     }
-                    eprintln!(
+                    crate::kl_eprintln!(
                         "klaraptor-cc: warning: {how}; the kernel keeps the program's own \
                          launch dims (`klaraptor profile show {}` shows its samples; \
                          `klaraptor profile prune --kernel {}` profiles it again at the next \
                          link on a GPU)",
-                        s.mangled, s.mangled
+                        s.mangled,
+                        s.mangled
                     );
                 }
             }
@@ -362,7 +365,7 @@ fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path, archive: &str) -
     let plan = PathBuf::from(format!("{}.plan", path.display()));
     std::fs::write(&plan, profiling::plan_file(specs))
         .with_context(|| format!("writing {}", plan.display()))?;
-    eprintln!(
+    crate::kl_eprintln!(
         "klaraptor-cc: profiling variant: {} (plan {})",
         path.display(),
         plan.display()
@@ -389,7 +392,7 @@ fn profile(
         return Ok((Vec::new(), None));
     }
     let Some(collector) = collector_path() else {
-        eprintln!(
+        crate::kl_eprintln!(
             "klaraptor-cc: warning: a GPU is present but the collector \
              (libklaraptor_collector.so beside klaraptor-cc, or KLARAPTOR_COLLECTOR) was not \
              found: not profiling"
@@ -406,7 +409,7 @@ fn profile(
                 )
             }) =>
         {
-            eprintln!("klaraptor-cc: warning: {e:#}; not profiling in this link");
+            crate::kl_eprintln!("klaraptor-cc: warning: {e:#}; not profiling in this link");
             tried.extend(runnable.iter().map(|s| s.mangled.clone()));
             return Ok((Vec::new(), None));
         }
