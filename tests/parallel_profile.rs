@@ -12,7 +12,11 @@
 //! - a collector that cannot be loaded, and a kernel the recipe never launches: each warning
 //!   says what really happened;
 //! - two processes contending for the GPU's lock: their GPU work never overlaps, and the
-//!   second reuses the entry the first stored for the kernel both need.
+//!   second reuses the entry the first stored for the kernel both need;
+//! - shapes that fault (an illegal address loses the process's CUDA context): the profiling
+//!   runtime stops the run at the fault, the driver restarts it without the shapes done, the
+//!   profile is complete with the faulting shapes recorded as such, and the model never
+//!   chooses them; past the bound on restarts the shapes left are recorded as not measured.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,7 +27,7 @@ use klaraptor::gpu_profile::{self, Outcome, Settings, Target};
 use klaraptor::linkspec::LinkSpec;
 use klaraptor::profile_cmd::{execute, ProfileCommand};
 use klaraptor_profiler::db::{ProfileDb, Status};
-use klaraptor_profiler::record::DeviceId;
+use klaraptor_profiler::record::{self, DeviceId, Sample};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const CUDA_INCLUDE: &str = env!("KLARAPTOR_RT_CUDA_INCLUDE");
@@ -147,6 +151,7 @@ fn quick(busy_bound_ms: u64) -> Settings {
         wait_bound: Duration::from_secs(120),
         busy_bound: Duration::from_millis(busy_bound_ms),
         first_backoff: Duration::from_millis(50),
+        max_restarts: gpu_profile::DEFAULT_RESTARTS,
     }
 }
 
@@ -495,4 +500,286 @@ fn child_link() {
         };
         println!("OUTCOME {} {word}", s.code_hash);
     }
+}
+
+/// The shapes of vadd's plan with at least `threads` threads, sorted.
+fn planned_from(spec: &LinkSpec, threads: u32) -> Vec<[u32; 3]> {
+    let mut v: Vec<[u32; 3]> = klaraptor::profiling::plan_shapes_for(spec)
+        .into_iter()
+        .filter(|b| b[0] * b[1] * b[2] >= threads)
+        .collect();
+    v.sort();
+    v
+}
+
+/// A recipe in which vadd's blocks of 288 threads or more fault (as a reduction whose
+/// shared memory is sized for the program's 256-thread blocks): each run launches it at
+/// {n} and then at 2{n}, so that a fault in the first sweep would lose the second as well.
+fn faulting_recipe(exe: &Path) -> String {
+    format!(
+        "FAKE_COLLECTOR_FAULT=288 FAKE_COLLECTOR_COUNTERS=1 {} {{n}} $(({{n}} * 2))",
+        exe.display()
+    )
+}
+
+#[test]
+fn shapes_that_fault_lose_only_themselves_and_are_never_chosen() {
+    let (exe, lib) = built();
+    let dir = fresh("fault");
+    let spec = vadd("000000000000fa17", &faulting_recipe(exe), &dir);
+    let out = profile(&dir, "link", lib, quick(0), &[&spec]);
+    // 19 shapes at n = 1000, 2000, 5000 and 10000.
+    assert!(
+        matches!(out[..], [Outcome::Stored { samples: 76, .. }]),
+        "{out:?}"
+    );
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    let entries = db.entries_for(&spec.mangled, &spec.code_hash).unwrap();
+    assert_eq!(entries.len(), 1);
+    let e = &entries[0];
+    assert_eq!(e.incompleteness(), None);
+    let mut planned = klaraptor::profiling::plan_shapes_for(&spec);
+    planned.sort();
+    let faulting = planned_from(&spec, 288);
+    assert_eq!(faulting.len(), 6, "{faulting:?}");
+    for n in [1000, 2000, 5000, 10000] {
+        let at: Vec<&Sample> = e.samples.iter().filter(|s| s.sizes == [n]).collect();
+        let mut blocks: Vec<[u32; 3]> = at.iter().map(|s| s.block).collect();
+        blocks.sort();
+        // Every planned shape once: measured, failed for its own reasons, or faulted.
+        assert_eq!(blocks, planned, "n={n}");
+        for s in at {
+            let err = s.error.as_deref();
+            if faulting.contains(&s.block) {
+                assert!(
+                    err.is_some_and(|e| record::is_fault(e)
+                        && e.starts_with("an error in the kernel: ")
+                        && e.contains("CUDA_ERROR_ILLEGAL_ADDRESS")),
+                    "{s:?}"
+                );
+                assert_eq!(s.collector_error(), None, "{s:?}");
+            } else if s.block == [96, 1, 1] {
+                // Refused by "the GPU" (test_prof's launch entry point): no fault.
+                assert_eq!(err, Some("launch failed"), "{s:?}");
+                assert!(!record::is_fault(err.unwrap()));
+            } else {
+                assert_eq!(err, None, "{s:?}");
+                assert!(s.counters.is_some(), "{s:?}");
+            }
+        }
+    }
+
+    // The model: a faulted shape is never a candidate, nor a shape the profile did not run
+    // that has as many threads as one that faulted; those that ran are.
+    let prog = klaraptor::rational::build(&spec, e, &dir).unwrap();
+    let mut faulted = prog.faulted.clone();
+    faulted.sort();
+    assert_eq!(faulted, faulting);
+    for b in &faulting {
+        assert!(!prog.candidates.contains(b), "{b:?} is a candidate");
+    }
+    assert!(
+        prog.candidates.iter().all(|b| b[0] * b[1] * b[2] < 288),
+        "{:?}",
+        prog.candidates
+    );
+    for b in [[256, 1, 1], [96, 1, 1], [32, 1, 1], [1, 1, 1]] {
+        assert!(prog.candidates.contains(&b), "{b:?} is not a candidate");
+    }
+    assert!(prog
+        .rank(&[100_000])
+        .unwrap()
+        .iter()
+        .all(|r| r.block[0] < 288));
+    // The manifest keeps them (and one written before loads without them).
+    let json = serde_json::to_string(&prog).unwrap();
+    let back: klaraptor::rational::RationalProgram = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.faulted, prog.faulted);
+    let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+    old.as_object_mut().unwrap().remove("faulted");
+    let old: klaraptor::rational::RationalProgram = serde_json::from_value(old).unwrap();
+    assert!(old.faulted.is_empty());
+}
+
+#[test]
+fn a_fault_in_a_profiler_session_blames_no_shape_until_each_runs_alone() {
+    let (exe, lib) = built();
+    let dir = fresh("fault-session");
+    // The fault shows in the profiler session of all the shapes, which each get its message.
+    let recipe = format!(
+        "FAKE_COLLECTOR_FAULT=288 FAKE_COLLECTOR_FAULT_AT=session FAKE_COLLECTOR_COUNTERS=1 {} \
+         {{n}}",
+        exe.display()
+    );
+    let spec = vadd("000000000000fa1a", &recipe, &dir);
+    let out = profile(&dir, "link", lib, quick(0), &[&spec]);
+    assert!(
+        matches!(out[..], [Outcome::Stored { samples: 38, .. }]),
+        "{out:?}"
+    );
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    let e = &db.entries_for(&spec.mangled, &spec.code_hash).unwrap()[0];
+    let faulting = planned_from(&spec, 288);
+    for s in &e.samples {
+        let fault = s.error.as_deref().is_some_and(record::is_fault);
+        assert_eq!(fault, faulting.contains(&s.block), "{s:?}");
+        if !fault && s.block != [96, 1, 1] {
+            assert!(s.error.is_none() && s.counters.is_some(), "{s:?}");
+        }
+    }
+    let prog = klaraptor::rational::build(&spec, e, &dir).unwrap();
+    assert_eq!(prog.faulted, faulting);
+    assert!(prog.candidates.contains(&[1, 1, 1]));
+}
+
+#[test]
+fn past_the_bound_on_restarts_the_shapes_left_are_not_measured_and_the_profile_incomplete() {
+    let (exe, lib) = built();
+    let dir = fresh("fault-bound");
+    let spec = vadd("000000000000fa18", &faulting_recipe(exe), &dir);
+    let settings = Settings {
+        max_restarts: 2,
+        ..quick(0)
+    };
+    let out = profile(&dir, "link", lib, settings, &[&spec]);
+    let why = match &out[..] {
+        [Outcome::Incomplete { why, .. }] => why.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(why.contains("not measured: "), "{why}");
+    assert!(why.contains("restarted 2 times"), "{why}");
+    assert!(why.contains("KLARAPTOR_PROFILE_RESTARTS"), "{why}");
+    let warning = out[0].warning(&spec, GPU_UUID).unwrap();
+    assert!(
+        warning.contains("is incomplete and is not used"),
+        "{warning}"
+    );
+    // What the runs did measure is kept: at n=1000, the shapes the first restart measured
+    // before the next fault, and the three shapes that faulted (288, 320 and 352 threads: the
+    // first run and the two restarts); the shapes left are not measured.
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    let listed = db.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    let e = ProfileDb::read_file(&listed[0].path).unwrap();
+    let at = |n: i64, b: u32| {
+        e.samples
+            .iter()
+            .find(|s| s.sizes == [n] && s.block == [b, 1, 1])
+            .unwrap_or_else(|| panic!("no sample at n={n} block {b}"))
+    };
+    for b in [288, 320, 352] {
+        assert!(at(1000, b).error.as_deref().is_some_and(record::is_fault));
+    }
+    assert_eq!(at(1000, 256).error, None);
+    assert!(at(1000, 256).counters.is_some());
+    for b in [384, 512, 1024] {
+        let left = at(1000, b).error.as_deref().unwrap();
+        assert!(left.starts_with("not measured: "), "{left}");
+        assert!(at(1000, b).collector_error().is_some());
+    }
+    assert_eq!(e.samples.iter().filter(|s| s.sizes == [1000]).count(), 19);
+    // The launch at 2000 that this recipe makes after it was never reached.
+    assert!(!e.samples.iter().any(|s| s.sizes == [2000]));
+}
+
+/// The profiling runtime's side, without the driver: a run stops at the first fault and says
+/// so (`stopped.tsv`, its exit status); `KLARAPTOR_PROFILE_SKIP` resumes it.
+#[test]
+fn the_runtime_stops_at_a_fault_and_resumes_without_the_shapes_done() {
+    let (exe, lib) = built();
+    let dir = fresh("fault-runtime");
+    let spec = vadd("000000000000fa19", "", &dir);
+    let plan = dir.join("plan");
+    std::fs::write(
+        &plan,
+        klaraptor::profiling::plan_file(std::slice::from_ref(&spec)),
+    )
+    .unwrap();
+    let run = |name: &str, skip: Option<&str>| {
+        let out = dir.join(name);
+        std::fs::create_dir_all(&out).unwrap();
+        let mut cmd = Command::new(exe);
+        cmd.args(["1000", "2000"])
+            .env("KLARAPTOR_PROFILE_OUT", &out)
+            .env("KLARAPTOR_PROFILE_PLAN", &plan)
+            .env("KLARAPTOR_COLLECTOR", lib)
+            .env("FAKE_COLLECTOR_FAULT", "288")
+            .env_remove("KLARAPTOR_PROFILE_SKIP");
+        if let Some(text) = skip {
+            let f = dir.join(format!("{name}.skip"));
+            std::fs::write(&f, text).unwrap();
+            cmd.env("KLARAPTOR_PROFILE_SKIP", f);
+        }
+        let o = cmd.output().unwrap();
+        let samples = klaraptor::profiling::read_samples(&out, &spec.mangled).unwrap();
+        let stopped = std::fs::read_to_string(out.join("stopped.tsv")).ok();
+        (o, samples, stopped)
+    };
+    let blocks = |s: &[Sample], n: i64| -> Vec<u32> {
+        s.iter()
+            .filter(|s| s.sizes == [n])
+            .map(|s| s.block[0])
+            .collect()
+    };
+    // One request for the whole sweep: the fault at 288 threads loses every other shape's
+    // sample, and the process stops before its own launch and the sweep at 2000.
+    let (o, samples, stopped) = run("first", None);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(70), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "");
+    assert!(
+        stderr.contains("klaraptor-profile: vadd at 1000: block 288x1x1 faulted"),
+        "{stderr}"
+    );
+    assert_eq!(samples.len(), 19);
+    assert!(blocks(&samples, 2000).is_empty());
+    let stopped = stopped.expect("stopped.tsv");
+    assert!(
+        stopped.starts_with(
+            "fault\t_Z4vaddPfi\t1000\t288x1x1\tan error in the kernel: cuCtxSynchronize failed: \
+             CUDA_ERROR_ILLEGAL_ADDRESS"
+        ),
+        "{stopped}"
+    );
+    // Resumed without 96 (refused) and 288 (faulted): one shape per request now, so the
+    // shapes before the next fault (320) are measured, and the run stops there.
+    let (o, samples, stopped) = run("second", Some("_Z4vaddPfi 1000 96x1x1 288x1x1\n"));
+    assert_eq!(o.status.code(), Some(70));
+    assert_eq!(
+        blocks(&samples, 1000),
+        [1, 2, 4, 8, 16, 32, 64, 128, 160, 192, 224, 256, 320]
+    );
+    assert!(
+        samples[..12].iter().all(|s| s.error.is_none()),
+        "{samples:?}"
+    );
+    assert!(samples[12].error.as_deref().is_some_and(record::is_fault));
+    assert!(stopped.unwrap().contains("\t1000\t320x1x1\t"));
+    // Everything at 1000 done: no sweep there; the one at 2000 is swept whole, as a first.
+    let all: Vec<String> = klaraptor::profiling::plan_shapes_for(&spec)
+        .iter()
+        .map(|b| format!("{}x{}x{}", b[0], b[1], b[2]))
+        .collect();
+    let (o, samples, stopped) = run(
+        "third",
+        Some(&format!("_Z4vaddPfi 1000 {}\n", all.join(" "))),
+    );
+    assert_eq!(o.status.code(), Some(70));
+    assert!(blocks(&samples, 1000).is_empty());
+    assert_eq!(blocks(&samples, 2000).len(), 19);
+    assert!(stopped.unwrap().contains("\t2000\t288x1x1\t"));
+    // Nothing left: the program runs to its end, with its own launches only.
+    let (o, samples, stopped) = run(
+        "fourth",
+        Some(&format!(
+            "# resume\n_Z4vaddPfi 1000 {0}\n_Z4vaddPfi 2000 {0}\n",
+            all.join(" ")
+        )),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(samples.is_empty() && stopped.is_none());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "vadd n=1000 block=256 rc=0\nvadd n=2000 block=256 rc=0\nlaunches: 256=2\n"
+    );
 }

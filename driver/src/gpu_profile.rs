@@ -12,7 +12,17 @@
 //!    already ran is not run again: a run profiles every planned kernel it launches). A run
 //!    whose samples carry a transient collector error (`CUPTI_ERROR_HARDWARE_BUSY`: another
 //!    process, e.g. Nsight Compute, holds the GPU's counters) is run again after a pause
-//!    that doubles, for at most [`Settings::busy_bound`] (`KLARAPTOR_GPU_BUSY_RETRY`);
+//!    that doubles, for at most [`Settings::busy_bound`] (`KLARAPTOR_GPU_BUSY_RETRY`).
+//!    A run in which a shape faults (an illegal address: the process's CUDA context is lost,
+//!    and nothing after it in that process can run) is stopped there by the profiling
+//!    runtime, which says so in `stopped.tsv`; the command is then run again in a new process
+//!    that resumes it (`KLARAPTOR_PROFILE_SKIP`): without the shapes the runs have already
+//!    (measured, refused, or faulted: the faulting shape is not run again), and with the
+//!    shapes of the sweep that faulted run one per collector request, so that the next fault
+//!    costs no other shape its sample. Each restart settles at least the shape that faulted;
+//!    after [`Settings::max_restarts`] (`KLARAPTOR_PROFILE_RESTARTS`), or a restart that
+//!    changed nothing, the shapes left are recorded as not measured. The records of the runs
+//!    are merged;
 //! 4. store the entry: complete when every profile size left samples and no sample failed
 //!    for the collector's or the GPU's reasons (a shape the kernel cannot run is a valid
 //!    sample), else marked incomplete (never used for a model; profiled again by the next
@@ -30,7 +40,7 @@ use klaraptor_profiler::gpu_lock::{self, Acquired, GpuLock};
 use klaraptor_profiler::record::{self, DeviceId, Entry, KernelId, Sample, FORMAT_VERSION};
 
 use crate::linkspec::LinkSpec;
-use crate::profiling::{self, RunEnv};
+use crate::profiling::{self, ResumedSweep, RunEnv};
 
 /// How long a run whose GPU is busy with another profiler is tried again: seconds, or a
 /// number with `s`, `m` or `h`.
@@ -39,6 +49,13 @@ pub const BUSY_ENV: &str = "KLARAPTOR_GPU_BUSY_RETRY";
 pub const DEFAULT_BUSY: Duration = Duration::from_secs(5 * 60);
 /// The longest pause between two tries of a busy run.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How many times a recipe command whose run stopped at a fault is run again: a number.
+pub const RESTARTS_ENV: &str = "KLARAPTOR_PROFILE_RESTARTS";
+/// The default of [`RESTARTS_ENV`]. Each fault costs a process, so a kernel needs as many
+/// restarts as it has faulting shapes in the sweeps of one run (a reduction whose shared
+/// memory holds 256 threads faults at 6 shapes of the 1-D plan, at 11 of the 2-D one, per
+/// size), and one more.
+pub const DEFAULT_RESTARTS: u32 = 32;
 
 /// The bounds of the waits.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,18 +66,29 @@ pub struct Settings {
     pub busy_bound: Duration,
     /// The first pause before a busy run is tried again (then doubled, up to 30 s).
     pub first_backoff: Duration,
+    /// How many times a recipe command is run again after its runs stopped at faults.
+    pub max_restarts: u32,
 }
 
 impl Settings {
-    /// `KLARAPTOR_GPU_WAIT` (default 30 min) and `KLARAPTOR_GPU_BUSY_RETRY` (default 5 min).
+    /// `KLARAPTOR_GPU_WAIT` (default 30 min), `KLARAPTOR_GPU_BUSY_RETRY` (default 5 min) and
+    /// `KLARAPTOR_PROFILE_RESTARTS` (default [`DEFAULT_RESTARTS`]).
     pub fn from_env() -> Result<Settings> {
         let wait_bound = gpu_lock::wait_bound_from_env().map_err(|e| anyhow!(e))?;
         let busy_bound =
             gpu_lock::duration_from_env(BUSY_ENV, DEFAULT_BUSY).map_err(|e| anyhow!(e))?;
+        let max_restarts = match std::env::var(RESTARTS_ENV) {
+            Ok(v) if !v.trim().is_empty() => v
+                .trim()
+                .parse()
+                .map_err(|_| anyhow!("{RESTARTS_ENV}={v} is not a number of restarts (e.g. 32)"))?,
+            _ => DEFAULT_RESTARTS,
+        };
         Ok(Settings {
             wait_bound,
             busy_bound,
             first_backoff: Duration::from_secs(1).min(busy_bound / 4),
+            max_restarts,
         })
     }
 }
@@ -149,7 +177,7 @@ pub fn gpu_key(device: &DeviceId) -> &str {
 /// entries (module documentation). Prints what it does and a warning for each kernel left
 /// without a complete profile; returns each kernel's outcome, in order.
 pub fn profile_kernels(t: &Target, specs: &[&LinkSpec]) -> Result<Vec<Outcome>> {
-    let mut ran: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut ran: BTreeMap<String, Chain> = BTreeMap::new();
     let mut next_run = 0usize;
     let mut out = Vec::new();
     let gpu = gpu_key(t.device).to_string();
@@ -157,14 +185,14 @@ pub fn profile_kernels(t: &Target, specs: &[&LinkSpec]) -> Result<Vec<Outcome>> 
         let outcome = profile_one(t, spec, &mut ran, &mut next_run)?;
         match &outcome {
             Outcome::Stored { .. } => {}
-            Outcome::Reused { path } => eprintln!(
+            Outcome::Reused { path } => crate::kl_eprintln!(
                 "klaraptor-cc: {} was profiled by another link meanwhile: {}",
                 spec.name,
                 path.display()
             ),
             other => {
                 if let Some(w) = other.warning(spec, &gpu) {
-                    eprintln!("klaraptor-cc: warning: {w}");
+                    crate::kl_eprintln!("klaraptor-cc: warning: {w}");
                 }
             }
         }
@@ -176,7 +204,7 @@ pub fn profile_kernels(t: &Target, specs: &[&LinkSpec]) -> Result<Vec<Outcome>> 
 fn profile_one(
     t: &Target,
     spec: &LinkSpec,
-    ran: &mut BTreeMap<String, PathBuf>,
+    ran: &mut BTreeMap<String, Chain>,
     next_run: &mut usize,
 ) -> Result<Outcome> {
     let gpu = gpu_key(t.device);
@@ -185,7 +213,7 @@ fn profile_one(
         gpu,
         &spec.name,
         t.settings.wait_bound,
-        &mut |holder| eprintln!("klaraptor-cc: waiting for GPU {gpu} (profiling held by {holder})"),
+        &mut |holder| crate::kl_eprintln!("klaraptor-cc: waiting for GPU {gpu} (profiling held by {holder})"),
     )
     .with_context(|| {
         format!(
@@ -208,34 +236,35 @@ fn profile_one(
         return Ok(Outcome::Reused { path });
     }
     let start = Instant::now();
-    // Per profile size: its command and the directory of the run that serves it.
-    let mut runs: Vec<(usize, String, PathBuf)> = Vec::new();
+    let plan = profiling::read_plan(t.plan)?;
+    // Per profile size: its command and the runs that serve it.
+    let mut runs: Vec<(usize, String, Chain)> = Vec::new();
     for (i, size) in spec.profile_sizes.iter().enumerate() {
         let cmd = profiling::recipe_command(spec, size)?;
         let reusable = match ran.get(&cmd) {
-            Some(dir) => {
-                let samples = profiling::read_samples(dir, &spec.mangled)?;
-                first_transient(&samples).is_none().then(|| dir.clone())
+            Some(chain) => {
+                let samples = chain.samples(&spec.mangled, &plan)?;
+                first_transient(&samples).is_none().then(|| chain.clone())
             }
             None => None,
         };
-        let dir = match reusable {
-            Some(d) => d,
-            None => run_until_free(t, spec, i, &cmd, next_run)?,
+        let chain = match reusable {
+            Some(c) => c,
+            None => run_resuming(t, spec, i, &cmd, &plan, next_run)?,
         };
-        ran.insert(cmd.clone(), dir.clone());
-        runs.push((i, cmd, dir));
+        ran.insert(cmd.clone(), chain.clone());
+        runs.push((i, cmd, chain));
     }
     let took = start.elapsed();
     let mut samples: Vec<Sample> = Vec::new();
     let mut silent: Vec<(usize, String)> = Vec::new();
     let mut read: Vec<&Path> = Vec::new();
-    for (i, cmd, dir) in &runs {
-        if read.contains(&dir.as_path()) {
+    for (i, cmd, chain) in &runs {
+        if read.contains(&chain.dirs[0].as_path()) {
             continue;
         }
-        read.push(dir);
-        let s = profiling::read_samples(dir, &spec.mangled)?;
+        read.push(&chain.dirs[0]);
+        let s = chain.samples(&spec.mangled, &plan)?;
         if s.is_empty() {
             silent.push((*i, cmd.clone()));
         }
@@ -297,7 +326,7 @@ fn profile_one(
     Ok(match entry.incomplete {
         Some(why) => Outcome::Incomplete { path, why },
         None => {
-            eprintln!(
+            crate::kl_eprintln!(
                 "klaraptor-cc: profiled {} ({n} samples in {:.1} s): {}",
                 spec.name,
                 took.as_secs_f64(),
@@ -309,13 +338,15 @@ fn profile_one(
 }
 
 /// Runs one recipe command, again after a pause while its samples of `spec` say that the
-/// GPU was busy with another profiler, for at most the busy bound. Returns the directory of
-/// the last run's records.
+/// GPU was busy with another profiler, for at most the busy bound. `resume`: the run resumes
+/// one that stopped at a fault ([`RunEnv::resume`]). Returns the directory of the last run's
+/// records.
 fn run_until_free(
     t: &Target,
     spec: &LinkSpec,
     i: usize,
     cmd: &str,
+    resume: Option<(&Path, u32)>,
     next_run: &mut usize,
 ) -> Result<PathBuf> {
     let start = Instant::now();
@@ -333,6 +364,7 @@ fn run_until_free(
             runs: t.runs,
             warmup: t.warmup,
             verbose: t.verbose,
+            resume,
         };
         profiling::run_command(spec, i, cmd, &env)?;
         let samples = profiling::read_samples(&dir, &spec.mangled)?;
@@ -345,7 +377,7 @@ fn run_until_free(
         }
         if !said {
             said = true;
-            eprintln!(
+            crate::kl_eprintln!(
                 "klaraptor-cc: the GPU is busy (another profiler holds it?): {} at {} block \
                  {}x{}x{}: {}; trying again for up to {:.0} s",
                 spec.name,
@@ -359,6 +391,292 @@ fn run_until_free(
         }
         std::thread::sleep(backoff.min(t.settings.busy_bound - elapsed));
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// The runs of one recipe command: the first, then each restart that resumed it after its
+/// last run stopped at a fault. Their records are merged per kernel ([`Chain::samples`]).
+#[derive(Debug, Clone)]
+struct Chain {
+    dirs: Vec<PathBuf>,
+    /// Set when the restarts ended before every shape lost to a fault was measured: why
+    /// (what those shapes' samples say after "not measured: ").
+    gave_up: Option<String>,
+}
+
+/// Where a sample of a run stands for the restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Measured, or failed for good (refused, its own fault, the collector's error): a
+    /// restart leaves it out.
+    Settled,
+    /// Lost to another shape's fault: a restart runs it again.
+    Lost,
+}
+
+/// How the samples of one kernel from one run's records stand: a sample lost to another
+/// shape's fault is [`Standing::Lost`], and so are the faults of a sweep in which more than
+/// one shape has one (a profiler session that faults gives its message to each of its
+/// shapes: which one faulted shows once each runs alone, as the restart runs them).
+fn standings(samples: &[Sample]) -> Vec<Standing> {
+    let faults = |sizes: &[i64]| {
+        samples
+            .iter()
+            .filter(|s| s.sizes == sizes && s.error.as_deref().is_some_and(record::is_fault))
+            .count()
+    };
+    samples
+        .iter()
+        .map(|s| match s.error.as_deref() {
+            Some(e) if record::lost_to_fault(e) => Standing::Lost,
+            Some(e) if record::is_fault(e) && faults(&s.sizes) > 1 => Standing::Lost,
+            _ => Standing::Settled,
+        })
+        .collect()
+}
+
+impl Chain {
+    /// The samples of kernel `id` in the runs, merged: those of the first run, each lost
+    /// one replaced by the sample of a later run of the same data size and shape, and the
+    /// later runs' samples of the sizes and shapes the first did not have.
+    fn merged(&self, id: &str) -> Result<Vec<(Sample, Standing)>> {
+        let mut out: Vec<(Sample, Standing)> = Vec::new();
+        for dir in &self.dirs {
+            let samples = profiling::read_samples(dir, id)?;
+            let standing = standings(&samples);
+            // (One run's records are kept as they are, repeated shapes too: a recipe may run
+            // the program twice.)
+            let before = out.len();
+            for (s, st) in samples.into_iter().zip(standing) {
+                match out[..before]
+                    .iter()
+                    .position(|(o, _)| o.sizes == s.sizes && o.block == s.block)
+                {
+                    Some(k) if out[k].1 == Standing::Lost => out[k] = (s, st),
+                    Some(_) => {}
+                    None => out.push((s, st)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The samples the runs leave of kernel `id` (`plan`: the plan file's kernels and
+    /// shapes), merged. A shape still lost to a fault, or a planned shape without a sample
+    /// in a sweep that a fault interrupted, is not measured (a collector's failure: the
+    /// entry is incomplete), for the reason the restarts ended with.
+    fn samples(&self, id: &str, plan: &[(String, Vec<[u32; 3]>)]) -> Result<Vec<Sample>> {
+        let merged = self.merged(id)?;
+        let why = format!(
+            "not measured: {}",
+            self.gave_up.as_deref().unwrap_or(
+                "another shape's fault lost the CUDA context of its run, and no later run of \
+                 the recipe measured it"
+            )
+        );
+        let mut sizes: Vec<Vec<i64>> = Vec::new();
+        let mut interrupted: Vec<Vec<i64>> = Vec::new();
+        for (s, st) in &merged {
+            if !sizes.contains(&s.sizes) {
+                sizes.push(s.sizes.clone());
+            }
+            let fault = s.error.as_deref().is_some_and(record::is_fault);
+            if (*st == Standing::Lost || fault) && !interrupted.contains(&s.sizes) {
+                interrupted.push(s.sizes.clone());
+            }
+        }
+        let mut out: Vec<Sample> = merged
+            .into_iter()
+            .map(|(mut s, st)| {
+                if st == Standing::Lost {
+                    s.error = Some(why.clone());
+                    s.counters = None;
+                }
+                s
+            })
+            .collect();
+        let planned = plan
+            .iter()
+            .find(|(k, _)| k == id)
+            .map(|(_, p)| p.as_slice());
+        for at in &interrupted {
+            for b in planned.unwrap_or_default() {
+                if !out.iter().any(|s| s.sizes == *at && s.block == *b) {
+                    out.push(Sample {
+                        sizes: at.clone(),
+                        block: *b,
+                        grid: [0, 0, 0],
+                        error: Some(why.clone()),
+                        counters: None,
+                    });
+                }
+            }
+        }
+        out.sort_by_key(|s| sizes.iter().position(|z| *z == s.sizes));
+        Ok(out)
+    }
+
+    /// What a run that resumes these leaves out (`KLARAPTOR_PROFILE_SKIP`,
+    /// [`profiling::skip_file`]): per kernel of the plan and data size the runs swept it at,
+    /// the shapes settled there. A sweep that a fault interrupted is resumed with the rest,
+    /// one shape per request; one that ended is not made again.
+    fn resume_sweeps(&self, plan: &[(String, Vec<[u32; 3]>)]) -> Result<Vec<ResumedSweep>> {
+        let mut out: Vec<ResumedSweep> = Vec::new();
+        let mut ids: Vec<String> = plan.iter().map(|(id, _)| id.clone()).collect();
+        for dir in &self.dirs {
+            for id in profiling::kernels_in(dir) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        for id in ids {
+            let first = out.len();
+            for (s, st) in self.merged(&id)? {
+                let k = match out[first..].iter().position(|r| r.sizes == s.sizes) {
+                    Some(k) => first + k,
+                    None => {
+                        out.push(ResumedSweep {
+                            id: id.clone(),
+                            sizes: s.sizes.clone(),
+                            done: Vec::new(),
+                        });
+                        out.len() - 1
+                    }
+                };
+                if st == Standing::Settled {
+                    out[k].done.push(s.block);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs one recipe command ([`run_until_free`]) and, while its last run stopped at a
+/// fault, runs it again in a new process that resumes it (module documentation): at most
+/// [`Settings::max_restarts`] times, and not again after a restart that settled nothing.
+fn run_resuming(
+    t: &Target,
+    spec: &LinkSpec,
+    i: usize,
+    cmd: &str,
+    plan: &[(String, Vec<[u32; 3]>)],
+    next_run: &mut usize,
+) -> Result<Chain> {
+    let mut chain = Chain {
+        dirs: vec![run_until_free(t, spec, i, cmd, None, next_run)?],
+        gave_up: None,
+    };
+    let mut last_skip: Option<String> = None;
+    loop {
+        let dir = chain.dirs.last().expect("the first run");
+        let stops = profiling::read_stopped(dir)?;
+        let Some(stop) = stops.first() else {
+            return Ok(chain);
+        };
+        let what = describe_fault(spec, dir, stop);
+        let sweeps = chain.resume_sweeps(plan)?;
+        let skip = profiling::skip_file(&sweeps);
+        let planned = plan
+            .iter()
+            .find(|(k, _)| *k == stop.id)
+            .map(|(_, p)| p.as_slice())
+            .unwrap_or_default();
+        let done = sweeps
+            .iter()
+            .find(|r| r.id == stop.id && r.sizes == stop.sizes)
+            .map(|r| r.done.as_slice())
+            .unwrap_or_default();
+        let left = planned.iter().filter(|b| !done.contains(b)).count();
+        let restarts = u32::try_from(chain.dirs.len() - 1).unwrap_or(u32::MAX);
+        let stuck = last_skip.as_deref() == Some(skip.as_str());
+        if stuck || restarts >= t.settings.max_restarts {
+            let why = if stuck {
+                "another shape's fault lost the CUDA context of its run, and the run restarted \
+                 without the shapes done stopped at a fault again with nothing more done"
+                    .to_string()
+            } else {
+                format!(
+                    "another shape's fault lost the CUDA context of its run, and the recipe \
+                     was restarted {restarts} times already ({RESTARTS_ENV}={})",
+                    t.settings.max_restarts
+                )
+            };
+            crate::kl_eprintln!(
+                "klaraptor-cc: warning: {what}; the shapes left of its sweep ({left}) and any \
+                 launch after it are not measured: {why}"
+            );
+            chain.gave_up = Some(why);
+            return Ok(chain);
+        }
+        if left > 0 {
+            let s = if left == 1 { "" } else { "s" };
+            crate::kl_eprintln!(
+                "klaraptor-cc: {what}; going on with the {left} shape{s} left in a new process"
+            );
+        } else {
+            crate::kl_eprintln!(
+                "klaraptor-cc: {what}, the last shape of its sweep; going on in a new process"
+            );
+        }
+        let file = t.scratch.join(format!("resume-{}.txt", *next_run));
+        std::fs::write(&file, &skip).with_context(|| format!("cannot write {}", file.display()))?;
+        let next = run_until_free(t, spec, i, cmd, Some((&file, restarts + 1)), next_run)?;
+        chain.dirs.push(next);
+        last_skip = Some(skip);
+    }
+}
+
+/// `vadd at n=1000: shape 1024x1x1 faulted (an error in the kernel: …)`: the fault a run of
+/// `spec`'s recipe stopped at (`dir`: its records).
+fn describe_fault(spec: &LinkSpec, dir: &Path, stop: &profiling::Stopped) -> String {
+    let name = if stop.id == spec.mangled {
+        spec.name.clone()
+    } else {
+        std::fs::read_to_string(dir.join("kernels.tsv"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f.len() == 3 && f[1] == stop.id).then(|| f[2].to_string())
+            })
+            .unwrap_or_else(|| {
+                if stop.id.is_empty() {
+                    "a kernel".to_string()
+                } else {
+                    stop.id.clone()
+                }
+            })
+    };
+    let sizes = if stop.id == spec.mangled {
+        fmt_values(&spec.data, &stop.sizes)
+    } else {
+        stop.sizes
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    // A profiler session that faulted gives each of its shapes the fault.
+    let together: Vec<String> = profiling::read_samples(dir, &stop.id)
+        .unwrap_or_default()
+        .iter()
+        .filter(|s| s.sizes == stop.sizes && s.error.as_deref().is_some_and(record::is_fault))
+        .map(|s| format!("{}x{}x{}", s.block[0], s.block[1], s.block[2]))
+        .collect();
+    match stop.block {
+        _ if together.len() > 1 => format!(
+            "{name} at {sizes}: a profiler session of the shapes {} faulted ({}); which of them \
+             did shows when each runs alone",
+            together.join(", "),
+            stop.error
+        ),
+        Some(b) => format!(
+            "{name} at {sizes}: shape {}x{}x{} faulted ({})",
+            b[0], b[1], b[2], stop.error
+        ),
+        None => format!("{name} at {sizes}: a shape faulted ({})", stop.error),
     }
 }
 

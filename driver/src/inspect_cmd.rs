@@ -96,6 +96,19 @@ pub fn inspect(target: &Path) -> Result<()> {
             p.regs_per_thread,
             p.smem_per_block
         );
+        if !p.faulted.is_empty() {
+            let shapes: Vec<String> = p
+                .faulted
+                .iter()
+                .map(|b| format!("{}x{}x{}", b[0], b[1], b[2]))
+                .collect();
+            outln!(
+                "  faulted in the profile, never chosen: {}; also left out: {} shapes not \
+                 profiled with as many threads",
+                shapes.join(", "),
+                p.left_out_after_faults.len()
+            );
+        }
         let pr = &p.provenance;
         outln!(
             "  profile: {} samples ({} failed) at sizes {:?}, {} on {}",

@@ -349,6 +349,148 @@ pub fn stem_in(dir: &Path, id: &str) -> String {
         .unwrap_or_else(|| kernel_stem(id))
 }
 
+/// The plan file's kernels and their shapes ([`plan_file`]), in order.
+pub fn read_plan(path: &Path) -> Result<Vec<(String, Vec<[u32; 3]>)>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the plan {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let id = f.next().filter(|id| !id.starts_with('#'))?;
+            let shapes = f.filter_map(parse_shape).collect();
+            Some((id.to_string(), shapes))
+        })
+        .collect())
+}
+
+/// `32x2x1` as a block shape.
+fn parse_shape(s: &str) -> Option<[u32; 3]> {
+    let v: Vec<u32> = s
+        .split('x')
+        .map(|d| d.parse().ok())
+        .collect::<Option<_>>()?;
+    <[u32; 3]>::try_from(v).ok()
+}
+
+/// The file a run's profiling runtime writes when it stops the program at a fault (in the
+/// run's records directory; runtime-shim/src/klaraptor_prof.c).
+pub const STOPPED_FILE: &str = "stopped.tsv";
+
+/// The fault a profiling run stopped at ([`STOPPED_FILE`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stopped {
+    /// The kernel (mangled) and the data values of the sweep.
+    pub id: String,
+    pub sizes: Vec<i64>,
+    /// The shape that faulted, when a sample names it.
+    pub block: Option<[u32; 3]>,
+    /// Its sample's error.
+    pub error: String,
+}
+
+/// The faults the runs that wrote into `dir` stopped at (none when no run stopped). A line
+/// that does not parse, or a file without a line, is a stop still, of an unknown kernel.
+pub fn read_stopped(dir: &Path) -> Result<Vec<Stopped>> {
+    let path = dir.join(STOPPED_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    if text.trim().is_empty() {
+        return Ok(vec![Stopped {
+            id: String::new(),
+            sizes: Vec::new(),
+            block: None,
+            error: "the profiling runtime did not say which".into(),
+        }]);
+    }
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, '\t').collect();
+            let sizes = |s: &str| -> Option<Vec<i64>> {
+                if s == "-" || s.is_empty() {
+                    return Some(Vec::new());
+                }
+                s.split(',').map(|v| v.parse().ok()).collect()
+            };
+            match f.as_slice() {
+                ["fault", id, s, block, error] if sizes(s).is_some() => Stopped {
+                    id: id.to_string(),
+                    sizes: sizes(s).unwrap_or_default(),
+                    block: parse_shape(block).filter(|b| !b.contains(&0)),
+                    // The runtime copies the JSON string of the sample as it is.
+                    error: serde_json::from_str(&format!("\"{error}\""))
+                        .unwrap_or_else(|_| error.to_string()),
+                },
+                _ => Stopped {
+                    id: String::new(),
+                    sizes: Vec::new(),
+                    block: None,
+                    error: l.to_string(),
+                },
+            }
+        })
+        .collect())
+}
+
+/// The kernels (mangled) a run wrote records of in `dir` (its `kernels.tsv`).
+pub fn kernels_in(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for l in std::fs::read_to_string(dir.join("kernels.tsv"))
+        .unwrap_or_default()
+        .lines()
+    {
+        if let Some(id) = l.split('\t').nth(1) {
+            if !out.iter().any(|o| o == id) {
+                out.push(id.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// A sweep of a run that a resumed run leaves shapes out of (a line of its
+/// `KLARAPTOR_PROFILE_SKIP` file, [`skip_file`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumedSweep {
+    /// The kernel (mangled) and the data values of the sweep.
+    pub id: String,
+    pub sizes: Vec<i64>,
+    /// The shapes the runs have a sample of that stands.
+    pub done: Vec<[u32; 3]>,
+}
+
+/// The `KLARAPTOR_PROFILE_SKIP` file of `sweeps`: per sweep (kernel, data values), the
+/// shapes a resumed run leaves out (klaraptor_prof.c: such a sweep sends the others one per
+/// request; a sweep left with none is not made).
+pub fn skip_file(sweeps: &[ResumedSweep]) -> String {
+    let mut s = String::from("# klaraptor resumed run: <kernel id> <sizes> <shapes done>\n");
+    for ResumedSweep {
+        id,
+        sizes,
+        done: shapes,
+    } in sweeps
+    {
+        s.push_str(id);
+        s.push(' ');
+        if sizes.is_empty() {
+            s.push('-');
+        } else {
+            let v: Vec<String> = sizes.iter().map(i64::to_string).collect();
+            s.push_str(&v.join(","));
+        }
+        for b in shapes {
+            s.push_str(&format!(" {}x{}x{}", b[0], b[1], b[2]));
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// Where and how the profiling variant runs.
 pub struct RunEnv<'a> {
     /// The directory the runtime writes into.
@@ -359,6 +501,9 @@ pub struct RunEnv<'a> {
     pub runs: u32,
     pub warmup: u32,
     pub verbose: bool,
+    /// A run that resumes one stopped at a fault: its `KLARAPTOR_PROFILE_SKIP` file
+    /// ([`skip_file`]) and which restart of the command it is (1, 2, …).
+    pub resume: Option<(&'a Path, u32)>,
 }
 
 /// Runs one recipe command of `spec` (for its `i`-th profile size) under the profiling
@@ -372,14 +517,24 @@ pub struct RunEnv<'a> {
 /// per shape (every shape with `--kl-verbose`); see [`Progress`].
 pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result<String> {
     let size = &spec.profile_sizes[i];
-    eprintln!(
-        "klaraptor-cc: profiling {} at {} ({}/{}), {} shapes: {cmd}",
-        spec.name,
-        fmt_size(&spec.data, size),
-        i + 1,
-        spec.profile_sizes.len(),
-        plan_shapes_for(spec).len()
-    );
+    match env.resume {
+        None => crate::kl_eprintln!(
+            "klaraptor-cc: profiling {} at {} ({}/{}), {} shapes: {cmd}",
+            spec.name,
+            fmt_size(&spec.data, size),
+            i + 1,
+            spec.profile_sizes.len(),
+            plan_shapes_for(spec).len()
+        ),
+        Some((_, k)) => crate::kl_eprintln!(
+            "klaraptor-cc: profiling {} at {} ({}/{}) in a new process (restart {k}), without \
+             the shapes done: {cmd}",
+            spec.name,
+            fmt_size(&spec.data, size),
+            i + 1,
+            spec.profile_sizes.len(),
+        ),
+    }
     let t = std::time::Instant::now();
     let progress_file = tempfile::Builder::new()
         .prefix("klaraptor-progress-")
@@ -387,7 +542,12 @@ pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result
         .tempfile()
         .context("cannot create a temporary file for the profiling progress")?;
     let mut tail = ProgressFile::open(progress_file.path())?;
-    let child = Command::new("sh")
+    let mut command = Command::new("sh");
+    match env.resume {
+        Some((skip, _)) => command.env("KLARAPTOR_PROFILE_SKIP", skip),
+        None => command.env_remove("KLARAPTOR_PROFILE_SKIP"),
+    };
+    let child = command
         .arg("-c")
         .arg(cmd)
         .current_dir(&spec.build_dir)
@@ -428,14 +588,17 @@ pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result
         .join()
         .map_err(|_| anyhow::anyhow!("the thread waiting for `{cmd}` panicked"))?
         .with_context(|| format!("cannot run the profile recipe `{cmd}`"))?;
-    if env.verbose || !out.status.success() {
+    // A run the profiling runtime stopped at a fault (it exits with status 70): the caller
+    // says what happened and goes on in a new process.
+    let stopped = env.out_dir.join(STOPPED_FILE).exists();
+    if env.verbose || (!out.status.success() && !stopped) {
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
     }
-    if !out.status.success() {
+    if !out.status.success() && !stopped {
         // A sweep launches each kernel once per shape: a program that checks the results
         // of kernels that accumulate (y += …) fails its own check under profiling. What
         // matters is what the runtime recorded, which the caller checks.
-        eprintln!(
+        crate::kl_eprintln!(
             "klaraptor-cc: note: the profile recipe of {} (annotated at {}) exited with {} \
                  under profiling (`{cmd}` in {}); its records are kept",
             spec.name,
@@ -444,7 +607,7 @@ pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result
             spec.build_dir.display()
         );
     }
-    eprintln!("klaraptor-cc:   done in {:.2} s", t.elapsed().as_secs_f64());
+    crate::kl_eprintln!("klaraptor-cc:   done in {:.2} s", t.elapsed().as_secs_f64());
     Ok(String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -730,7 +893,7 @@ impl<'a> ProgressView<'a> {
         let line = self.plain.line(ev, std::time::Instant::now(), &fmt);
         if !self.terminal {
             if let Some(l) = line {
-                eprintln!("{l}");
+                crate::kl_eprintln!("{l}");
             }
             return;
         }
@@ -765,7 +928,7 @@ impl<'a> ProgressView<'a> {
                     bar.finish_and_clear();
                 }
                 if let Some(l) = line {
-                    eprintln!("{l}");
+                    crate::kl_eprintln!("{l}");
                 }
             }
         }
@@ -1162,7 +1325,7 @@ pub fn import_captures(
                     })
                     .collect();
                 if !zeroed.is_empty() {
-                    eprintln!(
+                    crate::kl_eprintln!(
                         "klaraptor: note: {} has no column for {} (kernel {}): recorded as 0",
                         csv_path.display(),
                         zeroed.join(", "),
@@ -1170,7 +1333,7 @@ pub fn import_captures(
                     );
                 }
                 if missing.iter().any(|m| m == "stall_barrier") {
-                    eprintln!(
+                    crate::kl_eprintln!(
                         "klaraptor: note: {} has no barrier-stall column (kernel {}): barrier \
                          counts are pipe_adu - op_ldc, not gated by stalls",
                         csv_path.display(),
@@ -1596,6 +1759,71 @@ mod tests {
         .unwrap();
         assert_eq!(stem_in(dir.path(), "_Z2mmPKfS0_Pfi"), "d7754040eeef94c2");
         assert_eq!(stem_in(dir.path(), "_Z5saxpyfPKfPfi"), "cc2b4160c996a6c6");
+    }
+
+    #[test]
+    fn the_files_of_a_run_stopped_at_a_fault_and_of_its_resumption() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_stopped(dir.path()).unwrap(), []);
+        std::fs::write(dir.path().join(STOPPED_FILE), "").unwrap();
+        assert_eq!(read_stopped(dir.path()).unwrap().len(), 1);
+        // As the runtime writes it: the error as its JSON string has it; a kernel without
+        // data values; a shape no sample named; a line that is not one.
+        std::fs::write(
+            dir.path().join(STOPPED_FILE),
+            "fault\t_Z3sumPfi\t4096,2\t512x1x1\tan error in the kernel: \\\"x\\\" (700)\n\
+             fault\t_Z1kv\t-\t0x0x0\tnot run: the CUDA context is unusable after y\n\
+             garbage\n",
+        )
+        .unwrap();
+        let stops = read_stopped(dir.path()).unwrap();
+        assert_eq!(stops.len(), 3);
+        assert_eq!(
+            stops[0],
+            Stopped {
+                id: "_Z3sumPfi".into(),
+                sizes: vec![4096, 2],
+                block: Some([512, 1, 1]),
+                error: "an error in the kernel: \"x\" (700)".into(),
+            }
+        );
+        assert_eq!(stops[1].sizes, Vec::<i64>::new());
+        assert_eq!(stops[1].block, None);
+        assert_eq!(stops[2].id, "");
+        assert_eq!(stops[2].error, "garbage");
+
+        let skip = skip_file(&[
+            ResumedSweep {
+                id: "_Z3sumPfi".into(),
+                sizes: vec![4096, 2],
+                done: vec![[32, 1, 1], [512, 1, 1]],
+            },
+            ResumedSweep {
+                id: "_Z1kv".into(),
+                sizes: vec![],
+                done: vec![],
+            },
+        ]);
+        assert_eq!(
+            skip,
+            "# klaraptor resumed run: <kernel id> <sizes> <shapes done>\n\
+             _Z3sumPfi 4096,2 32x1x1 512x1x1\n_Z1kv -\n"
+        );
+        let plan = dir.path().join("plan");
+        std::fs::write(&plan, "# plan\n_Z3sumPfi 32x1x1 64x2x1\n_Z1kv 1x1x1\n").unwrap();
+        assert_eq!(
+            read_plan(&plan).unwrap(),
+            [
+                ("_Z3sumPfi".to_string(), vec![[32, 1, 1], [64, 2, 1]]),
+                ("_Z1kv".to_string(), vec![[1, 1, 1]]),
+            ]
+        );
+        std::fs::write(
+            dir.path().join("kernels.tsv"),
+            "00\t_Z3sumPfi\tsum\n01\t_Z1kv\tk\n00\t_Z3sumPfi\tsum\n",
+        )
+        .unwrap();
+        assert_eq!(kernels_in(dir.path()), ["_Z3sumPfi", "_Z1kv"]);
     }
 
     #[test]

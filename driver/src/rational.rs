@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use klaraptor_fitting::RationalFn;
 use klaraptor_model::{device_to_c, predict, Device, Launch, Prediction, WarpMetrics, C_MODEL};
 use klaraptor_passes::expr::{self, BoolExpr, IntExpr, C_PRELUDE};
-use klaraptor_profiler::record::{Counters, Entry, Sample};
+use klaraptor_profiler::record::{self, Counters, Entry, Sample};
 use serde::{Deserialize, Serialize};
 
 use crate::linkspec::LinkSpec;
@@ -86,6 +86,17 @@ pub struct RationalProgram {
     /// it beside the model's best shapes. Empty in manifests written before.
     #[serde(default)]
     pub profiled: Vec<ProfiledAt>,
+    /// The shapes that faulted in the profile (their launch lost the CUDA context: an
+    /// illegal address, a trap; [`klaraptor_profiler::record::is_fault`]): never candidates.
+    /// Empty in manifests written before.
+    #[serde(default)]
+    pub faulted: Vec<[u32; 3]>,
+    /// The shapes left out of the candidates with them: those the profile did not measure
+    /// that have at least as many threads as a shape that faulted (a fault that comes with
+    /// the block's size, as shared memory sized for the program's block, strikes them too).
+    /// Empty in manifests written before.
+    #[serde(default)]
+    pub left_out_after_faults: Vec<[u32; 3]>,
 }
 
 /// The profile's fastest shape at one profiled size.
@@ -337,15 +348,37 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
     parse_grid(&spec.grid, &labels)?;
     // Constraints that depend on the data are checked at run time; here only those that
     // rule a shape out for every size.
-    let cands: Vec<[u32; 3]> = candidates(spec.dim)
+    let allowed: Vec<[u32; 3]> = candidates(spec.dim)
         .into_iter()
         .filter(|b| within_limits(&device, *b) && allowed_for_some_data(&constraints, *b))
         .collect();
-    if cands.is_empty() {
+    if allowed.is_empty() {
         bail!(
             "kernel {}: no block shape satisfies the constraints {:?} within the device limits",
             spec.name,
             spec.block
+        );
+    }
+    // A shape that faulted in the profile is never chosen, nor one the profile did not
+    // measure that has as many threads as one that faulted; those it measured are known to
+    // run.
+    let (faulted, measured) = faults_of(entry);
+    let threads = |b: &[u32; 3]| u64::from(b[0]) * u64::from(b[1]) * u64::from(b[2]);
+    let least_faulted = faulted.iter().map(threads).min();
+    let (cands, left_out): (Vec<[u32; 3]>, Vec<[u32; 3]>) = allowed.into_iter().partition(|b| {
+        !faulted.contains(b)
+            && (measured.contains(b) || least_faulted.is_none_or(|t| threads(b) < t))
+    });
+    let left_out_after_faults: Vec<[u32; 3]> = left_out
+        .into_iter()
+        .filter(|b| !faulted.contains(b))
+        .collect();
+    if cands.is_empty() {
+        bail!(
+            "kernel {}: every block shape its constraints and the device allow faulted in the \
+             profile ({} shapes) or was not measured and has as many threads as one that did",
+            spec.name,
+            faulted.len()
         );
     }
     let samples = metrics::fit_samples(spec, entry)?;
@@ -403,10 +436,33 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
             })
             .collect(),
         profiled: Vec::new(),
+        faulted,
+        left_out_after_faults,
     };
     prog.time_fit = fit_time(&prog, &usable);
     prog.profiled = profiled_table(entry, spec.data.len());
     Ok(prog)
+}
+
+/// The shapes that faulted in `entry`'s profile, and those it measured, each sorted.
+fn faults_of(entry: &Entry) -> (Vec<[u32; 3]>, Vec<[u32; 3]>) {
+    let mut faulted: Vec<[u32; 3]> = entry
+        .samples
+        .iter()
+        .filter(|s| s.error.as_deref().is_some_and(record::is_fault))
+        .map(|s| s.block)
+        .collect();
+    faulted.sort();
+    faulted.dedup();
+    let mut measured: Vec<[u32; 3]> = entry
+        .samples
+        .iter()
+        .filter(|s| s.error.is_none() && s.counters.is_some())
+        .map(|s| s.block)
+        .collect();
+    measured.sort();
+    measured.dedup();
+    (faulted, measured)
 }
 
 /// The profile's fastest shape at each of its sizes (of `n_data` values).
@@ -997,7 +1053,7 @@ pub fn compile(dir: &Path, files: &ProgramFiles, verbose: bool) -> Result<PathBu
         .arg("-o")
         .arg(&obj);
     if verbose {
-        eprintln!("klaraptor-cc: running {cmd:?}");
+        crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
     }
     let out = cmd
         .output()

@@ -181,6 +181,27 @@ pub fn failure_cause(error: &str) -> FailureCause {
     }
 }
 
+/// Whether a sample's error says that this shape's own launch faulted (an illegal address, a
+/// trap, …) and left the process's CUDA context unusable: the collector's "an error in the
+/// kernel: …" (a synchronisation after its launches failed), or "launch failed: …, then …"
+/// (its launch failed and the context with it). Such a shape cannot run; the model never
+/// chooses it. Not the shapes that only lost their run or profiler pass to another shape's
+/// fault ([`lost_to_fault`]), nor a launch the GPU refused ("launch failed: …" alone).
+///
+/// A profiler session that faults gives the same message to each of its shapes: which one
+/// faulted is then known only once each is run alone (driver/src/gpu_profile.rs does).
+pub fn is_fault(error: &str) -> bool {
+    error.starts_with("an error in the kernel")
+        || (error.starts_with("launch failed") && error.contains(", then "))
+}
+
+/// Whether a sample's error says that it was not run or not profiled because another shape
+/// of its process had faulted before ("not run: the CUDA context is unusable after …"): it
+/// says nothing about this shape, which a new process can measure.
+pub fn lost_to_fault(error: &str) -> bool {
+    !is_fault(error) && error.contains("the CUDA context is unusable")
+}
+
 /// Whether a collector error may go away by itself (another process holds the GPU's
 /// counters, or the device is busy): worth trying again after a while.
 pub fn is_transient(error: &str) -> bool {
@@ -332,6 +353,31 @@ mod tests {
             "block 2048x1x1 exceeds the device's 1024 threads per block",
         ] {
             assert_eq!(failure_cause(msg), FailureCause::Kernel, "{msg}");
+        }
+        // Which of the kernel's failures are faults of the shape itself, and which were
+        // lost to another shape's fault.
+        let own = "an error in the kernel: cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS \
+                   (700): an illegal memory access was encountered";
+        let sticky_launch = "launch failed: cudaErrorIllegalAddress (700), then cuCtxSynchronize \
+                             failed: CUDA_ERROR_ILLEGAL_ADDRESS (700): x";
+        for msg in [own, sticky_launch] {
+            assert!(is_fault(msg) && !lost_to_fault(msg), "{msg}");
+            assert_eq!(failure_cause(msg), FailureCause::Kernel, "{msg}");
+        }
+        for msg in [
+            format!("not run: the CUDA context is unusable after {own}"),
+            format!("not profiled: the CUDA context is unusable after {sticky_launch}"),
+        ] {
+            assert!(!is_fault(&msg) && lost_to_fault(&msg), "{msg}");
+        }
+        for msg in [
+            "launch failed: cudaErrorInvalidConfiguration (9)",
+            "launch failed",
+            "the kernel failed: cuEventSynchronize failed: z",
+            "block 2048x1x1 exceeds the device's 1024 threads per block",
+            "the collector failed: cuEventCreate failed: CUDA_ERROR_ILLEGAL_ADDRESS (700): x",
+        ] {
+            assert!(!is_fault(msg) && !lost_to_fault(msg), "{msg}");
         }
         assert!(is_transient("x CUPTI_ERROR_HARDWARE_BUSY (CUptiResult 26)"));
         assert!(!is_transient("x (CUptiResult 35)"));

@@ -18,6 +18,14 @@
  *                          ncu, which then does the measuring).
  *   KLARAPTOR_PROFILE_RUNS, KLARAPTOR_PROFILE_WARMUP  timed and warm-up runs (default 5, 1).
  *   KLARAPTOR_PROFILE_MAX_SIZES  distinct data sizes profiled per kernel per run (default 4).
+ *   KLARAPTOR_PROFILE_SKIP a file of lines "<mangled id> <sizes> <bx>x<by>x<bz> ..." (sizes:
+ *                          the data values joined by commas, "-" for none): the sweep of that
+ *                          kernel at those sizes leaves the shapes listed out (a sweep left
+ *                          with none is not made), and sends the others to the collector one
+ *                          per request. klaraptor-cc writes it to resume a run that stopped at
+ *                          a fault (below) without the shapes it has, and with the shapes of
+ *                          the sweep that faulted run alone, so that a fault loses no other
+ *                          shape's sample.
  *   KLARAPTOR_PROGRESS     where to report the sweeps' progress (klaraptor-cc reads it while
  *                          the recipe runs): a file, appended to, or "fd:<n>", an open file
  *                          descriptor. One line per event, fields separated by tabs, each
@@ -31,9 +39,21 @@
  *                                                     launchable at this size), launched
  *                                                     (KLARAPTOR_COLLECTOR=launch); ms since
  *                                                     the sweep began
- *     end <kernel> <sizes> <ok> <not ok> <ms>         the sweep is over
+ *     end <kernel> <sizes> <ok> <not ok> <ms>         the sweep is over (one that stopped at a
+ *                                                     fault, below, reports no shape it did
+ *                                                     not send)
  *                          <kernel> is the source name (tabs and newlines made spaces),
  *                          <sizes> the data values joined by commas, <block> BXxBYxBZ.
+ *
+ * A shape that faults (an illegal address, a trap: the collector's sample of it says "an error
+ * in the kernel: …" or "launch failed: …, then …", and those of the shapes it cost their run
+ * "… the CUDA context is unusable …") leaves the process's CUDA context unusable: nothing
+ * after it in this process can run. The sweep then stops (a request of one shape at a time
+ * sends no further shape), a line "fault <id> <sizes> <BXxBYxBZ> <error>" (tab-separated, the
+ * sizes "-" when there are none, the error as its JSON string has it; 0x0x0 when no sample
+ * names the shape) is appended to KLARAPTOR_PROFILE_OUT/stopped.tsv, the fault is said on
+ * stderr, and the process exits at once with status 70, without the program's own launch:
+ * klaraptor-cc goes on in a new process.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -46,6 +66,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -180,6 +201,8 @@ static void load_plan(const char *path) {
   fclose(f);
 }
 
+static void load_resume(const char *path);
+
 __attribute__((constructor)) static void prof_init(void) {
   g_out = getenv("KLARAPTOR_PROFILE_OUT");
   g_collector = getenv("KLARAPTOR_COLLECTOR");
@@ -205,6 +228,8 @@ __attribute__((constructor)) static void prof_init(void) {
     }
   }
   load_plan(plan);
+  const char *skip = getenv("KLARAPTOR_PROFILE_SKIP");
+  if (skip && *skip) load_resume(skip);
   klaraptor__set_profile_note(note);
 }
 
@@ -212,6 +237,100 @@ static plan_kernel *plan_for(const char *id) {
   for (int i = 0; i < g_n_plan; i++)
     if (strcmp(g_plan[i].id, id) == 0) return &g_plan[i];
   return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Resuming a run that stopped at a fault (KLARAPTOR_PROFILE_SKIP)                          */
+
+typedef struct resume_sweep {
+  char *id;
+  int n_data;
+  int64_t data[16];
+  uint32_t (*shapes)[3]; /* the shapes left out */
+  int n_shapes;
+} resume_sweep;
+
+static resume_sweep *g_resume;
+static int g_n_resume;
+
+/* "1000,64" (or "-": none) into out; -1 when it is not that. */
+static int parse_sizes(const char *s, int64_t out[16], int *n) {
+  *n = 0;
+  if (strcmp(s, "-") == 0) return 0;
+  while (*s) {
+    if (*n == 16) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || errno) return -1;
+    out[(*n)++] = v;
+    if (*end == ',')
+      s = end + 1;
+    else if (*end)
+      return -1;
+    else
+      s = end;
+  }
+  return 0;
+}
+
+static void load_resume(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    perr("cannot read KLARAPTOR_PROFILE_SKIP=%s: %s", path, strerror(errno));
+    return;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int lineno = 0;
+  while (getline(&line, &cap, f) > 0) {
+    lineno++;
+    char *save = NULL;
+    char *id = strtok_r(line, " \t\r\n", &save);
+    if (!id || id[0] == '#') continue;
+    char *sizes = strtok_r(NULL, " \t\r\n", &save);
+    resume_sweep rs = {0};
+    if (!sizes || parse_sizes(sizes, rs.data, &rs.n_data) != 0) {
+      perr("%s:%d: expected <kernel id> <sizes> <bx>x<by>x<bz> ...", path, lineno);
+      continue;
+    }
+    rs.id = strdup(id);
+    char *tok;
+    while ((tok = strtok_r(NULL, " \t\r\n", &save))) {
+      uint32_t sh[3];
+      if (parse_shape(tok, sh) != 0) {
+        perr("%s:%d: bad shape '%s' (expected <bx>x<by>x<bz>)", path, lineno, tok);
+        continue;
+      }
+      void *p = realloc(rs.shapes, (size_t)(rs.n_shapes + 1) * sizeof *rs.shapes);
+      if (!p) break;
+      rs.shapes = p;
+      memcpy(rs.shapes[rs.n_shapes++], sh, sizeof sh);
+    }
+    void *p = realloc(g_resume, (size_t)(g_n_resume + 1) * sizeof *g_resume);
+    if (!p) break;
+    g_resume = p;
+    g_resume[g_n_resume++] = rs;
+  }
+  free(line);
+  fclose(f);
+}
+
+/* The resumed sweep of kernel k at `data`, if the run resumes one. */
+static const resume_sweep *resume_for(const klaraptor_kernel *k, const int64_t *data) {
+  for (int i = 0; i < g_n_resume; i++) {
+    const resume_sweep *rs = &g_resume[i];
+    if (rs->n_data == k->n_data && strcmp(rs->id, k->id) == 0 &&
+        (k->n_data == 0 || memcmp(rs->data, data, (size_t)k->n_data * sizeof *data) == 0))
+      return rs;
+  }
+  return NULL;
+}
+
+static int resume_skips(const resume_sweep *rs, const uint32_t b[3]) {
+  for (int i = 0; rs && i < rs->n_shapes; i++)
+    if (memcmp(rs->shapes[i], b, sizeof rs->shapes[i]) == 0) return 1;
+  return 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -322,6 +441,17 @@ static void progress_line(const char *fmt, ...) {
   } while (w < 0 && errno == EINTR);
 }
 
+/* The data values joined by commas ("" for none). */
+static void fmt_sizes(char *buf, size_t cap, const klaraptor_kernel *k, const int64_t *data) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < k->n_data && used < cap; i++) {
+    int w = snprintf(buf + used, cap - used, "%s%" PRId64, i ? "," : "", data[i]);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+}
+
 static void progress_begin(progress *p, const klaraptor_kernel *k, const int64_t *data, int n) {
   memset(p, 0, sizeof *p);
   p->n = n;
@@ -330,13 +460,7 @@ static void progress_begin(progress *p, const klaraptor_kernel *k, const int64_t
   snprintf(p->kernel, sizeof p->kernel, "%s", k->name ? k->name : k->id);
   for (char *c = p->kernel; *c; c++)
     if (*c == '\t' || *c == '\n' || *c == '\r') *c = ' ';
-  size_t used = 0;
-  for (int i = 0; i < k->n_data && used < sizeof p->sizes; i++) {
-    int w = snprintf(p->sizes + used, sizeof p->sizes - used, "%s%" PRId64, i ? "," : "",
-                     data[i]);
-    if (w < 0) break;
-    used += (size_t)w;
-  }
+  fmt_sizes(p->sizes, sizeof p->sizes, k, data);
   progress_line("sweep\t%s\t%s\t%d\n", p->kernel, p->sizes, n);
 }
 
@@ -356,6 +480,113 @@ static void progress_end(progress *p) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Faults                                                                                   */
+
+/* What the samples of a request say about the CUDA context. */
+typedef struct fault_info {
+  int lost;          /* a sample says that the context is unusable */
+  uint32_t block[3]; /* the shape whose own fault it was (0s: no sample says) */
+  char error[640];   /* that sample's error (else the first such), as its JSON string has it */
+} fault_info;
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* The error of a sample line, its JSON string's text as it is (escapes kept); 0 when the line
+ * has none. */
+static int line_error(const char *line, char *out, size_t cap) {
+  const char *e = strstr(line, "\"error\":\"");
+  if (!e) return 0;
+  e += 9;
+  size_t n = 0;
+  for (; *e && *e != '"' && n + 2 < cap; e++) {
+    if (*e == '\\' && e[1]) out[n++] = *e++;
+    out[n++] = *e;
+  }
+  out[n] = 0;
+  return 1;
+}
+
+/* Reads the sample lines appended to `path` from byte `from` on (a request's): a fault of a
+ * shape of its own (the collector's "an error in the kernel: …", or "launch failed: …, then
+ * …": profiler/src/record.rs `is_fault`), or a shape that lost its run or profiler pass to
+ * one ("… the CUDA context is unusable …"), means that the context is lost. */
+static void find_fault(const char *path, long from, fault_info *fi) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (fseek(f, from, SEEK_SET) != 0) {
+    fclose(f);
+    return;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  char err[sizeof fi->error];
+  while (getline(&line, &cap, f) > 0) {
+    if (!line_error(line, err, sizeof err)) continue;
+    int own = strncmp(err, "an error in the kernel", 22) == 0 ||
+              (strncmp(err, "launch failed", 13) == 0 && strstr(err, ", then "));
+    if (!own && !strstr(err, "the CUDA context is unusable")) continue;
+    if (!fi->lost || (own && fi->block[0] == 0)) memcpy(fi->error, err, sizeof err);
+    fi->lost = 1;
+    const char *b = strstr(line, "\"block\":[");
+    unsigned x, y, z;
+    if (own && fi->block[0] == 0 && b && sscanf(b + 9, "%u,%u,%u", &x, &y, &z) == 3) {
+      fi->block[0] = x;
+      fi->block[1] = y;
+      fi->block[2] = z;
+    }
+  }
+  free(line);
+  fclose(f);
+}
+
+/* The status a process that stopped at a fault exits with. */
+#define FAULT_EXIT 70
+
+/* The context is lost: says so (stopped.tsv, stderr) and ends the process. */
+static void stop_after_fault(const klaraptor_kernel *k, const int64_t *data,
+                             const fault_info *fi) {
+  char sizes[512];
+  fmt_sizes(sizes, sizeof sizes, k, data);
+  if (!k->n_data) snprintf(sizes, sizeof sizes, "-");
+  char p[4096];
+  snprintf(p, sizeof p, "%s/stopped.tsv", g_out);
+  int fd = open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    /* One write (a mangled id can be long). */
+    const char *fmt = "fault\t%s\t%s\t%ux%ux%u\t%s\n";
+    int len = snprintf(NULL, 0, fmt, k->id, sizes, fi->block[0], fi->block[1], fi->block[2],
+                       fi->error);
+    char *buf = len > 0 ? malloc((size_t)len + 1) : NULL;
+    if (buf) {
+      snprintf(buf, (size_t)len + 1, fmt, k->id, sizes, fi->block[0], fi->block[1],
+               fi->block[2], fi->error);
+      ssize_t w;
+      do {
+        w = write(fd, buf, (size_t)len);
+      } while (w < 0 && errno == EINTR);
+      free(buf);
+    }
+    close(fd);
+  } else {
+    perr("cannot write %s: %s", p, strerror(errno));
+  }
+  const char *name = k->name ? k->name : k->id;
+  if (fi->block[0])
+    perr("%s at %s: block %ux%ux%u faulted (%s): the CUDA context is lost, so this process "
+         "stops here (exit status %d); klaraptor-cc goes on in a new one",
+         name, sizes, fi->block[0], fi->block[1], fi->block[2], fi->error, FAULT_EXIT);
+  else
+    perr("%s at %s: a shape faulted (%s): the CUDA context is lost, so this process stops "
+         "here (exit status %d); klaraptor-cc goes on in a new one",
+         name, sizes, fi->error, FAULT_EXIT);
+  fflush(NULL);
+  _exit(FAULT_EXIT);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* The sweep                                                                                */
 
 typedef struct launch_ctx {
@@ -368,12 +599,13 @@ typedef struct launch_ctx {
   const klaraptor_kernel *k;
   const int64_t *data;
   progress *pg;
-  int n; /* shapes of the request */
+  int base; /* the sweep's index of the request's first shape */
+  int n;    /* shapes of the request */
 } launch_ctx;
 
 static int launch_shape(void *vctx, int i) {
   launch_ctx *c = vctx;
-  const uint32_t *b = c->blocks + 3 * i, *g = c->grids + 3 * i;
+  const uint32_t *b = c->blocks + 3 * (c->base + i), *g = c->grids + 3 * (c->base + i);
   int rc = __real___cudaLaunchKernel(c->kernel, (uint64_t)g[0] | ((uint64_t)g[1] << 32), g[2],
                               (uint64_t)b[0] | ((uint64_t)b[1] << 32), b[2], c->args, c->shmem,
                               c->stream);
@@ -386,8 +618,8 @@ static int launch_shape(void *vctx, int i) {
     if (rc != 0) fprintf(c->log, ",\"error\":\"launch failed with CUDA error %d\"", rc);
     fputs("}\n", c->log);
     fflush(c->log);
-    if (!c->pg->reported[i]) {
-      c->pg->reported[i] = 1;
+    if (!c->pg->reported[c->base + i]) {
+      c->pg->reported[c->base + i] = 1;
       progress_shape(c->pg, b, rc == 0 ? "launched" : "failed");
     }
   }
@@ -397,9 +629,9 @@ static int launch_shape(void *vctx, int i) {
 /* The collector's report (ABI 2): shape i of the request is written. */
 static void collect_progress(void *vctx, int i, int status) {
   launch_ctx *c = vctx;
-  if (i < 0 || i >= c->n || c->pg->reported[i]) return;
-  c->pg->reported[i] = 1;
-  progress_shape(c->pg, c->blocks + 3 * i, status == 0 ? "ok" : "failed");
+  if (i < 0 || i >= c->n || c->pg->reported[c->base + i]) return;
+  c->pg->reported[c->base + i] = 1;
+  progress_shape(c->pg, c->blocks + 3 * (c->base + i), status == 0 ? "ok" : "failed");
 }
 
 static int load_collector(void) {
@@ -435,23 +667,30 @@ static int load_collector(void) {
 static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args, size_t shmem,
                   void *stream) {
   const klaraptor_kernel *k = pd->k;
-  int n = pk->n_shapes;
+  /* A resumed sweep leaves out the shapes the run has already. */
+  const resume_sweep *rs = resume_for(k, pd->data);
+  int n = 0;
+  for (int i = 0; i < pk->n_shapes; i++) n += !resume_skips(rs, pk->shapes[i]);
+  if (n == 0) return;
   uint32_t *blocks = calloc((size_t)n * 3, sizeof *blocks);
   uint32_t *grids = calloc((size_t)n * 3, sizeof *grids);
   unsigned char *reported = calloc((size_t)n + 1, 1);
-  if (!blocks || !grids || !reported) {
+  unsigned char *failed = calloc((size_t)n + 1, 1); /* asked of a collector that failed */
+  if (!blocks || !grids || !reported || !failed) {
     free(blocks);
     free(grids);
     free(reported);
+    free(failed);
     return;
   }
   progress pg;
   progress_begin(&pg, k, pd->data, n);
   pg.reported = reported; /* indexed by the request's shapes (m <= n) */
   int m = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < pk->n_shapes; i++) {
     uint32_t g[3];
     char why[512];
+    if (resume_skips(rs, pk->shapes[i])) continue;
     if (klaraptor__shape_ok(k, pd->data, pk->shapes[i], g, why, sizeof why) != 0) {
       record_rejected(k, pd->data, pk->shapes[i], why);
       progress_shape(&pg, pk->shapes[i], "rejected");
@@ -464,60 +703,78 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
   char path[4096];
   int launch_only = strcmp(g_collector ? g_collector : "", "launch") == 0;
   out_path(path, sizeof path, k->id, launch_only ? ".launches.jsonl" : ".jsonl");
-  launch_ctx c = {kernel, args, shmem, stream, blocks, grids, NULL, k, pd->data, &pg, m};
+  launch_ctx c = {kernel, args, shmem, stream, blocks, grids, NULL, k, pd->data, &pg, 0, m};
   /* Why the shapes the collector did not write have no sample (NULL: they have one, or
    * their absence is the collector's business, e.g. ABI 1). */
   char not_measured[1200];
   not_measured[0] = 0;
+  fault_info fi;
+  memset(&fi, 0, sizeof fi);
   if (launch_only) {
     c.log = fopen(path, "a");
     if (!c.log) perr("cannot write %s: %s", path, strerror(errno));
     for (int i = 0; i < m && c.log; i++) launch_shape(&c, i);
     if (c.log) fclose(c.log);
   } else if (load_collector() == 0) {
-    klaraptor_collect_request req;
-    memset(&req, 0, sizeof req);
-    req.abi_version = KLARAPTOR_COLLECT_ABI;
-    req.kernel_id = k->id;
-    req.kernel_name = k->name ? k->name : k->id;
-    req.n_data = k->n_data;
-    req.data = pd->data;
-    req.n_shapes = m;
-    req.blocks = blocks;
-    req.grids = grids;
-    req.kernel = kernel;
-    req.stream = stream;
-    req.dynamic_smem = shmem;
-    req.runs = g_runs;
-    req.warmup = g_warmup;
-    req.out_path = path;
-    req.ctx = &c;
-    req.launch = launch_shape;
-    req.progress = collect_progress;
-    if (g_collect(&req) != 0) {
-      perr("the collector failed on %s", req.kernel_name);
-      snprintf(not_measured, sizeof not_measured,
-               "not measured: the collector failed on this request (its message is on the "
-               "program's stderr)");
+    /* One request for the sweep; one per shape when it resumes a sweep that faulted, so
+     * that a fault there costs no other shape its sample. A fault ends the requests. */
+    int step = rs ? 1 : m;
+    for (int s = 0; s < m && !fi.lost; s += step) {
+      int cnt = m - s < step ? m - s : step;
+      klaraptor_collect_request req;
+      memset(&req, 0, sizeof req);
+      req.abi_version = KLARAPTOR_COLLECT_ABI;
+      req.kernel_id = k->id;
+      req.kernel_name = k->name ? k->name : k->id;
+      req.n_data = k->n_data;
+      req.data = pd->data;
+      req.n_shapes = cnt;
+      req.blocks = blocks + 3 * s;
+      req.grids = grids + 3 * s;
+      req.kernel = kernel;
+      req.stream = stream;
+      req.dynamic_smem = shmem;
+      req.runs = g_runs;
+      req.warmup = g_warmup;
+      req.out_path = path;
+      c.base = s;
+      c.n = cnt;
+      req.ctx = &c;
+      req.launch = launch_shape;
+      req.progress = collect_progress;
+      long from = file_size(path);
+      if (g_collect(&req) != 0) {
+        perr("the collector failed on %s", req.kernel_name);
+        snprintf(not_measured, sizeof not_measured,
+                 "not measured: the collector failed on this request (its message is on the "
+                 "program's stderr)");
+        memset(failed + s, 1, (size_t)cnt);
+      }
+      find_fault(path, from, &fi);
     }
   } else {
     snprintf(not_measured, sizeof not_measured, "not measured: %s", g_load_error);
+    memset(failed, 1, (size_t)m);
   }
   /* Shapes nobody reported (no collector, a collector that failed or of ABI 1) are done too,
    * as far as the progress goes. When the collector failed or could not be loaded, their
    * samples say so (an ABI 2 collector reports each line it writes, so an unreported shape
    * has none): a sweep never vanishes without a trace, and the driver tells a collector that
-   * failed from a kernel that was never launched. */
+   * failed from a kernel that was never launched. The shapes a fault left unasked have no
+   * sample and no report: a new process measures them. */
   for (int i = 0; i < m; i++)
-    if (!reported[i]) {
+    if (!reported[i] && (!fi.lost || failed[i])) {
       reported[i] = 1;
-      if (not_measured[0]) record_failed(k, pd->data, blocks + 3 * i, grids + 3 * i, not_measured);
+      if (failed[i] && not_measured[0])
+        record_failed(k, pd->data, blocks + 3 * i, grids + 3 * i, not_measured);
       progress_shape(&pg, blocks + 3 * i, "failed");
     }
   progress_end(&pg);
   free(blocks);
   free(grids);
   free(reported);
+  free(failed);
+  if (fi.lost) stop_after_fault(k, pd->data, &fi);
 }
 
 int __wrap___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
