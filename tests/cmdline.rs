@@ -68,17 +68,6 @@ impl Scratch {
     }
 }
 
-fn ok(o: &Output) -> String {
-    let err = stderr(o);
-    assert!(
-        o.status.success(),
-        "failed ({}):\n{}\n{err}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout)
-    );
-    err
-}
-
 /// nvcc's `--dryrun` lines (`#$ …`), its per-run temporary names made equal.
 fn dryrun_lines(stderr: &str) -> Vec<String> {
     let re = regex::Regex::new(r"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}").unwrap();

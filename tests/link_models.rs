@@ -81,17 +81,6 @@ fn make(dir: &Path, kl_flags: &str, targets: &[&str], env: &[(&str, &Path)]) -> 
     c.output().expect("cannot run make")
 }
 
-fn ok(o: &Output) -> String {
-    let err = stderr(o);
-    assert!(
-        o.status.success(),
-        "failed ({}):\n{}\n{err}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout)
-    );
-    err
-}
-
 /// The sample built once for the read-only tests, under the target's scratch directory.
 struct Built {
     sample: PathBuf,

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use klaraptor::linkspec::{scan_bytes, LinkSpec};
@@ -28,17 +28,6 @@ fn capture() -> PathBuf {
 
 fn job() -> PathBuf {
     capture().join("job1")
-}
-
-fn ok(o: &Output) -> String {
-    let err = stderr(o);
-    assert!(
-        o.status.success(),
-        "failed ({}):\n{}\n{err}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout)
-    );
-    err
 }
 
 /// The profiling variant of samples/matmul, built once (with an empty profile database, no

@@ -213,7 +213,9 @@ fn profile_one(
         gpu,
         &spec.name,
         t.settings.wait_bound,
-        &mut |holder| crate::kl_eprintln!("klaraptor-cc: waiting for GPU {gpu} (profiling held by {holder})"),
+        &mut |holder| {
+            crate::kl_eprintln!("klaraptor-cc: waiting for GPU {gpu} (profiling held by {holder})")
+        },
     )
     .with_context(|| {
         format!(

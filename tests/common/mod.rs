@@ -54,6 +54,19 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Asserts that the command succeeded (saying its status, stdout and stderr otherwise) and
+/// returns its stderr.
+pub fn ok(o: &Output) -> String {
+    let err = stderr(o);
+    assert!(
+        o.status.success(),
+        "failed ({}):\n{}\n{err}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout)
+    );
+    err
+}
+
 /// Every regular file under `dir`, relative, sorted.
 pub fn files(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
