@@ -236,3 +236,137 @@ fn the_sample_builds_with_make_as_with_nvcc() {
     );
     assert!(b.path().join("matmul").is_file());
 }
+
+/// A kernel annotated in a file the source includes with quotes (`more.cu` beside it, a
+/// header found through -I) is found there, once however often it is included, and named at
+/// its own file and line.
+#[test]
+fn specs_reads_the_pragmas_of_included_files() {
+    let stencil = "#ifndef STENCIL_CUH\n#define STENCIL_CUH\n\
+                   #pragma klaraptor kernel(stencil) data(n)\n\
+                   __global__ void stencil(float *a, int n) {}\n#endif\n";
+    let more = "#include \"kernels/stencil.cuh\"\n#pragma klaraptor kernel(more) data(N=1)\n\
+                __global__ void more(float *a, int n) {}\n";
+    let app = "#include <cstdio>\n#include \"kernels/stencil.cuh\"\n#include \"more.cu\"\n\
+               #include \"kernels/stencil.cuh\"\nvoid run(float *a, int n) {\n\
+               stencil<<<1, 32>>>(a, n);\n  more<<<1, 32>>>(a, n);\n}\n";
+    let d = project(&[
+        ("app.cu", app),
+        ("more.cu", more),
+        ("inc/kernels/stencil.cuh", stencil),
+    ]);
+    let o = run(d.path(), &klaraptor(), &["specs", "-I", "inc", "app.cu"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(out.matches("[kernel.\"stencil\"]").count(), 1, "{out}");
+    assert!(
+        out.contains("[kernel.\"stencil\"]\nmangled = [\"_Z7stencilPfi\"]\n")
+            && out.contains("annotated_at = \"inc/kernels/stencil.cuh:3:19\"\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[kernel.\"more\"]\nmangled = [\"_Z4morePfi\"]\n")
+            && out.contains("annotated_at = \"more.cu:2:19\"\n"),
+        "{out}"
+    );
+}
+
+/// A kernel annotated in a header found through `-I`, and one in an included `.cu` beside the
+/// source: klaraptor-cc instruments the translation unit and its messages name the header.
+#[test]
+fn klaraptor_cc_instruments_kernels_annotated_in_included_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("app");
+    std::fs::create_dir_all(src.join("inc/kernels")).unwrap();
+    std::fs::write(
+        src.join("inc/kernels/stencil.cuh"),
+        "#pragma once\n\
+         #pragma klaraptor kernel(stencil) data(n) dim(1) grid(ceil(n, bx))\n\
+         __global__ void stencil(float *a, int n) {\n\
+         \x20 int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20 if (i > 0 && i < n - 1) a[i] = (a[i - 1] + a[i] + a[i + 1]) / 3;\n\
+         }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("more.cu"),
+        "#pragma klaraptor kernel(twice) data(n) dim(1) grid(ceil(n, bx))\n\
+         __global__ void twice(float *a, int n) {\n\
+         \x20 int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20 if (i < n) a[i] *= 2;\n\
+         }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("app.cu"),
+        "#include \"kernels/stencil.cuh\"\n\
+         #include \"more.cu\"\n\
+         void run(float *a, int n) {\n\
+         \x20 stencil<<<(n + 127) / 128, 128>>>(a, n);\n\
+         \x20 twice<<<(n + 255) / 256, 256>>>(a, n);\n\
+         }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(klaraptor_cc())
+        .current_dir(&src)
+        .args([
+            "--kl-verbose",
+            "-arch=sm_90",
+            "-I",
+            "inc",
+            "-c",
+            "app.cu",
+            "-o",
+            "app.o",
+        ])
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .env_remove("KLARAPTOR_PROFILE_DB")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("nothing for klaraptor"), "{err}");
+    assert!(
+        klaraptor::instrument::needs_runtime(&src.join("app.o")),
+        "app.o is not instrumented:\n{err}"
+    );
+    let obj = src.join("app.o");
+    let specs = klaraptor::linkspec::scan_bytes(&std::fs::read(&obj).unwrap(), &obj).unwrap();
+    let mut at: Vec<String> = specs
+        .iter()
+        .map(|s| format!("{} {}", s.name, s.annotated_at))
+        .collect();
+    at.sort();
+    assert_eq!(at.len(), 2, "{at:?}");
+    assert!(
+        at[0].starts_with("stencil inc/kernels/stencil.cuh:2:"),
+        "{at:?}"
+    );
+    assert!(at[1].starts_with("twice more.cu:1:"), "{at:?}");
+
+    // A source whose only annotated kernel is in the -I directory's header: the quick check
+    // that decides whether klaraptor-cc handles a source at all follows -I too.
+    std::fs::write(
+        src.join("only.cu"),
+        "#include \"kernels/stencil.cuh\"\n\
+         void run(float *a, int n) { stencil<<<(n + 127) / 128, 128>>>(a, n); }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(klaraptor_cc())
+        .current_dir(&src)
+        .args(["-arch=sm_90", "-I", "inc", "-c", "only.cu", "-o", "only.o"])
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .env_remove("KLARAPTOR_PROFILE_DB")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        klaraptor::instrument::needs_runtime(&src.join("only.o")),
+        "only.o is not instrumented:\n{}",
+        stderr(&out)
+    );
+}

@@ -237,12 +237,15 @@ impl Invocation {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
+        // Quoted includes are followed as the preprocessor finds them: beside the including
+        // file, then in the command's -iquote and -I directories.
+        let include_dirs = self.clang_config().quote_include_dirs();
         for src in self.view.cuda_sources() {
             // A source nvcc cannot read is nvcc's to report.
             let Ok(text) = std::fs::read_to_string(src) else {
                 continue;
             };
-            match frontend::annotations_of(src, &text) {
+            match frontend::annotations_of_tu(src, &text, &include_dirs) {
                 Ok((s, t, _)) if s.annotations.is_empty() && t.is_empty() => {}
                 // Errors in the annotations are reported by the full front-end.
                 _ => out.push(src.to_path_buf()),

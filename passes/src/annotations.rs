@@ -15,6 +15,10 @@
 //! counts; pragmas inside comments do not. Pragmas that are not ours are left alone. The
 //! lines holding our pragmas are blanked (not removed, so line numbers stay right) in the
 //! copy the compiler sees: see [`strip`].
+//!
+//! A translation unit's annotations may also be written in the files it includes: each file
+//! is read on its own ([`scan_file`]) and the files are then checked together
+//! ([`scan_unit`]); which files belong to the unit is decided in [`crate::frontend`].
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -74,11 +78,12 @@ pub struct KernelAnnotation {
     pub style: Style,
 }
 
-/// What [`scan`] found in one source.
+/// What [`scan`] found in one source (or [`scan_unit`] in a translation unit).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scanned {
     pub annotations: Vec<KernelAnnotation>,
-    /// Byte ranges of the lines that hold our pragmas (continuations included).
+    /// Byte ranges of the lines that hold our pragmas (continuations included), in the
+    /// source itself (the main file of a translation unit): the lines [`strip`] blanks.
     pub pragma_lines: Vec<Range<usize>>,
 }
 
@@ -92,9 +97,51 @@ pub fn mentions_annotations(text: &str) -> bool {
 
 /// Finds and parses every annotation in `text` (the contents of `file`).
 pub fn scan(file: &Path, text: &str) -> Result<Scanned, Diagnostics> {
-    let mut out = Scanned::default();
-    let mut errors = Vec::new();
-    let mut classic: Vec<Classic> = Vec::new();
+    scan_unit(&[(&scan_file(file, text), text)])
+}
+
+/// One file's pragmas, parsed but not yet checked against the other files of its
+/// translation unit: see [`scan_unit`].
+#[derive(Debug, Clone)]
+pub struct FileScan {
+    /// The file, as the annotations' locations name it.
+    pub file: PathBuf,
+    annotations: Vec<KernelAnnotation>,
+    classic: Vec<Classic>,
+    pragma_lines: Vec<Range<usize>>,
+    errors: Vec<Diagnostic>,
+}
+
+impl FileScan {
+    /// The kernels this file's pragmas name (those that could be read).
+    pub fn kernels(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self.annotations.iter().map(|a| a.kernel.as_str()).collect();
+        for c in &self.classic {
+            if !out.contains(&c.kernel.as_str()) {
+                out.push(&c.kernel);
+            }
+        }
+        out
+    }
+
+    /// Whether the file holds any of our pragmas (valid or not).
+    pub fn has_pragmas(&self) -> bool {
+        !self.pragma_lines.is_empty()
+    }
+}
+
+/// Parses the pragmas of one file (`text`, the contents of `file`) on its own.
+pub fn scan_file(file: &Path, text: &str) -> FileScan {
+    let mut out = FileScan {
+        file: file.to_path_buf(),
+        annotations: Vec::new(),
+        classic: Vec::new(),
+        pragma_lines: Vec::new(),
+        errors: Vec::new(),
+    };
+    if !mentions_annotations(text) {
+        return out;
+    }
     for p in pragmas(text) {
         let body = p.text.trim_start();
         let lead = p.text.len() - body.len();
@@ -118,29 +165,54 @@ pub fn scan(file: &Path, text: &str) -> Result<Scanned, Diagnostics> {
                 at(0),
                 is_size,
             )
-            .map(|c| classic.push(c))
+            .map(|c| out.classic.push(c))
         } else {
             continue;
         };
         out.pragma_lines.push(p.lines.clone());
         if let Err(d) = result {
-            errors.push(d.with_source(text));
+            out.errors.push(d.with_source(text));
         }
     }
+    out
+}
+
+/// The annotations of a translation unit made of several files, each scanned by
+/// [`scan_file`] and given with its text: the main file first, then the files it includes.
+/// Each file must be given once (the preprocessor reads a header included twice only once
+/// for our purposes: a kernel is defined once). The original KLARAPTOR pragmas of one kernel
+/// may be spread over several files, as the preprocessor joins them; a kernel annotated in
+/// two places is an error. [`Scanned::pragma_lines`] are those of the first file.
+pub fn scan_unit(files: &[(&FileScan, &str)]) -> Result<Scanned, Diagnostics> {
+    let mut out = Scanned::default();
+    let mut errors = Vec::new();
+    let mut classic: Vec<Classic> = Vec::new();
+    for (i, (f, _)) in files.iter().enumerate() {
+        out.annotations.extend(f.annotations.iter().cloned());
+        classic.extend(f.classic.iter().cloned());
+        errors.extend(f.errors.iter().cloned());
+        if i == 0 {
+            out.pragma_lines = f.pragma_lines.clone();
+        }
+    }
+    // Attaches the line a diagnostic points at, from whichever file it is in.
+    let source_of = |d: Diagnostic| match files.iter().find(|(f, _)| f.file == d.loc.file) {
+        Some((_, text)) => d.with_source(text),
+        None => d,
+    };
     match merge_classic(classic) {
         Ok(anns) => out.annotations.extend(anns),
-        Err(d) => errors.extend(d.0.into_iter().map(|d| d.with_source(text))),
+        Err(d) => errors.extend(d.0.into_iter().map(source_of)),
     }
     for (i, a) in out.annotations.iter().enumerate() {
         if let Some(prev) = out.annotations[..i].iter().find(|b| b.kernel == a.kernel) {
-            errors.push(
+            errors.push(source_of(
                 Diagnostic::new(
                     a.loc.clone(),
                     format!("kernel '{}' is annotated twice", a.kernel),
                 )
-                .help(format!("the first annotation is at {}; keep one", prev.loc))
-                .with_source(text),
-            );
+                .help(format!("the first annotation is at {}; keep one", prev.loc)),
+            ));
         }
     }
     if errors.is_empty() {
@@ -266,7 +338,7 @@ fn pragmas(text: &str) -> Vec<Pragma> {
     out
 }
 
-fn find_outside_strings(s: &str, pat: &str) -> Option<usize> {
+pub(crate) fn find_outside_strings(s: &str, pat: &str) -> Option<usize> {
     let mut in_str = false;
     let b = s.as_bytes();
     let mut i = 0;
@@ -323,6 +395,7 @@ fn strip_comments(s: &str) -> String {
 // ---------------------------------------------------------------------------------------
 // The original KLARAPTOR pragmas
 
+#[derive(Debug, Clone)]
 struct Classic {
     kernel: String,
     value: usize,

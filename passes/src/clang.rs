@@ -82,6 +82,13 @@ impl ClangConfig {
         }
     }
 
+    /// The directories in which `#include "…"` looks after the including
+    /// file's own, in search order: the `-iquote`, then the `-I` directories of
+    /// [`ClangConfig::args`].
+    pub fn quote_include_dirs(&self) -> Vec<PathBuf> {
+        crate::includes::quote_search_dirs(&self.args)
+    }
+
     /// The command-line arguments [`inspect`] gives libclang (besides the
     /// source file itself, and besides a `-resource-dir` it may add when
     /// libclang cannot find its own headers).
@@ -193,6 +200,35 @@ pub struct SourceInfo {
     /// `file:line:col: error: message` (or just `error: message` when the
     /// error has no location). Warnings are left out.
     pub diagnostics: Vec<String>,
+    /// Every file the preprocessor entered besides the main file, once per
+    /// time it entered it (a header read twice is listed twice; one that an
+    /// include guard or `#pragma once` kept out the second time, once), in the
+    /// order it entered them.
+    pub inclusions: Vec<Inclusion>,
+}
+
+/// One `#include` the preprocessor followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inclusion {
+    /// The included file: its real (absolute, symlink-free) path when libclang
+    /// knows it.
+    pub file: PathBuf,
+    /// The included file's name as the preprocessor formed it: the directory
+    /// it was found in joined with the name the directive spells
+    /// (`./kernel.cuh`, `inc/kernels/stencil.cuh`).
+    pub name: PathBuf,
+    /// The real path of the file whose directive included it; `None` for a
+    /// file included from the command line (`-include`) or by the compiler.
+    pub from: Option<PathBuf>,
+    /// The 1-based line of that directive.
+    pub line: u32,
+    /// Whether the directive spells the name in quotes (`#include "…"`);
+    /// false for `#include <…>`. An include whose name comes from a macro
+    /// counts as quoted unless the macro expands to `<…>`.
+    pub quoted: bool,
+    /// Whether the included file is a system header (found in an `-isystem`,
+    /// CUDA or built-in directory).
+    pub system: bool,
 }
 
 impl SourceInfo {
@@ -214,6 +250,39 @@ impl SourceInfo {
     /// Whether libclang reported any error.
     pub fn has_errors(&self) -> bool {
         !self.diagnostics.is_empty()
+    }
+
+    /// The files reached from the main file (`main`, a canonical path) through
+    /// quoted includes of non-system headers, recursively: each once, in the
+    /// order the preprocessor first entered it, with the inclusion that
+    /// brought it in. Paths are compared canonically.
+    pub fn quoted_includes(&self, main: &Path) -> Vec<&Inclusion> {
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let files: Vec<PathBuf> = self.inclusions.iter().map(|i| canonical(&i.file)).collect();
+        let froms: Vec<Option<PathBuf>> = self
+            .inclusions
+            .iter()
+            .map(|i| i.from.as_deref().map(canonical))
+            .collect();
+        let mut members: Vec<PathBuf> = vec![main.to_path_buf()];
+        let mut taken: Vec<usize> = Vec::new();
+        // Until nothing changes: a header may be included first from outside the set and
+        // again from inside it.
+        loop {
+            let before = taken.len();
+            for (i, inc) in self.inclusions.iter().enumerate() {
+                let reached = froms[i].as_ref().is_some_and(|f| members.contains(f));
+                if reached && inc.quoted && !inc.system && !members.contains(&files[i]) {
+                    members.push(files[i].clone());
+                    taken.push(i);
+                }
+            }
+            if taken.len() == before {
+                break;
+            }
+        }
+        taken.sort_unstable();
+        taken.into_iter().map(|i| &self.inclusions[i]).collect()
     }
 }
 
@@ -585,9 +654,11 @@ pub fn inspect(source: &Path, names: &[&str], cfg: &ClangConfig) -> Result<Sourc
         let tu = TuGuard(tu);
         let diagnostics = collect_diagnostics(tu.0);
         let functions = Collector::new(names).run(tu.0);
+        let inclusions = collect_inclusions(tu.0);
         Ok(SourceInfo {
             functions,
             diagnostics,
+            inclusions,
         })
     }
 }
@@ -636,6 +707,59 @@ unsafe fn collect_diagnostics(tu: CXTranslationUnit) -> Vec<String> {
         clang_disposeDiagnostic(diag);
     }
     out
+}
+
+/// The files the preprocessor entered, besides the main file.
+///
+/// # Safety
+/// libclang loaded on this thread; `tu` live.
+unsafe fn collect_inclusions(tu: CXTranslationUnit) -> Vec<Inclusion> {
+    extern "C" fn visitor(
+        file: CXFile,
+        stack: *mut CXSourceLocation,
+        depth: c_uint,
+        data: CXClientData,
+    ) {
+        // SAFETY: `data` is the `(tu, Vec)` passed below, alive for the call; `stack` holds
+        // `depth` locations (libclang's contract); the library is installed on this thread.
+        unsafe {
+            let (tu, out) = &mut *(data as *mut (CXTranslationUnit, Vec<Inclusion>));
+            if depth == 0 || stack.is_null() || file.is_null() {
+                return; // the main file
+            }
+            // The first location is the directive's file name: `"`, `<`, or (for a name
+            // from a macro) the end of the macro's expansion.
+            let at = *stack;
+            let mut from: CXFile = ptr::null_mut();
+            let (mut line, mut col, mut offset): (c_uint, c_uint, c_uint) = (0, 0, 0);
+            clang_getFileLocation(at, &mut from, &mut line, &mut col, &mut offset);
+            let quoted = if from.is_null() {
+                true
+            } else {
+                let mut size: usize = 0;
+                let contents = clang_getFileContents(*tu, from, &mut size);
+                contents.is_null()
+                    || (offset as usize) >= size
+                    || *contents.add(offset as usize) as u8 != b'<'
+            };
+            let start = clang_getLocationForOffset(*tu, file, 0);
+            out.push(Inclusion {
+                file: file_path(file),
+                name: PathBuf::from(cx_string(clang_getFileName(file))),
+                from: (!from.is_null()).then(|| file_path(from)),
+                line,
+                quoted,
+                system: clang_Location_isInSystemHeader(start) != 0,
+            });
+        }
+    }
+    let mut data: (CXTranslationUnit, Vec<Inclusion>) = (tu, Vec::new());
+    clang_getInclusions(
+        tu,
+        visitor,
+        &mut data as *mut (CXTranslationUnit, Vec<Inclusion>) as CXClientData,
+    );
+    data.1
 }
 
 /// A function found so far, keyed by its USR.

@@ -1,12 +1,14 @@
-//! The front-end of one translation unit: annotations from its pragmas and from the
-//! `klaraptor.toml` beside it, checked against the source with libclang.
+//! The front-end of one translation unit: annotations from its pragmas (in the source and in
+//! the files it includes with quotes) and from the `klaraptor.toml` beside it, checked
+//! against the source with libclang.
 
 use std::path::{Path, PathBuf};
 
-use crate::annotations::{self, KernelAnnotation};
+use crate::annotations::{self, FileScan, KernelAnnotation, Style};
 use crate::clang::{self, ClangConfig};
 use crate::config;
 use crate::diag::{Diagnostic, Diagnostics};
+use crate::includes::{self, UnitFile};
 use crate::spec::{self, KernelSpec};
 
 /// What the front-end made of a source.
@@ -25,7 +27,9 @@ pub struct Analysis {
     pub specs: Vec<KernelSpec>,
     /// The source with our pragma lines blanked: what the compiler is given.
     pub stripped: String,
-    /// Whether the source text itself holds our pragmas (else only `klaraptor.toml` applies).
+    /// Whether our pragmas annotate some kernel, in the source or in a file it includes (else
+    /// only `klaraptor.toml` applies). Only the source's own pragma lines are blanked in
+    /// `stripped`; an included file is compiled as it is.
     pub has_pragmas: bool,
     pub toml: Option<PathBuf>,
 }
@@ -55,9 +59,10 @@ impl From<Diagnostic> for FrontendError {
     }
 }
 
-/// Reads `source`'s annotations without libclang: the pragmas, and the entries of the
-/// `klaraptor.toml` beside it that may apply. Fast; used to decide whether a translation
-/// unit needs klaraptor at all.
+/// Reads `source`'s annotations without libclang: the pragmas of the source and of the files
+/// it includes with quotes (looked for beside the including file only; see
+/// [`annotations_of_tu`]), and the entries of the `klaraptor.toml` beside it that may apply.
+/// Fast; used to decide whether a translation unit needs klaraptor at all.
 pub fn annotations_of(
     source: &Path,
     text: &str,
@@ -69,52 +74,181 @@ pub fn annotations_of(
     ),
     Diagnostics,
 > {
-    let scanned = if annotations::mentions_annotations(text) {
-        annotations::scan(source, text)?
-    } else {
-        annotations::Scanned::default()
-    };
-    let toml_path = annotations::toml_path_for(source);
-    let (toml, toml_path) = if toml_path.is_file() {
-        let me = source.canonicalize().ok();
-        let entries = config::load(&toml_path)?
-            .into_iter()
-            .filter(|k| match &k.source {
-                Some(s) => s.canonicalize().ok() == me && me.is_some(),
-                None => true,
-            })
-            .collect();
-        (entries, Some(toml_path))
-    } else {
-        (Vec::new(), None)
-    };
+    annotations_of_tu(source, text, &[])
+}
+
+/// Reads the annotations of the translation unit whose main file is `source` (with contents
+/// `text`) without libclang: the pragmas of the source and of every file it includes with
+/// quotes, recursively, found as the preprocessor finds them (beside the including file,
+/// then in `include_dirs`, the `-iquote` and `-I` directories in search order: see
+/// [`ClangConfig::quote_include_dirs`]); and the entries of the `klaraptor.toml` beside the
+/// source that may apply (those naming no source, or naming one of these files). Each
+/// annotation's location names the file that holds it. Fast: used to decide whether a
+/// translation unit needs klaraptor at all. It follows every quoted include outside
+/// comments, also one the preprocessor would skip (`#if 0`), so it may see more than
+/// [`analyze`], never less (except through an include spelled with a macro).
+pub fn annotations_of_tu(
+    source: &Path,
+    text: &str,
+    include_dirs: &[PathBuf],
+) -> Result<
+    (
+        annotations::Scanned,
+        Vec<config::TomlKernel>,
+        Option<PathBuf>,
+    ),
+    Diagnostics,
+> {
+    let files = includes::quoted_closure(source, text, include_dirs);
+    let scans: Vec<FileScan> = files
+        .iter()
+        .map(|f| annotations::scan_file(&f.path, &f.text))
+        .collect();
+    let scanned = scan_files(&files, &scans)?;
+    let canon: Vec<PathBuf> = files.iter().map(|f| f.canonical.clone()).collect();
+    let (toml, toml_path) = toml_entries(source, &canon)?;
     Ok((scanned, toml, toml_path))
 }
 
+/// The annotations of `files` (each scanned into the matching entry of `scans`): those of
+/// the main file (the first) always, of the others only where they hold pragmas.
+fn scan_files(files: &[UnitFile], scans: &[FileScan]) -> Result<annotations::Scanned, Diagnostics> {
+    let unit: Vec<(&FileScan, &str)> = scans
+        .iter()
+        .zip(files)
+        .enumerate()
+        .filter(|(i, (s, _))| *i == 0 || s.has_pragmas())
+        .map(|(_, (s, f))| (s, f.text.as_str()))
+        .collect();
+    annotations::scan_unit(&unit)
+}
+
+/// The entries of the `klaraptor.toml` beside `source` that may apply to the translation
+/// unit made of `files` (canonical paths, the main file first): those that name no source,
+/// and those that name one of the files.
+fn toml_entries(
+    source: &Path,
+    files: &[PathBuf],
+) -> Result<(Vec<config::TomlKernel>, Option<PathBuf>), Diagnostics> {
+    let toml_path = annotations::toml_path_for(source);
+    if !toml_path.is_file() {
+        return Ok((Vec::new(), None));
+    }
+    let entries = config::load(&toml_path)?
+        .into_iter()
+        .filter(|k| match &k.source {
+            Some(s) => s.canonicalize().ok().is_some_and(|s| files.contains(&s)),
+            None => true,
+        })
+        .collect();
+    Ok((entries, Some(toml_path)))
+}
+
+/// Adds the unqualified names of `kernels` to `names`; whether any was new.
+fn add_names(names: &mut Vec<String>, kernels: Vec<&str>) -> bool {
+    let mut added = false;
+    for n in kernels {
+        let short = n.rsplit("::").next().unwrap_or(n).to_string();
+        if !names.contains(&short) {
+            names.push(short);
+            added = true;
+        }
+    }
+    added
+}
+
 /// The whole front-end for one translation unit.
+///
+/// Its pragmas are read from the source and from the files it includes with quotes. Which
+/// included files belong to the translation unit is libclang's answer (the files the
+/// preprocessor really entered, through quoted includes of non-system headers, with
+/// `cfg`'s include directories and macros), not the textual reading of
+/// [`annotations_of_tu`]; the textual reading only supplies the kernel names to ask
+/// libclang about, and lets a source with no annotation anywhere skip libclang.
 pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendError> {
     let text = std::fs::read_to_string(source).map_err(|e| FrontendError::Read {
         path: source.to_path_buf(),
         source: e,
     })?;
-    let (scanned, toml, toml_path) = annotations_of(source, &text)?;
-    if scanned.annotations.is_empty() && toml.is_empty() {
+    // Errors in the source's own pragmas are reported before libclang runs.
+    let own = annotations::scan(source, &text)?;
+    let seen = includes::quoted_closure(source, &text, &cfg.quote_include_dirs());
+    let seen_scans: Vec<FileScan> = seen
+        .iter()
+        .map(|f| annotations::scan_file(&f.path, &f.text))
+        .collect();
+    let all_canon: Vec<PathBuf> = seen.iter().map(|f| f.canonical.clone()).collect();
+    let (toml_maybe, _) = toml_entries(source, &all_canon)?;
+    let included_pragmas = seen_scans.iter().skip(1).any(FileScan::has_pragmas);
+    if own.annotations.is_empty() && !included_pragmas && toml_maybe.is_empty() {
         return Ok(Outcome::Unannotated);
     }
-    let mut names: Vec<&str> = scanned
-        .annotations
-        .iter()
-        .map(|a| a.kernel.as_str())
-        .collect();
-    names.extend(toml.iter().map(|t| t.annotation.kernel.as_str()));
-    let short: Vec<&str> = names
-        .iter()
-        .map(|n| n.rsplit("::").next().unwrap_or(n))
-        .collect();
-    let info = clang::inspect(source, &short, cfg)?;
+
+    let mut names: Vec<String> = Vec::new();
+    for s in &seen_scans {
+        add_names(&mut names, s.kernels());
+    }
+    add_names(
+        &mut names,
+        toml_maybe
+            .iter()
+            .map(|t| t.annotation.kernel.as_str())
+            .collect(),
+    );
+    let ask = |names: &[String]| {
+        let short: Vec<&str> = names.iter().map(String::as_str).collect();
+        clang::inspect(source, &short, cfg)
+    };
+    let mut info = ask(&names)?;
     if info.has_errors() {
         return Ok(Outcome::SourceErrors(info.diagnostics));
     }
+
+    // The translation unit's files, as libclang saw them: those the textual reading found
+    // too keep its names and texts, the others (an include through a macro, say) are read.
+    let main_canon = includes::canonical(source);
+    let mut files: Vec<UnitFile> = vec![seen[0].clone()];
+    let mut scans: Vec<FileScan> = vec![seen_scans[0].clone()];
+    let mut unseen_names = false;
+    for inc in info.quoted_includes(&main_canon) {
+        let c = includes::canonical(&inc.file);
+        if files.iter().any(|f| f.canonical == c) {
+            continue;
+        }
+        if let Some(i) = seen.iter().position(|f| f.canonical == c) {
+            files.push(seen[i].clone());
+            scans.push(seen_scans[i].clone());
+        } else if let Some(text) = includes::read_text(&inc.file) {
+            let path = includes::tidy(&inc.name);
+            let scan = annotations::scan_file(&path, &text);
+            unseen_names |= add_names(&mut names, scan.kernels());
+            files.push(UnitFile {
+                path,
+                canonical: c,
+                text,
+            });
+            scans.push(scan);
+        }
+    }
+    if unseen_names {
+        info = ask(&names)?;
+        if info.has_errors() {
+            return Ok(Outcome::SourceErrors(info.diagnostics));
+        }
+    }
+    let scanned = scan_files(&files, &scans)?;
+    let canon: Vec<PathBuf> = files.iter().map(|f| f.canonical.clone()).collect();
+    let (toml, toml_path) = toml_entries(source, &canon)?;
+    if scanned.annotations.is_empty() && toml.is_empty() {
+        return Ok(Outcome::Unannotated);
+    }
+    // The text of the file a diagnostic points at, for its snippet.
+    let text_of = |file: &Path| {
+        files
+            .iter()
+            .find(|f| f.path == file)
+            .map(|f| f.text.as_str())
+    };
 
     let mut specs = Vec::new();
     let mut errors = Vec::new();
@@ -128,7 +262,7 @@ pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendErro
         }
     };
     for a in &scanned.annotations {
-        resolve(a, Some(&text), &mut errors);
+        resolve(a, text_of(&a.loc.file), &mut errors);
     }
     let toml_text = toml_path
         .as_ref()
@@ -173,7 +307,7 @@ pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendErro
     Ok(Outcome::Annotated(Analysis {
         specs,
         stripped: annotations::strip(&text, &scanned.pragma_lines),
-        has_pragmas: !scanned.pragma_lines.is_empty(),
+        has_pragmas: scanned.annotations.iter().any(|a| a.style != Style::Toml),
         toml: toml_path,
     }))
 }

@@ -16,5 +16,6 @@ pub mod config;
 pub mod diag;
 pub mod expr;
 pub mod frontend;
+pub mod includes;
 pub mod inject;
 pub mod spec;
