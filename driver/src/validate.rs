@@ -2067,7 +2067,7 @@ mod tests {
         }
         assert!(differ.is_empty(), "{differ:?}");
         assert!(agree >= 40, "only {agree} kernels compared");
-        eprintln!(
+        crate::kl_eprintln!(
             "max_potential_block_size equals the API on {agree} of {} study kernels",
             api.len()
         );

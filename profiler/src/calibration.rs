@@ -722,7 +722,11 @@ impl Cache {
         };
         let dir = self.devices_dir();
         let got = GpuLock::acquire(&dir, key, "calibration", bound, &mut |holder| {
-            eprintln!("klaraptor: waiting for GPU {key} (profiling held by {holder})")
+            // Not eprintln!: a closed stderr must not stop the link.
+            let _ = writeln!(
+                std::io::stderr(),
+                "klaraptor: waiting for GPU {key} (profiling held by {holder})"
+            );
         })
         .map_err(io("lock the GPU in", &dir))?;
         match got {
