@@ -909,3 +909,36 @@ fn two_links_of_the_same_inputs_give_the_same_programs() {
         &c[..600.min(c.len())]
     );
 }
+
+#[test]
+fn the_generated_c_is_built_by_a_c_compiler_whatever_cc_says() {
+    let root = tempfile::tempdir().unwrap();
+    let sample = copy_sample(root.path());
+    let relink = |env: &[(&str, &str)]| {
+        let _ = std::fs::remove_file(sample.join("matmul"));
+        let mut c = command(&sample, Path::new("make"));
+        c.arg(format!("NVCC={}", klaraptor_cc().display()));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    // $CC with arguments, as a shell splits them.
+    let err = ok(&relink(&[("CC", "gcc -m64")]));
+    assert!(!err.contains("warning"), "{err}");
+    assert_eq!(files(&sample.join("matmul.klaraptor")).len(), 4);
+    // $CC naming klaraptor-cc (a Makefile that calls nvcc through $(CC), built with
+    // `make CC=klaraptor-cc`): not used for the generated C.
+    let kcc = klaraptor_cc().display().to_string();
+    let err = ok(&relink(&[("CC", kcc.as_str())]));
+    assert!(!err.contains("warning"), "{err}");
+    assert_eq!(files(&sample.join("matmul.klaraptor")).len(), 4);
+    // KLARAPTOR_HOST_CC naming klaraptor-cc is refused with a clear message; the kernels
+    // keep their launch and the program links.
+    let err = ok(&relink(&[("KLARAPTOR_HOST_CC", kcc.as_str())]));
+    assert!(
+        err.contains("KLARAPTOR_HOST_CC=") && err.contains("is not a C compiler"),
+        "{err}"
+    );
+    assert!(sample.join("matmul").is_file());
+}

@@ -42,7 +42,6 @@ use crate::nvcc_args::{Arg, ClangFlags, CommandLine, Role};
 #[derive(Debug, Clone)]
 pub struct HostTools {
     pub clang: PathBuf,
-    pub cc: PathBuf,
     pub ld: PathBuf,
 }
 
@@ -55,7 +54,6 @@ impl HostTools {
         };
         HostTools {
             clang: env("KLARAPTOR_CLANG", "clang++-19"),
-            cc: env("CC", "cc"),
             ld: env("KLARAPTOR_LD", "ld"),
         }
     }
@@ -259,7 +257,8 @@ fn finish_object(
     )?;
     let desc_o = w.join("kernels.o");
     run(
-        Command::new(&tools.cc)
+        crate::toolchain::HostCc::from_env()?
+            .command()
             .args(["-std=c99", "-O2", "-fPIC", "-c", "-I"])
             .arg(&inc)
             .arg(&desc_c)

@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use klaraptor_fitting::RationalFn;
@@ -1045,8 +1044,8 @@ pub fn compile(dir: &Path, files: &ProgramFiles, verbose: bool) -> Result<PathBu
     std::fs::write(inc.join("klaraptor.h"), crate::codegen::KLARAPTOR_H)?;
     let src = dir.join(&files.c_name);
     let obj = dir.join(files.c_name.replace(".c", ".o"));
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let mut cmd = Command::new(&cc);
+    let cc = crate::toolchain::HostCc::from_env()?;
+    let mut cmd = cc.command();
     cmd.args(["-std=c99", "-O2", "-fPIC", "-ffp-contract=off", "-c", "-I"])
         .arg(&inc)
         .arg(&src)
@@ -1055,9 +1054,13 @@ pub fn compile(dir: &Path, files: &ProgramFiles, verbose: bool) -> Result<PathBu
     if verbose {
         crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
     }
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot run {}", cc.to_string_lossy()))?;
+    let out = cmd.output().with_context(|| {
+        format!(
+            "cannot run the C compiler {} ({} or $CC chooses it)",
+            cc.display(),
+            crate::toolchain::HOST_CC_ENV
+        )
+    })?;
     if !out.status.success() {
         bail!(
             "compiling {} failed:\n{}",

@@ -159,3 +159,163 @@ impl Toolchain {
             .unwrap_or_default()
     }
 }
+
+/// The C compiler that builds the C klaraptor-cc generates (kernel descriptors, rational
+/// programs): a program and the arguments that come with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCc {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// The environment variable that names the C compiler for klaraptor's generated C, with
+/// arguments if needed (`KLARAPTOR_HOST_CC='gcc -m64'`), split as a shell splits words.
+pub const HOST_CC_ENV: &str = "KLARAPTOR_HOST_CC";
+
+impl HostCc {
+    /// `KLARAPTOR_HOST_CC`, else `$CC` unless it names klaraptor-cc or nvcc (a Makefile that
+    /// calls nvcc through `$(CC)`, built with `make CC=klaraptor-cc`, exports it), else `cc`.
+    /// Each may carry arguments. `KLARAPTOR_HOST_CC` naming klaraptor-cc or nvcc is an error:
+    /// klaraptor-cc would run itself.
+    pub fn from_env() -> anyhow::Result<HostCc> {
+        let get = |v: &str| std::env::var(v).ok().filter(|s| !s.trim().is_empty());
+        if let Some(v) = get(HOST_CC_ENV) {
+            let cc = HostCc::parse(&v).map_err(|e| anyhow::anyhow!("{HOST_CC_ENV}={v:?}: {e}"))?;
+            if cc.is_cuda_driver() {
+                anyhow::bail!(
+                    "{HOST_CC_ENV}={v:?} names {}, which is not a C compiler (klaraptor-cc would \
+                     run itself): name a C compiler, e.g. {HOST_CC_ENV}=gcc",
+                    cc.program.display()
+                );
+            }
+            return Ok(cc);
+        }
+        if let Some(v) = get("CC") {
+            if let Ok(cc) = HostCc::parse(&v) {
+                if !cc.is_cuda_driver() {
+                    return Ok(cc);
+                }
+            }
+        }
+        Ok(HostCc {
+            program: PathBuf::from("cc"),
+            args: Vec::new(),
+        })
+    }
+
+    /// A command line split as a POSIX shell splits words (blanks separate; single quotes,
+    /// double quotes and backslashes quote).
+    pub fn parse(s: &str) -> Result<HostCc, String> {
+        let mut words: Vec<String> = Vec::new();
+        let mut cur = String::new();
+        let mut in_word = false;
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' => {
+                    in_word = true;
+                    loop {
+                        match chars.next() {
+                            Some('\'') => break,
+                            Some(x) => cur.push(x),
+                            None => return Err("a ' is never closed".into()),
+                        }
+                    }
+                }
+                '"' => {
+                    in_word = true;
+                    loop {
+                        match chars.next() {
+                            Some('"') => break,
+                            Some('\\') => match chars.next() {
+                                Some(x @ ('"' | '\\' | '$' | '`')) => cur.push(x),
+                                Some(x) => {
+                                    cur.push('\\');
+                                    cur.push(x);
+                                }
+                                None => return Err("a \" is never closed".into()),
+                            },
+                            Some(x) => cur.push(x),
+                            None => return Err("a \" is never closed".into()),
+                        }
+                    }
+                }
+                '\\' => {
+                    in_word = true;
+                    if let Some(x) = chars.next() {
+                        cur.push(x);
+                    }
+                }
+                c if c.is_whitespace() => {
+                    if in_word {
+                        words.push(std::mem::take(&mut cur));
+                        in_word = false;
+                    }
+                }
+                c => {
+                    in_word = true;
+                    cur.push(c);
+                }
+            }
+        }
+        if in_word {
+            words.push(cur);
+        }
+        let mut words = words.into_iter();
+        let program = words.next().ok_or("it names no program")?;
+        Ok(HostCc {
+            program: PathBuf::from(program),
+            args: words.collect(),
+        })
+    }
+
+    /// Whether the program is klaraptor-cc or nvcc (by its file name).
+    fn is_cuda_driver(&self) -> bool {
+        let name = self
+            .program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        name.starts_with("klaraptor-cc") || name == "nvcc" || name.starts_with("nvcc.")
+    }
+
+    /// A command running this compiler with its own arguments first.
+    pub fn command(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(&self.program);
+        c.args(&self.args);
+        c
+    }
+
+    /// For messages: the program and its arguments.
+    pub fn display(&self) -> String {
+        std::iter::once(self.program.display().to_string())
+            .chain(self.args.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+#[cfg(test)]
+mod host_cc_tests {
+    use super::HostCc;
+
+    #[test]
+    fn words_are_split_as_a_shell_splits_them() {
+        let p = |s: &str| HostCc::parse(s).unwrap();
+        assert_eq!(p("gcc -m64").program.to_str(), Some("gcc"));
+        assert_eq!(p("gcc -m64").args, ["-m64"]);
+        assert_eq!(
+            p("  '/opt/my cc/bin/gcc'  -O1 \"-DX=a b\" c\\ d").args,
+            ["-O1", "-DX=a b", "c d"]
+        );
+        assert_eq!(
+            p("'/opt/my cc/bin/gcc'").program.to_str(),
+            Some("/opt/my cc/bin/gcc")
+        );
+        assert!(HostCc::parse("gcc 'oops").is_err());
+        assert!(HostCc::parse("   ").is_err());
+        assert!(p("/x/klaraptor-cc").is_cuda_driver());
+        assert!(p("nvcc -O2").is_cuda_driver());
+        assert!(!p("clang-19").is_cuda_driver());
+    }
+}
