@@ -220,10 +220,17 @@ enum Node {
     Call(String, Vec<(Node, usize)>),
 }
 
+/// The deepest nesting of parentheses, function calls and unary operators an expression may
+/// have, and the most tokens it may hold: the parser and everything that walks the tree
+/// recurse, and a pragma is no place for more.
+pub const MAX_DEPTH: usize = 64;
+pub const MAX_TOKENS: usize = 1000;
+
 struct Parser<'a> {
     toks: Vec<(Tok, usize)>,
     pos: usize,
     names: &'a [&'a str],
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -235,11 +242,36 @@ impl<'a> Parser<'a> {
                 message: "expected an expression".into(),
             });
         }
+        if toks.len() > MAX_TOKENS + 1 {
+            return Err(ExprError {
+                offset: toks[MAX_TOKENS].1,
+                message: format!(
+                    "this expression has more than {MAX_TOKENS} tokens: write it shorter (an \
+                     annotation's formulas are meant to be a few operations)"
+                ),
+            });
+        }
         Ok(Parser {
             toks,
             pos: 0,
             names,
+            depth: 0,
         })
+    }
+
+    /// Enters one level of nesting (a parenthesis, a call, a unary operator).
+    fn nest(&mut self, at: usize) -> Result<(), ExprError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(ExprError {
+                offset: at,
+                message: format!(
+                    "this expression nests more than {MAX_DEPTH} levels deep (parentheses, \
+                     calls, unary operators): write it flatter"
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn peek(&self) -> &Tok {
@@ -311,7 +343,9 @@ impl<'a> Parser<'a> {
         match *self.peek() {
             Tok::Op(op @ ("-" | "!")) => {
                 self.bump();
+                self.nest(at)?;
                 let inner = self.unary()?;
+                self.depth -= 1;
                 Ok((Node::Unary(op, Box::new(inner)), at))
             }
             _ => self.atom(),
@@ -323,7 +357,9 @@ impl<'a> Parser<'a> {
         match tok {
             Tok::Int(v) => Ok((Node::Int(v), at)),
             Tok::LParen => {
+                self.nest(at)?;
                 let e = self.expr()?;
+                self.depth -= 1;
                 match self.bump().0 {
                     Tok::RParen => Ok(e),
                     t => Err(ExprError {
@@ -342,11 +378,15 @@ impl<'a> Parser<'a> {
                     });
                 }
                 self.bump();
+                self.nest(at)?;
                 let mut args = vec![self.expr()?];
                 loop {
                     match self.bump() {
                         (Tok::Comma, _) => args.push(self.expr()?),
-                        (Tok::RParen, _) => break,
+                        (Tok::RParen, _) => {
+                            self.depth -= 1;
+                            break;
+                        }
                         (t, off) => {
                             return Err(ExprError {
                                 offset: off,
@@ -742,6 +782,42 @@ impl BoolExpr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deep_or_long_expressions_are_errors_not_stack_overflows() {
+        let deep = format!("{}N{}", "(".repeat(300), ")".repeat(300));
+        let e = parse_int(&deep, &["N"]).unwrap_err();
+        assert!(
+            e.message.contains("nests more than 64 levels"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.offset, MAX_DEPTH);
+        // The issue's 5 000 levels: refused before any recursion.
+        let deeper = format!("{}N{}", "(".repeat(5000), ")".repeat(5000));
+        assert!(parse_int(&deeper, &["N"]).is_err());
+        let unary = format!("{}N", "-".repeat(500));
+        assert!(parse_int(&unary, &["N"]).is_err());
+        let calls = format!("{}N{}", "min(".repeat(100), ", 1)".repeat(100));
+        assert!(parse_int(&calls, &["N"])
+            .unwrap_err()
+            .message
+            .contains("nests"));
+        let long = vec!["N"; 5000].join(" + ");
+        let e = parse_int(&long, &["N"]).unwrap_err();
+        assert!(e.message.contains("more than 1000 tokens"), "{}", e.message);
+        // Within the limits all is as before.
+        let ok = format!("{}N{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        assert_eq!(
+            parse_int(&ok, &["N"]).unwrap().eval(&[("N", 3)]).unwrap(),
+            3
+        );
+        let sum = vec!["N"; 400].join(" + ");
+        assert_eq!(
+            parse_int(&sum, &["N"]).unwrap().eval(&[("N", 2)]).unwrap(),
+            800
+        );
+    }
 
     #[test]
     fn grid_formula_evaluates_in_integers() {

@@ -138,3 +138,25 @@ fn multibyte_text_outside_pragmas_is_fine() {
     .unwrap();
     assert_eq!(s.annotations.len(), 1);
 }
+
+#[test]
+fn a_deeply_nested_formula_is_an_error_naming_the_pragma() {
+    let src = format!(
+        "#pragma klaraptor kernel(k) data(n) grid({}n{})",
+        "(".repeat(5000),
+        ")".repeat(5000)
+    );
+    let e = first_error(&src);
+    assert!(e.starts_with("a.cu:1:"), "{e}");
+    assert!(e.contains("more than 1000 tokens"), "{e}");
+    let src = format!(
+        "#pragma klaraptor kernel(k) data(n) grid({}n{})",
+        "(".repeat(100),
+        ")".repeat(100)
+    );
+    let e = first_error(&src);
+    assert!(
+        e.starts_with("a.cu:1:106: this expression nests more than 64 levels"),
+        "{e}"
+    );
+}
