@@ -95,6 +95,65 @@ pub fn mentions_annotations(text: &str) -> bool {
     text.contains("klaraptor") || text.contains(CLASSIC_SIZE) || text.contains(CLASSIC_DIM)
 }
 
+/// `#pragma` lines of `text` (the contents of `file`) whose name is within two edits of
+/// `klaraptor` but is not it (`#pragma klaraptr …`, `#pragma Klaraptor …`): each a diagnostic
+/// for a warning, since the compiler ignores such a pragma and the kernel would silently keep
+/// its own launch.
+pub fn misspelled_pragmas(file: &Path, text: &str) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        let Some(rest) = t.strip_prefix('#') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let Some(after) = rest.strip_prefix("pragma") else {
+            continue;
+        };
+        if !after.starts_with([' ', '\t']) {
+            continue;
+        }
+        let word_at = line.len() - after.trim_start().len();
+        let word: String = after
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if word.is_empty() || word == "klaraptor" || word.starts_with("kernel_info_") {
+            continue;
+        }
+        if edit_distance(&word.to_ascii_lowercase(), "klaraptor") <= 2 {
+            out.push(
+                Diagnostic::new(
+                    Location::new(file, i as u32 + 1, word_at as u32 + 1),
+                    format!(
+                        "'#pragma {word}' is not a klaraptor annotation: the compiler ignores it \
+                         and the kernel keeps its own launch"
+                    ),
+                )
+                .help("write '#pragma klaraptor'"),
+            );
+        }
+    }
+    out
+}
+
+/// The Levenshtein distance of two short ASCII words.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 /// Finds and parses every annotation in `text` (the contents of `file`).
 pub fn scan(file: &Path, text: &str) -> Result<Scanned, Diagnostics> {
     scan_unit(&[(&scan_file(file, text), text)])

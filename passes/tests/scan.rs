@@ -160,3 +160,28 @@ fn a_deeply_nested_formula_is_an_error_naming_the_pragma() {
         "{e}"
     );
 }
+
+#[test]
+fn a_misspelled_klaraptor_pragma_is_found() {
+    use klaraptor_passes::annotations::misspelled_pragmas;
+    let src = "#pragma klaraptr kernel(k) data(n)\n\
+               #pragma once\n\
+               #  pragma   Klaraptor kernel(k)\n\
+               #pragma klaraptor kernel(k) data(n)\n\
+               #pragma unroll\n\
+               #pragma karaptor kernel(k)\n\
+               #pragma kernel_info_dim_k = 2;\n\
+               #pragma clang diagnostic push\n";
+    let found: Vec<String> = misspelled_pragmas(Path::new("a.cu"), src)
+        .iter()
+        .map(|d| format!("{}: {}", d.loc, d.message))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "a.cu:1:9: '#pragma klaraptr' is not a klaraptor annotation: the compiler ignores it and the kernel keeps its own launch",
+            "a.cu:3:13: '#pragma Klaraptor' is not a klaraptor annotation: the compiler ignores it and the kernel keeps its own launch",
+            "a.cu:6:9: '#pragma karaptor' is not a klaraptor annotation: the compiler ignores it and the kernel keeps its own launch",
+        ]
+    );
+}
