@@ -370,3 +370,48 @@ fn klaraptor_cc_instruments_kernels_annotated_in_included_files() {
         stderr(&out)
     );
 }
+
+/// `static` kernels and kernels in an anonymous namespace: nvcc registers them under names
+/// libclang mangles otherwise (`_Z1kPfi` for `_ZL1kPfi`; the anonymous namespace renamed);
+/// their launches are instrumented all the same.
+#[test]
+fn static_and_anonymous_namespace_kernels_are_instrumented() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("s.cu"),
+        "#pragma klaraptor kernel(k) data(n) dim(1) grid(ceil(n, bx))\n\
+         static __global__ void k(float *a, int n) {\n\
+         \x20 int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20 if (i < n) a[i] = 0;\n\
+         }\n\
+         namespace {\n\
+         #pragma klaraptor kernel(j) data(n) dim(1) grid(ceil(n, bx))\n\
+         __global__ void j(float *a, int n) {\n\
+         \x20 int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20 if (i < n) a[i] = 1;\n\
+         }\n\
+         }\n\
+         void run(float *a, int n) {\n\
+         \x20 k<<<(n + 255) / 256, 256>>>(a, n);\n\
+         \x20 j<<<(n + 255) / 256, 256>>>(a, n);\n\
+         }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(klaraptor_cc())
+        .current_dir(dir.path())
+        .args(["--kl-verbose", "-arch=sm_90", "-c", "s.cu", "-o", "s.o"])
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .env_remove("KLARAPTOR_PROFILE_DB")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("no <<<>>> launch"), "{err}");
+    assert!(
+        err.contains("instrumented a launch of _ZL1kPfi")
+            && err.contains("instrumented a launch of _ZN12_GLOBAL__N_1"),
+        "{err}"
+    );
+}

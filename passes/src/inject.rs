@@ -723,6 +723,16 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             return None;
         }
         if let Some(device) = self.registered.get(&name) {
+            if !self.targets.contains_key(device.as_str()) {
+                // A kernel of internal linkage: nvcc registers it under a name libclang
+                // mangles otherwise (`static`: `_Z1kPfi` for `_ZL1kPfi`; an anonymous
+                // namespace gets a name of its own). The target's id is what the rest of
+                // klaraptor knows it by.
+                let want = linkage_neutral(device);
+                if let Some(t) = self.targets.keys().find(|t| linkage_neutral(t) == want) {
+                    return Some(t.to_string());
+                }
+            }
             return Some(device.clone());
         }
         let names = kernels_by_name(&name);
@@ -1613,6 +1623,47 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
     }
 }
 
+/// A mangled name with the marks of internal linkage made equal: each anonymous namespace
+/// (`12_GLOBAL__N_1` as libclang mangles it, `36_GLOBAL__N__b4f79eb6_4_s_cu_d1dbb2e0` as nvcc
+/// renames it) becomes one token, and the `L` of an internal-linkage name (`_ZL1kPfi`) goes.
+pub fn linkage_neutral(m: &str) -> String {
+    const ANON: &str = "_GLOBAL__N_";
+    let b = m.as_bytes();
+    let mut out = String::with_capacity(m.len());
+    let mut i = 0;
+    // Whether a digit here may start a length (not in the middle of another number).
+    let mut may_start = true;
+    while i < b.len() {
+        if b[i].is_ascii_digit() && may_start {
+            let end = i + b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+            let len: usize = m[i..end].parse().unwrap_or(0);
+            if m[end..].starts_with(ANON) && end + len <= m.len() {
+                out.push_str("(anonymous)");
+                i = end + len;
+                continue;
+            }
+            // A source name: copied whole, so that its own characters are not taken for
+            // marks, its length without leading zeros (libclang writes the name after an
+            // anonymous namespace's as `01j`).
+            if len > 0 && end + len <= m.len() {
+                out.push_str(&len.to_string());
+                out.push_str(&m[end..end + len]);
+                i = end + len;
+                continue;
+            }
+        }
+        if b[i] == b'L' && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+            may_start = true;
+            continue;
+        }
+        may_start = !b[i].is_ascii_digit();
+        out.push(b[i] as char);
+        i += 1;
+    }
+    out
+}
+
 /// The name of the function a `__cudaRegisterFunction` operand points to.
 fn host_fn_name(v: BasicValueEnum<'_>) -> Option<String> {
     let BasicValueEnum::PointerValue(p) = v else {
@@ -1635,4 +1686,30 @@ fn basic_value_of<'ctx>(
     // SAFETY: `copy` is a live instruction producing a first-class value of the same type
     // as `like`; `BasicValueEnum::new` classifies it by that type.
     unsafe { BasicValueEnum::new(copy.as_value_ref()) }
+}
+
+#[cfg(test)]
+mod linkage_tests {
+    use super::linkage_neutral as n;
+
+    #[test]
+    fn internal_linkage_names_compare_equal_to_their_registrations() {
+        // static: libclang's mangling against the device name nvcc registers.
+        assert_eq!(n("_ZL1kPfi"), n("_Z1kPfi"));
+        // An anonymous namespace: libclang's against nvcc's renamed one.
+        assert_eq!(
+            n("_ZN12_GLOBAL__N_11jEPfi"),
+            n("_ZN36_GLOBAL__N__b4f79eb6_4_s_cu_d1dbb2e01jEPfi")
+        );
+        // As libclang mangles it here (a leading zero in the kernel's source name).
+        assert_eq!(
+            n("_ZN12_GLOBAL__N_101jEPfi"),
+            n("_ZN36_GLOBAL__N__c152d276_4_s_cu_d1dbb2e01jEPfi")
+        );
+        // Different kernels stay different.
+        assert_ne!(n("_ZL1kPfi"), n("_Z1jPfi"));
+        assert_ne!(n("_ZN12_GLOBAL__N_11jEPfi"), n("_ZN12_GLOBAL__N_11kEPfi"));
+        // A name that happens to hold an L before a digit inside a source name is copied.
+        assert_eq!(n("_Z3L2kPfi"), "_Z3L2kPfi");
+    }
 }
