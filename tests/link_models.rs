@@ -942,3 +942,45 @@ fn the_generated_c_is_built_by_a_c_compiler_whatever_cc_says() {
     );
     assert!(sample.join("matmul").is_file());
 }
+
+#[test]
+fn a_two_dimensional_block_with_a_batch_on_the_grids_z_axis() {
+    // The committed gemm profile (2-D blocks), read as a batched kernel whose grid has a
+    // third axis that is no block dimension: the program ranks 2-D shapes and launches the
+    // batch on z, and its C says the same.
+    let path = repo().join(
+        "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z4gemmPKfS0_Pfffiii-fe089486fde4b700.toml",
+    );
+    let entry: klaraptor_profiler::record::Entry =
+        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let spec = LinkSpec {
+        name: "gemm".into(),
+        mangled: "_Z4gemmPKfS0_Pfffiii".into(),
+        data: vec!["NI".into(), "NJ".into(), "NK".into()],
+        dim: 2,
+        grid: vec!["ceil(NJ, bx)".into(), "ceil(NI, by)".into(), "7".into()],
+        block: vec![],
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: "fe089486fde4b700".into(),
+        annotated_at: String::new(),
+        build_dir: Default::default(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prog = rational::build(&spec, &entry, dir.path()).unwrap();
+    let ranked = prog.rank(&[1000, 2000, 300]).unwrap();
+    assert!(!ranked.is_empty());
+    for r in &ranked {
+        assert_eq!(r.block[2], 1, "{:?}", r.block);
+        assert_eq!(
+            r.grid,
+            [
+                2000u32.div_ceil(r.block[0]),
+                1000u32.div_ceil(r.block[1]),
+                7
+            ]
+        );
+    }
+    let c = prog.to_c().unwrap();
+    assert!(c.contains("const int64_t g2 = INT64_C(7);"), "{c}");
+}

@@ -802,16 +802,19 @@ fn parse_klaraptor(
         None => default_grid(&data, dim),
         Some(c) => {
             let parts = split_top(c.args);
-            if parts.len() != dim as usize {
+            // dim is the block's: the grid may have more axes (a batch on gridDim.z), each a
+            // formula of the data and the block's own dimensions.
+            if parts.len() < dim as usize || parts.len() > 3 {
                 return Err(Diagnostic::new(
                     at(c.name_off),
                     format!(
-                        "grid(…) gives {} formula(s) but the kernel has {dim} dimension(s)",
+                        "grid(…) gives {} formula(s) but the kernel has {dim} block dimension(s)",
                         parts.len()
                     ),
                 )
                 .help(format!(
-                    "give one formula per dimension, separated by commas, or change dim({dim})"
+                    "give one formula per grid axis, separated by commas: at least {dim} (one \
+                     per block dimension, or change dim({dim})) and at most 3"
                 )));
             }
             parts

@@ -148,14 +148,14 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
         let grid = match &e.grid {
             None => default_grid(&data, dim),
             Some(g) => {
-                if g.get_ref().len() != dim as usize {
+                if g.get_ref().len() < dim as usize || g.get_ref().len() > 3 {
                     return Err(err(
                         g.span(),
                         format!(
-                            "grid gives {} formula(s) but the kernel has {dim} dimension(s)",
+                            "grid gives {} formula(s) but the kernel has {dim} block dimension(s)",
                             g.get_ref().len()
                         ),
-                        "give one formula per dimension",
+                        "give one formula per grid axis: at least one per block dimension, at most 3",
                     ));
                 }
                 let mut out = Vec::new();

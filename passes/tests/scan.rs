@@ -70,7 +70,9 @@ fn exact_messages_for_bad_pragmas() {
         ("#pragma klaraptor kernel(k)", "a.cu:1:19: kernel 'k' has no data(…) clause | say which kernel arguments are data sizes, e.g. data(N=3) for the 4th argument, or data(n) for the argument named n"),
         ("#pragma klaraptor kernel(k) data(n) dims(2)", "a.cu:1:37: unknown clause 'dims' | the clauses are kernel, data, dim, grid, block, profile"),
         ("#pragma klaraptor kernel(k) data(n) dim(4)", "a.cu:1:41: expected 1, 2 or 3, found '4' | dim(…) is the number of block dimensions the kernel uses"),
-        ("#pragma klaraptor kernel(k) data(n) dim(2) grid(n)", "a.cu:1:44: grid(…) gives 1 formula(s) but the kernel has 2 dimension(s) | give one formula per dimension, separated by commas, or change dim(2)"),
+        ("#pragma klaraptor kernel(k) data(n) dim(2) grid(n)", "a.cu:1:44: grid(…) gives 1 formula(s) but the kernel has 2 block dimension(s) | give one formula per grid axis, separated by commas: at least 2 (one per block dimension, or change dim(2)) and at most 3"),
+        ("#pragma klaraptor kernel(k) data(n) grid(n, n, n, n)", "a.cu:1:37: grid(…) gives 4 formula(s) but the kernel has 1 block dimension(s) | give one formula per grid axis, separated by commas: at least 1 (one per block dimension, or change dim(1)) and at most 3"),
+        ("#pragma klaraptor kernel(k) data(n, b) dim(2) grid(ceil(n, bx), ceil(n, by), ceil(b, bz))", "a.cu:1:52: grid formula 3 uses 'bz', but the kernel has 2 dimension(s) | use only bx, by and the data parameters"),
         ("#pragma klaraptor kernel(k) data(n) grid(ceil(n, by))", "a.cu:1:42: grid formula 1 uses 'by', but the kernel has 1 dimension(s) | use only bx and the data parameters"),
         ("#pragma klaraptor kernel(k) data(n) block(bx * 2)", "a.cu:1:43: expected a condition here (a comparison such as 'bx * by <= 512'), but this is an integer"),
         ("#pragma klaraptor kernel(k) data(bx=1)", "a.cu:1:34: 'bx' is reserved (block dimensions and functions); choose another label | write LABEL=INDEX (0-based argument position), LABEL=ARGUMENT, or ARGUMENT, e.g. data(NI=3, NJ=4) or data(n)"),
@@ -183,5 +185,20 @@ fn a_misspelled_klaraptor_pragma_is_found() {
             "a.cu:3:13: '#pragma Klaraptor' is not a klaraptor annotation: the compiler ignores it and the kernel keeps its own launch",
             "a.cu:6:9: '#pragma karaptor' is not a klaraptor annotation: the compiler ignores it and the kernel keeps its own launch",
         ]
+    );
+}
+
+#[test]
+fn a_two_dimensional_block_may_have_a_batch_on_the_grids_z_axis() {
+    let s = scan(
+        Path::new("a.cu"),
+        "#pragma klaraptor kernel(k) data(W=w, H=h, B=b) dim(2) \\\n    grid(ceil(W, bx), ceil(H, by), B)\n",
+    )
+    .unwrap();
+    let a = &s.annotations[0];
+    assert_eq!(a.dim, 2);
+    assert_eq!(
+        a.grid.iter().map(|g| g.to_string()).collect::<Vec<_>>(),
+        ["ceil(W, bx)", "ceil(H, by)", "B"]
     );
 }
