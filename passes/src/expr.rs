@@ -119,6 +119,7 @@ pub fn parse_int(text: &str, names: &[&str]) -> Result<IntExpr, ExprError> {
     let mut p = Parser::new(text, names)?;
     let e = p.expr()?;
     p.finish()?;
+    check_depth(&e)?;
     e.into_int()
 }
 
@@ -127,6 +128,7 @@ pub fn parse_bool(text: &str, names: &[&str]) -> Result<BoolExpr, ExprError> {
     let mut p = Parser::new(text, names)?;
     let e = p.expr()?;
     p.finish()?;
+    check_depth(&e)?;
     e.into_bool()
 }
 
@@ -220,11 +222,57 @@ enum Node {
     Call(String, Vec<(Node, usize)>),
 }
 
-/// The deepest nesting of parentheses, function calls and unary operators an expression may
-/// have, and the most tokens it may hold: the parser and everything that walks the tree
-/// recurse, and a pragma is no place for more.
+/// Limits of an expression: the parser and everything that walks its tree recurse, and a
+/// pragma is no place for more. `MAX_DEPTH`: operations nested in one another in the parsed
+/// tree (a chain `a + b + c` nests each `+` in the next); `MAX_NESTING`: parentheses, calls
+/// and unary operators written inside one another (more than the tree's limit, so that the
+/// text an expression prints to, parenthesised where precedence needs it, always parses
+/// back); `MAX_NODES`: its operations and operands; `MAX_TOKENS`: its length as written
+/// (four tokens a node: the printed form of any tree within `MAX_NODES` fits).
 pub const MAX_DEPTH: usize = 64;
-pub const MAX_TOKENS: usize = 1000;
+pub const MAX_NESTING: usize = 128;
+pub const MAX_NODES: usize = 1000;
+pub const MAX_TOKENS: usize = 4 * MAX_NODES;
+
+/// Operations nested in one another in a parsed tree, and its nodes.
+fn tree_size(n: &Node) -> (usize, usize) {
+    let sub = |xs: &mut dyn Iterator<Item = &(Node, usize)>| {
+        xs.map(|x| tree_size(&x.0))
+            .fold((0, 0), |(d, c), (d2, c2)| (d.max(d2), c + c2))
+    };
+    let (d, c) = match n {
+        Node::Int(_) | Node::Var(_) => return (0, 1),
+        Node::Unary(_, e) => sub(&mut std::iter::once(&**e)),
+        Node::Bin(_, a, b) => sub(&mut [&**a, &**b].into_iter()),
+        Node::Call(_, args) => sub(&mut args.iter()),
+    };
+    (d + 1, c + 1)
+}
+
+/// Refuses a tree deeper than [`MAX_DEPTH`] or larger than [`MAX_NODES`].
+fn check_depth(e: &(Node, usize)) -> Result<(), ExprError> {
+    let (depth, nodes) = tree_size(&e.0);
+    if nodes > MAX_NODES {
+        return Err(ExprError {
+            offset: 0,
+            message: format!(
+                "this expression has more than {MAX_NODES} operations and operands: write it \
+                 shorter (an annotation's formulas are meant to be a few operations)"
+            ),
+        });
+    }
+    if depth > MAX_DEPTH {
+        return Err(ExprError {
+            offset: 0,
+            message: format!(
+                "this expression is more than {MAX_DEPTH} operations deep (nested \
+                 parentheses, calls, unary operators, or a long chain of operators): write it \
+                 shorter"
+            ),
+        });
+    }
+    Ok(())
+}
 
 struct Parser<'a> {
     toks: Vec<(Tok, usize)>,
@@ -246,7 +294,7 @@ impl<'a> Parser<'a> {
             return Err(ExprError {
                 offset: toks[MAX_TOKENS].1,
                 message: format!(
-                    "this expression has more than {MAX_TOKENS} tokens: write it shorter (an \
+                    "this expression is longer than {MAX_TOKENS} tokens: write it shorter (an \
                      annotation's formulas are meant to be a few operations)"
                 ),
             });
@@ -262,11 +310,11 @@ impl<'a> Parser<'a> {
     /// Enters one level of nesting (a parenthesis, a call, a unary operator).
     fn nest(&mut self, at: usize) -> Result<(), ExprError> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH {
+        if self.depth > MAX_NESTING {
             return Err(ExprError {
                 offset: at,
                 message: format!(
-                    "this expression nests more than {MAX_DEPTH} levels deep (parentheses, \
+                    "this expression nests more than {MAX_NESTING} levels deep (parentheses, \
                      calls, unary operators): write it flatter"
                 ),
             });
@@ -788,35 +836,67 @@ mod tests {
         let deep = format!("{}N{}", "(".repeat(300), ")".repeat(300));
         let e = parse_int(&deep, &["N"]).unwrap_err();
         assert!(
-            e.message.contains("nests more than 64 levels"),
+            e.message.contains("nests more than 128 levels"),
             "{}",
             e.message
         );
-        assert_eq!(e.offset, MAX_DEPTH);
+        assert_eq!(e.offset, MAX_NESTING);
         // The issue's 5 000 levels: refused before any recursion.
         let deeper = format!("{}N{}", "(".repeat(5000), ")".repeat(5000));
         assert!(parse_int(&deeper, &["N"]).is_err());
         let unary = format!("{}N", "-".repeat(500));
         assert!(parse_int(&unary, &["N"]).is_err());
         let calls = format!("{}N{}", "min(".repeat(100), ", 1)".repeat(100));
-        assert!(parse_int(&calls, &["N"])
-            .unwrap_err()
-            .message
-            .contains("nests"));
+        let e = parse_int(&calls, &["N"]).unwrap_err();
+        assert!(
+            e.message.contains("more than 64 operations deep"),
+            "{}",
+            e.message
+        );
         let long = vec!["N"; 5000].join(" + ");
         let e = parse_int(&long, &["N"]).unwrap_err();
-        assert!(e.message.contains("more than 1000 tokens"), "{}", e.message);
-        // Within the limits all is as before.
-        let ok = format!("{}N{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        assert!(
+            e.message.contains("longer than 4000 tokens"),
+            "{}",
+            e.message
+        );
+        let wide = format!("min({})", vec!["N"; 1500].join(", "));
+        let e = parse_int(&wide, &["N"]).unwrap_err();
+        assert!(
+            e.message.contains("more than 1000 operations and operands"),
+            "{}",
+            e.message
+        );
+        // Found by fuzzing: a chain of negations and subtractions within the limits as written
+        // printed to more tokens than the limit allowed.
+        let found = format!(
+            "{}0{}",
+            "-".repeat(19),
+            format!(" - {}0", "-".repeat(17)).repeat(20)
+        );
+        let e = parse_int(&found, &[]).unwrap();
+        let printed = e.to_string();
+        assert!(printed.len() > found.len() * 2, "{printed}");
+        assert_eq!(parse_int(&printed, &[]).unwrap(), e);
+        let chain = vec!["N"; 100].join(" + ");
+        assert!(parse_int(&chain, &["N"]).is_err());
+        assert!(parse_bool(&format!("{chain} > 0"), &["N"]).is_err());
+        // Within the limits all is as before, and what parses prints to text that parses
+        // back to the same tree (the fuzz target's property; found broken at 46 minus signs).
+        let ok = format!("{}N{}", "(".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
         assert_eq!(
             parse_int(&ok, &["N"]).unwrap().eval(&[("N", 3)]).unwrap(),
             3
         );
-        let sum = vec!["N"; 400].join(" + ");
-        assert_eq!(
-            parse_int(&sum, &["N"]).unwrap().eval(&[("N", 2)]).unwrap(),
-            800
-        );
+        let sum = vec!["N"; MAX_DEPTH + 1].join(" + ");
+        let e = parse_int(&sum, &["N"]).unwrap();
+        assert_eq!(e.eval(&[("N", 2)]).unwrap(), 2 * (MAX_DEPTH as i64 + 1));
+        assert_eq!(parse_int(&e.to_string(), &["N"]).unwrap(), e);
+        for n in [46, MAX_DEPTH] {
+            let neg = format!("{}88", "-".repeat(n));
+            let e = parse_int(&neg, &[]).unwrap();
+            assert_eq!(parse_int(&e.to_string(), &[]).unwrap(), e, "{n}");
+        }
     }
 
     #[test]
