@@ -3,7 +3,9 @@
 //! 1. The command line is parsed against the nvcc option table ([`crate::nvcc_args`]).
 //! 2. If no CUDA source it compiles carries a klaraptor annotation, nvcc is *executed in
 //!    place of this process* with exactly the user's arguments: same outputs, same
-//!    diagnostics, same exit status.
+//!    diagnostics, same exit status. Where a `klaraptor.toml` lies beside a source and the
+//!    command writes dependencies or preprocessed output, nvcc runs as a child instead and
+//!    what it wrote then names the toml, so that make, Ninja and ccache follow its edits.
 //! 3. Otherwise each annotated source goes through the front-end (pragmas, `klaraptor.toml`,
 //!    libclang). Annotation errors stop the build before nvcc runs, so nothing is written.
 //!    A source that does not parse is handed to nvcc untouched, so the user sees nvcc's own
@@ -151,6 +153,12 @@ impl Invocation {
                 let inputs: Vec<PathBuf> = self.view.inputs().map(Path::to_path_buf).collect();
                 return self.link(args, inputs, dir.path());
             }
+            let tomls = self.tomls_to_record(dry_run);
+            if !tomls.is_empty() {
+                // The command is nvcc's, but what it writes for make, Ninja or ccache must
+                // change when the klaraptor.toml beside a source does.
+                return self.run_recording_tomls(&args, &tomls);
+            }
             self.say(
                 "nothing for klaraptor in this command: running exactly the nvcc command given",
             );
@@ -187,6 +195,12 @@ impl Invocation {
             }
         }
         if analyses.is_empty() {
+            // No entry of a klaraptor.toml beside a source annotates it: nvcc's command, as
+            // given, but a later entry may, so its dependencies name the toml.
+            let tomls = self.tomls_to_record(dry_run);
+            if !tomls.is_empty() {
+                return self.run_recording_tomls(&self.cl.to_args(), &tomls);
+            }
             return Err(self.exec_nvcc(&self.cl.to_args()));
         }
         self.compile_annotated(&analyses)
@@ -454,6 +468,10 @@ impl Invocation {
             return self.link(args, inputs, work);
         }
         let status = self.run_nvcc(&args)?;
+        if status.success() && self.view.has_any_deps_with_compile() {
+            // The other sources' dependency files list the klaraptor.toml beside them too.
+            self.fix_dependency_files(&[], None)?;
+        }
         Ok(status.code().unwrap_or(1))
     }
 
@@ -519,6 +537,13 @@ impl Invocation {
         for (k, f) in &r.instrumented {
             self.say(format!("instrumented a launch of {k} in {f}"));
         }
+        if r.instrumented.is_empty() {
+            self.say(format!(
+                "{}: no launch instrumented: the object carries no kernel descriptors and \
+                 calls nothing of the runtime",
+                src.display()
+            ));
+        }
         for (k, stub) in &r.rerouted {
             self.say(format!(
                 "clang backend: the stub {stub} of {k} launches through __cudaLaunchKernel"
@@ -580,40 +605,413 @@ impl Invocation {
         Ok(status.code().unwrap_or(1))
     }
 
-    /// `-MD`/`-MMD` dependency files name the prepared copy; make them name the original.
+    /// The CUDA sources of this command with a `klaraptor.toml` beside them, and those files,
+    /// when the command writes what a build tool keys its rebuilds on: dependencies (`-M`,
+    /// `-MM`, `-MD`, `-MMD`) or preprocessed output (`-E`, which ccache hashes).
+    fn tomls_to_record(&self, dry_run: bool) -> Vec<(PathBuf, PathBuf)> {
+        if dry_run
+            || self.cl.has_kl(&KlOption::Off)
+            || self.view.has(Role::Help)
+            || self.view.has(Role::Version)
+        {
+            return Vec::new();
+        }
+        let writes = matches!(self.view.phase(), Phase::Preprocess | Phase::Dependencies)
+            || self.view.has_any_deps_with_compile();
+        if !writes {
+            return Vec::new();
+        }
+        self.view
+            .cuda_sources()
+            .into_iter()
+            .filter_map(|s| toml_beside(s).map(|t| (s.to_path_buf(), t)))
+            .collect()
+    }
+
+    /// Runs the nvcc command `args` as given (its diagnostics and exit status are the
+    /// user's), then makes what it wrote name the `klaraptor.toml` of each source in
+    /// `tomls`: a dependency of the source's rule in the dependency files, a line marker and
+    /// a comment holding the entries that may apply at the end of preprocessed output.
+    fn run_recording_tomls(&self, args: &[String], tomls: &[(PathBuf, PathBuf)]) -> Result<i32> {
+        let phase = self.view.phase();
+        // Where -E and -M write: -o, for -M else -MF, else standard output.
+        let phase_output = match phase {
+            Phase::Preprocess => self.view.output().map(PathBuf::from),
+            Phase::Dependencies => self
+                .view
+                .output()
+                .or_else(|| self.view.values(Role::DepsFile).last())
+                .map(PathBuf::from),
+            _ => None,
+        };
+        let capture =
+            matches!(phase, Phase::Preprocess | Phase::Dependencies) && phase_output.is_none();
+        let one_source = self.view.cuda_sources().len() == 1;
+        self.say(format!(
+            "running the nvcc command given, then recording {} in what it writes",
+            tomls
+                .iter()
+                .map(|(_, t)| t.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        let mut cmd = Command::new(&self.toolchain.nvcc);
+        cmd.args(args);
+        if capture {
+            cmd.stdout(std::process::Stdio::piped());
+        }
+        let out = cmd
+            .spawn()
+            .and_then(|c| c.wait_with_output())
+            .with_context(|| format!("cannot run {}", self.toolchain.nvcc.display()))?;
+        let mut stdout = out.stdout;
+        if out.status.success() {
+            match phase {
+                Phase::Preprocess => {
+                    let dirs = self.clang_config().quote_include_dirs();
+                    let note: String = tomls
+                        .iter()
+                        .map(|(s, t)| preprocessed_note(s, t, &dirs))
+                        .collect();
+                    match &phase_output {
+                        Some(f) => append_to(f, &note)?,
+                        None => stdout.extend_from_slice(note.as_bytes()),
+                    }
+                }
+                Phase::Dependencies => match &phase_output {
+                    Some(f) => self.add_tomls_to_file(f, &[], tomls, one_source)?,
+                    None => {
+                        if let Ok(text) = String::from_utf8(stdout.clone()) {
+                            stdout = self.with_tomls(&text, &[], tomls, one_source).into_bytes();
+                        }
+                    }
+                },
+                _ => {}
+            }
+            if self.view.has_any_deps_with_compile() {
+                self.fix_dependency_files(&[], None)?;
+            }
+        }
+        if capture {
+            stdout_bytes_lossy(&stdout);
+        }
+        Ok(out.status.code().unwrap_or(1))
+    }
+
+    /// The dependency file nvcc writes for `source` with `-MD`/`-MMD`: `-MF`, else the
+    /// output's name with `.d`, else the source's file name with `.d` (in the current
+    /// directory).
+    fn deps_file_for(&self, source: &Path) -> PathBuf {
+        if let Some(f) = self.view.values(Role::DepsFile).last() {
+            return PathBuf::from(f);
+        }
+        match self.view.output() {
+            Some(o) => PathBuf::from(o),
+            None => PathBuf::from(source.file_name().unwrap_or_default()),
+        }
+        .with_extension("d")
+    }
+
+    /// Makes the `-MD`/`-MMD` dependency files of this command name the user's files: the
+    /// prepared copies of `replaced` (original, copy) become the originals, and the rule of
+    /// each CUDA source lists the `klaraptor.toml` beside it. `file` is the one file to fix
+    /// (an instrumented compile writes it for the sources of `replaced`); without it, the
+    /// files nvcc wrote for the command's sources.
     fn fix_dependency_files(
         &self,
         replaced: &[(PathBuf, PathBuf)],
         file: Option<&Path>,
     ) -> Result<()> {
-        let file = match file
-            .map(Path::to_path_buf)
-            .or_else(|| self.view.values(Role::DepsFile).last().map(PathBuf::from))
-        {
-            Some(f) => f,
-            None => {
-                let base = match self.view.output() {
-                    Some(o) => PathBuf::from(o),
-                    None => PathBuf::from(replaced[0].0.file_name().unwrap_or_default()),
-                };
-                base.with_extension("d")
-            }
+        let sources: Vec<PathBuf> = match file {
+            Some(_) => replaced.iter().map(|(o, _)| o.clone()).collect(),
+            None => self
+                .view
+                .cuda_sources()
+                .into_iter()
+                .map(Path::to_path_buf)
+                .collect(),
         };
-        let Ok(text) = std::fs::read_to_string(&file) else {
+        let tomls: Vec<(PathBuf, PathBuf)> = sources
+            .iter()
+            .filter_map(|s| toml_beside(s).map(|t| (s.clone(), t)))
+            .collect();
+        // Each file, with how many sources write it and their tomls.
+        struct DepsFile {
+            path: PathBuf,
+            sources: usize,
+            tomls: Vec<(PathBuf, PathBuf)>,
+        }
+        let mut files: Vec<DepsFile> = Vec::new();
+        for s in &sources {
+            let path = match file {
+                Some(f) => f.to_path_buf(),
+                None => self.deps_file_for(s),
+            };
+            let mine = tomls.iter().filter(|(ts, _)| ts == s).cloned();
+            match files.iter_mut().find(|d| d.path == path) {
+                Some(d) => {
+                    d.sources += 1;
+                    d.tomls.extend(mine);
+                }
+                None => files.push(DepsFile {
+                    path,
+                    sources: 1,
+                    tomls: mine.collect(),
+                }),
+            }
+        }
+        for d in &files {
+            self.add_tomls_to_file(&d.path, replaced, &d.tomls, d.sources == 1)?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the dependency file `file` with [`Self::with_tomls`] (nothing when it is
+    /// missing: nvcc did not write it).
+    fn add_tomls_to_file(
+        &self,
+        file: &Path,
+        replaced: &[(PathBuf, PathBuf)],
+        tomls: &[(PathBuf, PathBuf)],
+        one_source: bool,
+    ) -> Result<()> {
+        let Ok(text) = std::fs::read_to_string(file) else {
             return Ok(());
         };
-        let mut fixed = text.clone();
+        let fixed = self.with_tomls(&text, replaced, tomls, one_source);
+        if fixed != text {
+            let tmp = file.with_extension("d.klaraptor-tmp");
+            std::fs::write(&tmp, fixed)?;
+            std::fs::rename(&tmp, file)?;
+        }
+        Ok(())
+    }
+
+    /// The make rules `text` with the prepared copies of `replaced` named as the originals
+    /// and, for each (source, toml) of `tomls`, the toml among the prerequisites of the
+    /// source's rule (of the first rule when no rule names it and `one_source` says that
+    /// `text` is written for one source only), with a rule of its own under `-MP`.
+    fn with_tomls(
+        &self,
+        text: &str,
+        replaced: &[(PathBuf, PathBuf)],
+        tomls: &[(PathBuf, PathBuf)],
+        one_source: bool,
+    ) -> String {
+        let mut fixed = text.to_string();
         for (orig, copy) in replaced {
             // Paths in a make rule are escaped (`sp\ ace/x.cu`), as nvcc writes the original.
             fixed = fixed.replace(&make_escaped(copy), &make_escaped(orig));
         }
-        if fixed != text {
-            let tmp = file.with_extension("d.klaraptor-tmp");
-            std::fs::write(&tmp, fixed)?;
-            std::fs::rename(&tmp, &file)?;
+        let phony = self.view.has(Role::DepsPhony);
+        for (source, toml) in tomls {
+            fixed = add_dependency(&fixed, source, toml, one_source, phony);
         }
-        Ok(())
+        fixed
     }
+}
+
+/// The `klaraptor.toml` beside `source` (the one its annotations may come from), if there
+/// is one.
+fn toml_beside(source: &Path) -> Option<PathBuf> {
+    let t = klaraptor_passes::annotations::toml_path_for(source);
+    t.is_file().then_some(t)
+}
+
+/// The words of a make rule (continuation lines joined), split at unescaped blanks.
+fn rule_words(rule: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut chars = rule.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                // A line continuation is a blank.
+                Some('\n') | None => {
+                    if !cur.is_empty() {
+                        words.push(std::mem::take(&mut cur));
+                    }
+                }
+                Some(n) => {
+                    cur.push(c);
+                    cur.push(n);
+                }
+            },
+            c if c.is_whitespace() => {
+                if !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// The make dependency rules `text` with `dep` among the prerequisites of the rule whose
+/// first prerequisite is `source` (or, where `fallback` holds and none is, of the first
+/// rule), unless it is listed already; with `phony`, also a rule of its own for `dep` (as
+/// `-MP` writes for headers), so that make does not stop when it is deleted.
+fn add_dependency(text: &str, source: &Path, dep: &Path, fallback: bool, phony: bool) -> String {
+    let (source, dep) = (make_escaped(source), make_escaped(dep));
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    // Rules as ranges of lines: a line ending with a backslash continues on the next.
+    let mut rules: Vec<(usize, usize)> = Vec::new();
+    let mut start = 0;
+    for (i, l) in lines.iter().enumerate() {
+        if !l.trim_end_matches(['\n', '\r']).ends_with('\\') {
+            rules.push((start, i));
+            start = i + 1;
+        }
+    }
+    if start < lines.len() {
+        rules.push((start, lines.len() - 1));
+    }
+    // The prerequisites of a rule that has some.
+    let parse = |&(a, b): &(usize, usize)| -> Option<Vec<String>> {
+        let words = rule_words(&lines[a..=b].concat());
+        let colon = words.iter().position(|w| w == ":" || w.ends_with(':'))?;
+        let prereqs: Vec<String> = words[colon + 1..].to_vec();
+        (!prereqs.is_empty()).then_some(prereqs)
+    };
+    let parsed: Vec<((usize, usize), Vec<String>)> = rules
+        .iter()
+        .filter_map(|r| parse(r).map(|p| (*r, p)))
+        .collect();
+    let target = parsed
+        .iter()
+        .find(|(_, p)| p[0] == source)
+        .or_else(|| parsed.first().filter(|_| fallback));
+    let Some(((_, end), prereqs)) = target else {
+        return text.to_string();
+    };
+    let mut out = String::with_capacity(text.len() + 2 * dep.len() + 16);
+    if !prereqs.contains(&dep) {
+        for (i, l) in lines.iter().enumerate() {
+            if i == *end {
+                let body = l.trim_end_matches(['\n', '\r']);
+                out.push_str(body);
+                out.push_str(" \\\n    ");
+                out.push_str(&dep);
+                out.push_str(&l[body.len()..]);
+                if body.len() == l.len() {
+                    out.push('\n');
+                }
+            } else {
+                out.push_str(l);
+            }
+        }
+    } else {
+        out.push_str(text);
+    }
+    let phony_rule = format!("{dep}:");
+    if phony && !out.lines().any(|l| l.trim_end() == phony_rule) {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push('\n');
+        out.push_str(&phony_rule);
+        out.push('\n');
+    }
+    out
+}
+
+/// What `klaraptor-cc -E` appends to nvcc's preprocessed output of `source`, beside which
+/// lies `toml`: a line marker naming the toml (a tool that reads the included files from
+/// the markers, such as ccache in its direct mode, then hashes it), and a comment holding
+/// the toml's entries that may apply to the translation unit, each in one canonical line
+/// (so that the output, which ccache hashes, changes when they do). If the toml or the
+/// source's annotations do not read, the comment holds the toml's text. Fed back to a
+/// compiler, the output compiles as before.
+fn preprocessed_note(source: &Path, toml: &Path, include_dirs: &[PathBuf]) -> String {
+    let entries = std::fs::read_to_string(source)
+        .ok()
+        .and_then(|text| {
+            klaraptor_passes::frontend::annotations_of_tu(source, &text, include_dirs).ok()
+        })
+        .map(|(_, entries, _)| {
+            entries
+                .iter()
+                .map(canonical_entry)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_else(|| std::fs::read_to_string(toml).unwrap_or_default());
+    let quoted = toml
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    let mut body = String::new();
+    for l in entries.lines() {
+        body.push_str("\n   ");
+        // Nothing may end the comment early.
+        body.push_str(&l.replace("*/", "*\\/"));
+    }
+    format!(
+        "# 1 \"{quoted}\"\n/* klaraptor-cc: the entries of {} that may apply to {}:{body}\n*/\n",
+        toml.display().to_string().replace("*/", "*\\/"),
+        source.display().to_string().replace("*/", "*\\/"),
+    )
+}
+
+/// A `klaraptor.toml` entry in one line, in the syntax of `#pragma klaraptor`.
+fn canonical_entry(t: &klaraptor_passes::config::TomlKernel) -> String {
+    use klaraptor_passes::annotations::ArgRef;
+    let a = &t.annotation;
+    let data: Vec<String> = a
+        .data
+        .iter()
+        .map(|d| match &d.arg {
+            ArgRef::Index(i) => format!("{}={i}", d.label),
+            ArgRef::Name(n) => format!("{}={n}", d.label),
+        })
+        .collect();
+    let mut line = format!(
+        "kernel({}) data({}) dim({})",
+        a.kernel,
+        data.join(", "),
+        a.dim
+    );
+    let grid: Vec<String> = a.grid.iter().map(ToString::to_string).collect();
+    line.push_str(&format!(" grid({})", grid.join(", ")));
+    for b in &a.constraints {
+        line.push_str(&format!(" block({b})"));
+    }
+    if let Some(p) = &a.profile {
+        let sizes: Vec<String> = p
+            .sizes
+            .iter()
+            .map(|s| {
+                let v: Vec<String> = s.iter().map(i64::to_string).collect();
+                format!("({})", v.join(", "))
+            })
+            .collect();
+        line.push_str(&format!(
+            " profile(run={:?}, sizes=[{}])",
+            p.run,
+            sizes.join(", ")
+        ));
+    }
+    if let Some(s) = &t.source {
+        line.push_str(&format!(" source({:?})", s.display().to_string()));
+    }
+    line
+}
+
+/// Appends `text` to the file `path`.
+fn append_to(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// `path` as a make rule names it (as the host compiler writes dependency files): a space
@@ -649,6 +1047,14 @@ pub fn stdout_lossy(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// Writes `bytes` to stdout, ignoring errors, as [`stdout_lossy`].
+fn stdout_bytes_lossy(bytes: &[u8]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(bytes);
     let _ = out.flush();
 }
 
@@ -695,5 +1101,48 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
             crate::kl_eprintln!("klaraptor-cc: error: {e:#}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_toml_joins_the_rule_of_its_source() {
+        let text = "a.o : a.cu \\\n    a.h\n\nb.o : sp\\ ace/b.cu \\\n    b.h\n";
+        let toml = Path::new("sp ace/klaraptor.toml");
+        let out = add_dependency(text, Path::new("sp ace/b.cu"), toml, false, false);
+        assert_eq!(
+            out,
+            "a.o : a.cu \\\n    a.h\n\nb.o : sp\\ ace/b.cu \\\n    b.h \\\n    sp\\ ace/klaraptor.toml\n"
+        );
+        // Listed once, whatever the number of calls.
+        assert_eq!(
+            add_dependency(&out, Path::new("sp ace/b.cu"), toml, false, false),
+            out
+        );
+        // No rule of that source: nothing, unless the text is that source's alone.
+        let c = Path::new("c.cu");
+        assert_eq!(add_dependency(text, c, toml, false, false), text);
+        assert!(add_dependency(text, c, toml, true, false)
+            .starts_with("a.o : a.cu \\\n    a.h \\\n    sp\\ ace/klaraptor.toml\n\nb.o"));
+    }
+
+    #[test]
+    fn under_mp_the_toml_gets_a_rule_of_its_own() {
+        // clang's form: `target:` glued, a one-line rule, no final newline.
+        let text = "x.o: x.cu\n\nx.h:";
+        let out = add_dependency(
+            text,
+            Path::new("x.cu"),
+            Path::new("klaraptor.toml"),
+            false,
+            true,
+        );
+        assert_eq!(
+            out,
+            "x.o: x.cu \\\n    klaraptor.toml\n\nx.h:\n\nklaraptor.toml:\n"
+        );
     }
 }

@@ -11,6 +11,9 @@
 //! ld -r host.o kernels.o -o <object>                                (one object: -c then a separate link works)
 //! ```
 //!
+//! A unit in which the pass instrumented no launch is `host.o` alone: it references nothing
+//! of the runtime, so it links with any driver.
+//!
 //! With `--kl-backend=clang` ([`compile_unit_clang`]), clang-19 compiles the CUDA itself:
 //!
 //! ```text
@@ -180,6 +183,9 @@ pub fn compile_unit(
         });
         let kind = if nonsystem { "-MMD" } else { "-MD" };
         cmd.arg(kind).arg("-MF").arg(file).arg("-MT").arg(target);
+        if view.has(Role::DepsPhony) {
+            cmd.arg("-MP");
+        }
     }
     run(&mut cmd, verbose, "nvcc -cuda (host translation)")?;
 
@@ -221,20 +227,38 @@ pub fn compile_unit(
     let hash = crate::linkspec::code_hash(
         &std::fs::read_to_string(&ii).with_context(|| format!("reading {}", ii.display()))?,
     );
-    finish_object(tools, unit, &host_o, &hash, object, verbose)?;
+    finish_object(tools, unit, &host_o, &hash, &report, object, verbose)?;
     Ok(report)
 }
 
 /// Joins the instrumented host object with the kernels' descriptors and link specs into
-/// `object` (written atomically).
+/// `object` (written atomically). When the pass instrumented no launch (`report`), the
+/// host object is the object, alone: nothing in it calls the runtime, so descriptors (which
+/// register with the runtime) would leave an undefined `klaraptor_register` in a link
+/// without it, and specs would have the link model kernels whose launches keep their own
+/// dimensions.
 fn finish_object(
     tools: &HostTools,
     unit: &Unit,
     host_o: &Path,
     hash: &str,
+    report: &InjectReport,
     object: &Path,
     verbose: bool,
 ) -> Result<()> {
+    if report.instrumented.is_empty() {
+        let tmp = object.with_extension("o.klaraptor-tmp");
+        let r = std::fs::copy(host_o, &tmp)
+            .with_context(|| format!("writing {}", tmp.display()))
+            .and_then(|_| {
+                std::fs::rename(&tmp, object)
+                    .with_context(|| format!("writing {}", object.display()))
+            });
+        if r.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        return r;
+    }
     let w = &unit.work;
     let inc = w.join("include");
     std::fs::create_dir_all(&inc)?;
@@ -479,7 +503,7 @@ pub fn compile_unit_clang(
         text.push_str(&format!("{b:02x}"));
     }
     let hash = crate::linkspec::code_hash(&text);
-    finish_object(tools, unit, &host_o, &hash, object, verbose)?;
+    finish_object(tools, unit, &host_o, &hash, &report, object, verbose)?;
     Ok(report)
 }
 
