@@ -415,3 +415,35 @@ fn static_and_anonymous_namespace_kernels_are_instrumented() {
         "{err}"
     );
 }
+
+/// `#pragma klaraptr …` (one letter off): the compiler ignores it; klaraptor-cc says so and
+/// builds the program's own launch, as nvcc would.
+#[test]
+fn a_misspelled_pragma_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.cu"),
+        "#pragma klaraptr kernel(k) data(n) dim(1) grid(ceil(n, bx))\n\
+         __global__ void k(float *a, int n) { if (threadIdx.x < n) a[threadIdx.x] = 0; }\n\
+         void run(float *a, int n) { k<<<1, 32>>>(a, n); }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(klaraptor_cc())
+        .current_dir(dir.path())
+        .args(["-arch=sm_90", "-c", "t.cu", "-o", "t.o"])
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .env_remove("KLARAPTOR_PROFILE_DB")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "klaraptor-cc: warning: t.cu:1:9: '#pragma klaraptr' is not a klaraptor annotation"
+        ) && err.contains("(write '#pragma klaraptor')"),
+        "{err}"
+    );
+    assert!(dir.path().join("t.o").is_file());
+}

@@ -259,6 +259,16 @@ impl Invocation {
             let Ok(text) = std::fs::read_to_string(src) else {
                 continue;
             };
+            // A pragma one letter off is ignored by the compiler: say so, or the kernel keeps
+            // its own launch without a word.
+            for d in klaraptor_passes::annotations::misspelled_pragmas(src, &text) {
+                crate::kl_eprintln!(
+                    "klaraptor-cc: warning: {}: {}{}",
+                    d.loc,
+                    d.message,
+                    d.help.map(|h| format!(" ({h})")).unwrap_or_default()
+                );
+            }
             match frontend::annotations_of_tu(src, &text, &include_dirs) {
                 Ok((s, t, _)) if s.annotations.is_empty() && t.is_empty() => {}
                 // Errors in the annotations are reported by the full front-end.
