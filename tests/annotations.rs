@@ -307,9 +307,9 @@ fn klaraptor_cc_instruments_kernels_annotated_in_included_files() {
          }\n",
     )
     .unwrap();
-    let out = std::process::Command::new(klaraptor_cc())
-        .current_dir(&src)
-        .args([
+    let out = compile_no_gpu(
+        &src,
+        &[
             "--kl-verbose",
             "-arch=sm_90",
             "-I",
@@ -318,13 +318,9 @@ fn klaraptor_cc_instruments_kernels_annotated_in_included_files() {
             "app.cu",
             "-o",
             "app.o",
-        ])
-        .env("KLARAPTOR_NVCC", nvcc())
-        .env("KLARAPTOR_NO_GPU", "1")
-        .env("XDG_CACHE_HOME", dir.path().join("cache"))
-        .env_remove("KLARAPTOR_PROFILE_DB")
-        .output()
-        .unwrap();
+        ],
+        &dir.path().join("cache"),
+    );
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("nothing for klaraptor"), "{err}");
@@ -354,15 +350,11 @@ fn klaraptor_cc_instruments_kernels_annotated_in_included_files() {
          void run(float *a, int n) { stencil<<<(n + 127) / 128, 128>>>(a, n); }\n",
     )
     .unwrap();
-    let out = std::process::Command::new(klaraptor_cc())
-        .current_dir(&src)
-        .args(["-arch=sm_90", "-I", "inc", "-c", "only.cu", "-o", "only.o"])
-        .env("KLARAPTOR_NVCC", nvcc())
-        .env("KLARAPTOR_NO_GPU", "1")
-        .env("XDG_CACHE_HOME", dir.path().join("cache"))
-        .env_remove("KLARAPTOR_PROFILE_DB")
-        .output()
-        .unwrap();
+    let out = compile_no_gpu(
+        &src,
+        &["-arch=sm_90", "-I", "inc", "-c", "only.cu", "-o", "only.o"],
+        &dir.path().join("cache"),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         klaraptor::instrument::needs_runtime(&src.join("only.o")),
@@ -397,15 +389,11 @@ fn static_and_anonymous_namespace_kernels_are_instrumented() {
          }\n",
     )
     .unwrap();
-    let out = std::process::Command::new(klaraptor_cc())
-        .current_dir(dir.path())
-        .args(["--kl-verbose", "-arch=sm_90", "-c", "s.cu", "-o", "s.o"])
-        .env("KLARAPTOR_NVCC", nvcc())
-        .env("KLARAPTOR_NO_GPU", "1")
-        .env("XDG_CACHE_HOME", dir.path().join("cache"))
-        .env_remove("KLARAPTOR_PROFILE_DB")
-        .output()
-        .unwrap();
+    let out = compile_no_gpu(
+        dir.path(),
+        &["--kl-verbose", "-arch=sm_90", "-c", "s.cu", "-o", "s.o"],
+        &dir.path().join("cache"),
+    );
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("no <<<>>> launch"), "{err}");
@@ -428,15 +416,11 @@ fn a_misspelled_pragma_is_a_warning() {
          void run(float *a, int n) { k<<<1, 32>>>(a, n); }\n",
     )
     .unwrap();
-    let out = std::process::Command::new(klaraptor_cc())
-        .current_dir(dir.path())
-        .args(["-arch=sm_90", "-c", "t.cu", "-o", "t.o"])
-        .env("KLARAPTOR_NVCC", nvcc())
-        .env("KLARAPTOR_NO_GPU", "1")
-        .env("XDG_CACHE_HOME", dir.path().join("cache"))
-        .env_remove("KLARAPTOR_PROFILE_DB")
-        .output()
-        .unwrap();
+    let out = compile_no_gpu(
+        dir.path(),
+        &["-arch=sm_90", "-c", "t.cu", "-o", "t.o"],
+        &dir.path().join("cache"),
+    );
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(
@@ -446,4 +430,22 @@ fn a_misspelled_pragma_is_a_warning() {
         "{err}"
     );
     assert!(dir.path().join("t.o").is_file());
+}
+
+/// klaraptor-cc `args` in `dir` with the test's nvcc, no GPU, no profile database from the
+/// environment and the user cache `cache`.
+fn compile_no_gpu(
+    dir: &std::path::Path,
+    args: &[&str],
+    cache: &std::path::Path,
+) -> std::process::Output {
+    std::process::Command::new(klaraptor_cc())
+        .current_dir(dir)
+        .args(args)
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("XDG_CACHE_HOME", cache)
+        .env_remove("KLARAPTOR_PROFILE_DB")
+        .output()
+        .unwrap()
 }

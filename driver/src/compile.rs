@@ -829,7 +829,7 @@ fn toml_beside(source: &Path) -> Option<PathBuf> {
 }
 
 /// The words of a make rule (continuation lines joined), split at unescaped blanks.
-fn rule_words(rule: &str) -> Vec<String> {
+pub(crate) fn rule_words(rule: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut cur = String::new();
     let mut chars = rule.chars();

@@ -517,28 +517,7 @@ fn drop_dependencies_under(file: &Path, dir: &Path) -> Result<()> {
     let mut out = String::new();
     // One rule per logical line (continuations joined), words split at unescaped spaces.
     for rule in text.replace("\\\n", " ").lines() {
-        let mut words = Vec::new();
-        let mut cur = String::new();
-        let mut chars = rule.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' => {
-                    cur.push(c);
-                    if let Some(n) = chars.next() {
-                        cur.push(n);
-                    }
-                }
-                c if c.is_whitespace() => {
-                    if !cur.is_empty() {
-                        words.push(std::mem::take(&mut cur));
-                    }
-                }
-                c => cur.push(c),
-            }
-        }
-        if !cur.is_empty() {
-            words.push(cur);
-        }
+        let words = crate::compile::rule_words(rule);
         let Some(first) = words.first() else {
             out.push('\n');
             continue;
