@@ -165,6 +165,24 @@ static int parse_shape(const char *s, uint32_t out[3]) {
   return 0;
 }
 
+/* Reads the rest of a line's <bx>x<by>x<bz> words (strtok_r state `save`) into a growing
+ * array; a malformed word is reported with path:line and skipped. */
+static void read_shapes(char **save, const char *path, int lineno, uint32_t (**shapes)[3],
+                        int *n) {
+  char *tok;
+  while ((tok = strtok_r(NULL, " \t\r\n", save))) {
+    uint32_t sh[3];
+    if (parse_shape(tok, sh) != 0) {
+      perr("%s:%d: bad shape '%s' (expected <bx>x<by>x<bz>)", path, lineno, tok);
+      continue;
+    }
+    void *p = realloc(*shapes, (size_t)(*n + 1) * sizeof **shapes);
+    if (!p) return;
+    *shapes = p;
+    memcpy((*shapes)[(*n)++], sh, sizeof sh);
+  }
+}
+
 static void load_plan(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) {
@@ -181,17 +199,7 @@ static void load_plan(const char *path) {
     if (!tok || tok[0] == '#') continue;
     plan_kernel pk = {0};
     pk.id = strdup(tok);
-    while ((tok = strtok_r(NULL, " \t\r\n", &save))) {
-      uint32_t sh[3];
-      if (parse_shape(tok, sh) != 0) {
-        perr("%s:%d: bad shape '%s' (expected <bx>x<by>x<bz>)", path, lineno, tok);
-        continue;
-      }
-      void *p = realloc(pk.shapes, (size_t)(pk.n_shapes + 1) * sizeof *pk.shapes);
-      if (!p) break;
-      pk.shapes = p;
-      memcpy(pk.shapes[pk.n_shapes++], sh, sizeof sh);
-    }
+    read_shapes(&save, path, lineno, &pk.shapes, &pk.n_shapes);
     void *p = realloc(g_plan, (size_t)(g_n_plan + 1) * sizeof *g_plan);
     if (!p) break;
     g_plan = p;
@@ -295,18 +303,7 @@ static void load_resume(const char *path) {
       continue;
     }
     rs.id = strdup(id);
-    char *tok;
-    while ((tok = strtok_r(NULL, " \t\r\n", &save))) {
-      uint32_t sh[3];
-      if (parse_shape(tok, sh) != 0) {
-        perr("%s:%d: bad shape '%s' (expected <bx>x<by>x<bz>)", path, lineno, tok);
-        continue;
-      }
-      void *p = realloc(rs.shapes, (size_t)(rs.n_shapes + 1) * sizeof *rs.shapes);
-      if (!p) break;
-      rs.shapes = p;
-      memcpy(rs.shapes[rs.n_shapes++], sh, sizeof sh);
-    }
+    read_shapes(&save, path, lineno, &rs.shapes, &rs.n_shapes);
     void *p = realloc(g_resume, (size_t)(g_n_resume + 1) * sizeof *g_resume);
     if (!p) break;
     g_resume = p;
