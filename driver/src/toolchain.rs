@@ -203,65 +203,12 @@ impl HostCc {
         })
     }
 
-    /// A command line split as a POSIX shell splits words (blanks separate; single quotes,
-    /// double quotes and backslashes quote).
+    /// A command line split as a shell splits plain words
+    /// ([`crate::validate_cmd::split_args`]): the program, then its arguments.
     pub fn parse(s: &str) -> Result<HostCc, String> {
-        let mut words: Vec<String> = Vec::new();
-        let mut cur = String::new();
-        let mut in_word = false;
-        let mut chars = s.chars();
-        while let Some(c) = chars.next() {
-            match c {
-                '\'' => {
-                    in_word = true;
-                    loop {
-                        match chars.next() {
-                            Some('\'') => break,
-                            Some(x) => cur.push(x),
-                            None => return Err("a ' is never closed".into()),
-                        }
-                    }
-                }
-                '"' => {
-                    in_word = true;
-                    loop {
-                        match chars.next() {
-                            Some('"') => break,
-                            Some('\\') => match chars.next() {
-                                Some(x @ ('"' | '\\' | '$' | '`')) => cur.push(x),
-                                Some(x) => {
-                                    cur.push('\\');
-                                    cur.push(x);
-                                }
-                                None => return Err("a \" is never closed".into()),
-                            },
-                            Some(x) => cur.push(x),
-                            None => return Err("a \" is never closed".into()),
-                        }
-                    }
-                }
-                '\\' => {
-                    in_word = true;
-                    if let Some(x) = chars.next() {
-                        cur.push(x);
-                    }
-                }
-                c if c.is_whitespace() => {
-                    if in_word {
-                        words.push(std::mem::take(&mut cur));
-                        in_word = false;
-                    }
-                }
-                c => {
-                    in_word = true;
-                    cur.push(c);
-                }
-            }
-        }
-        if in_word {
-            words.push(cur);
-        }
-        let mut words = words.into_iter();
+        let mut words = crate::validate_cmd::split_args(s)
+            .map_err(|e| e.to_string())?
+            .into_iter();
         let program = words.next().ok_or("it names no program")?;
         Ok(HostCc {
             program: PathBuf::from(program),
