@@ -449,3 +449,30 @@ fn compile_no_gpu(
         .output()
         .unwrap()
 }
+
+/// `grid(N / (bx - bx))` divides by zero at every block shape: found when the annotation is
+/// checked, at the pragma, not at the link (which found no allowed shape) or at run time.
+#[test]
+fn a_grid_that_divides_by_zero_everywhere_is_an_error_at_the_pragma() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("z.cu"),
+        "#pragma klaraptor kernel(k) data(n) dim(1) grid(n / (bx - bx))\n\
+         __global__ void k(float *a, int n) { if (threadIdx.x < n) a[threadIdx.x] = 0; }\n\
+         void run(float *a, int n) { k<<<1, 32>>>(a, n); }\n",
+    )
+    .unwrap();
+    let out = compile_no_gpu(
+        dir.path(),
+        &["-arch=sm_90", "-c", "z.cu", "-o", "z.o"],
+        &dir.path().join("cache"),
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("z.cu:1:19: error: kernel 'k': grid formula 1")
+            && err.contains("division by zero"),
+        "{err}"
+    );
+    assert!(!dir.path().join("z.o").exists());
+}

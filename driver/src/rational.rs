@@ -235,30 +235,7 @@ pub fn slug(s: &str) -> String {
 /// 1-D: 1, 2, 4, 8, 16 and every multiple of 32 up to 1024; 2-D: every power-of-two shape
 /// with at most 1024 threads; 3-D: the same with bz ≤ 64.
 pub fn candidates(dim: u8) -> Vec<[u32; 3]> {
-    let mut out = Vec::new();
-    match dim {
-        1 => {
-            out.extend([1, 2, 4, 8, 16].map(|x| [x, 1, 1]));
-            out.extend((1..=32).map(|k| [32 * k, 1, 1]));
-        }
-        2 => {
-            for ey in 0..=10u32 {
-                for ex in 0..=(10 - ey) {
-                    out.push([1 << ex, 1 << ey, 1]);
-                }
-            }
-        }
-        _ => {
-            for ez in 0..=6u32 {
-                for ey in 0..=(10 - ez) {
-                    for ex in 0..=(10 - ez - ey) {
-                        out.push([1 << ex, 1 << ey, 1 << ez]);
-                    }
-                }
-            }
-        }
-    }
-    out
+    klaraptor_passes::spec::candidate_blocks(dim)
 }
 
 /// The device description for `entry`'s device: a calibrated or shipped description of that

@@ -44,6 +44,11 @@ pub struct KernelSpec {
 /// Checks `ann` against what libclang found: the kernel exists and is `__global__`, each
 /// data argument exists and has an integer type.
 pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, Diagnostic> {
+    check_launchable(ann).map_err(|why| {
+        Diagnostic::new(ann.loc.clone(), format!("kernel '{}': {why}", ann.kernel)).help(
+            "fix the grid(…) and block(…) clauses; klaraptor tries every candidate block shape",
+        )
+    })?;
     let short = ann.kernel.rsplit("::").next().unwrap_or(&ann.kernel);
     let candidates: Vec<&FunctionInfo> = src
         .functions
@@ -208,4 +213,110 @@ impl KernelSpec {
         }
         s
     }
+}
+
+/// The block shapes a kernel of `dim` block dimensions may be launched with, before its
+/// constraints and the device's limits: in 1-D 1, 2, 4, 8, 16 and every multiple of 32 up
+/// to 1024 threads; in 2-D and 3-D every power of two per axis up to 1024 threads (z up to
+/// 64). The performance model searches these, and the annotation check below tries them.
+pub fn candidate_blocks(dim: u8) -> Vec<[u32; 3]> {
+    let mut out = Vec::new();
+    match dim {
+        1 => {
+            out.extend([1, 2, 4, 8, 16].map(|x| [x, 1, 1]));
+            out.extend((1..=32).map(|k| [32 * k, 1, 1]));
+        }
+        2 => {
+            for ey in 0..=10u32 {
+                for ex in 0..=(10 - ey) {
+                    out.push([1 << ex, 1 << ey, 1]);
+                }
+            }
+        }
+        _ => {
+            for ez in 0..=6u32 {
+                for ey in 0..=(10 - ez) {
+                    for ex in 0..=(10 - ez - ey) {
+                        out.push([1 << ex, 1 << ey, 1 << ez]);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether an annotation leaves any launch to choose: at some data values (every data
+/// parameter 1, 7, 64, 1000, 4096 or 2^20) some candidate block shape satisfies every
+/// constraint and gives every grid formula a value of at least 1. When none does, why, for
+/// the first cause found: a grid formula that fails everywhere (a division by zero, an
+/// overflow), one that is below 1 everywhere, or constraints that refuse every shape.
+pub fn check_launchable(ann: &KernelAnnotation) -> Result<(), String> {
+    const VALUES: [i64; 6] = [1, 7, 64, 1000, 4096, 1 << 20];
+    let blocks = candidate_blocks(ann.dim);
+    let mut grid_failed: Vec<Option<String>> = vec![None; ann.grid.len()];
+    let mut grid_ok = vec![false; ann.grid.len()];
+    let mut some_allowed = false;
+    for v in VALUES {
+        for b in &blocks {
+            let mut env: Vec<(&str, i64)> =
+                ann.data.iter().map(|d| (d.label.as_str(), v)).collect();
+            env.extend([
+                ("bx", i64::from(b[0])),
+                ("by", i64::from(b[1])),
+                ("bz", i64::from(b[2])),
+            ]);
+            if !ann
+                .constraints
+                .iter()
+                .all(|c| c.eval(env.as_slice()).unwrap_or(false))
+            {
+                continue;
+            }
+            some_allowed = true;
+            let mut all = true;
+            for (i, g) in ann.grid.iter().enumerate() {
+                match g.eval(env.as_slice()) {
+                    Ok(x) if x >= 1 => grid_ok[i] = true,
+                    Ok(_) => all = false,
+                    Err(e) => {
+                        all = false;
+                        grid_failed[i].get_or_insert_with(|| {
+                            format!("{e} at bx={} by={} bz={}, data {v}", b[0], b[1], b[2])
+                        });
+                    }
+                }
+            }
+            if all {
+                return Ok(());
+            }
+        }
+    }
+    if !some_allowed {
+        return Err(
+            "no block shape satisfies its block(…) constraints at any data size tried \
+             (1 to 2^20): the kernel could never be launched by klaraptor"
+                .into(),
+        );
+    }
+    for (i, g) in ann.grid.iter().enumerate() {
+        if !grid_ok[i] {
+            return Err(match &grid_failed[i] {
+                Some(e) => format!(
+                    "grid formula {} ({g}) cannot be evaluated at any block shape and data \
+                     size tried: {e}",
+                    i + 1
+                ),
+                None => format!(
+                    "grid formula {} ({g}) is below 1 at every block shape and data size tried",
+                    i + 1
+                ),
+            });
+        }
+    }
+    Err(
+        "the grid formulas have no block shape and data size tried at which all of them are \
+         at least 1"
+            .into(),
+    )
 }

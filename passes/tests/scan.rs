@@ -202,3 +202,40 @@ fn a_two_dimensional_block_may_have_a_batch_on_the_grids_z_axis() {
         ["ceil(W, bx)", "ceil(H, by)", "B"]
     );
 }
+
+#[test]
+fn an_annotation_that_leaves_no_launch_is_refused() {
+    use klaraptor_passes::spec::check_launchable;
+    let ann = |src: &str| scan(Path::new("a.cu"), src).unwrap().annotations.remove(0);
+    // A division by zero at every block shape.
+    let e = check_launchable(&ann(
+        "#pragma klaraptor kernel(k) data(N=n) grid(N / (bx - bx))",
+    ))
+    .unwrap_err();
+    assert!(
+        e.starts_with("grid formula 1 ((N / (bx - bx))) cannot be evaluated at any block shape")
+            && e.contains("division by zero"),
+        "{e}"
+    );
+    // Constraints no candidate shape meets.
+    let e = check_launchable(&ann(
+        "#pragma klaraptor kernel(k) data(N=n) block(bx == 33)",
+    ))
+    .unwrap_err();
+    assert!(e.starts_with("no block shape satisfies"), "{e}");
+    // A grid below 1 everywhere.
+    let e =
+        check_launchable(&ann("#pragma klaraptor kernel(k) data(N=n) grid(0 - N)")).unwrap_err();
+    assert!(e.contains("is below 1 at every block shape"), "{e}");
+    // What only some sizes or shapes allow is fine (the launch decides).
+    for ok in [
+        "#pragma klaraptor kernel(k) data(N=n) grid(ceil(N, bx))",
+        "#pragma klaraptor kernel(k) data(N=n) grid(N / (bx - 1))",
+        "#pragma klaraptor kernel(k) data(N=n) grid(ceil(N, bx)) block(bx == 96)",
+        "#pragma klaraptor kernel(k) data(N=n) grid(ceil(N - 1000, bx))",
+        "#pragma klaraptor kernel(k) data(W=w, H=h, B=b) dim(2) grid(ceil(W, bx), ceil(H, by), B) block(bx * by <= N_MAX_UNUSED || bx >= 1)",
+    ] {
+        let ok = ok.replace(" block(bx * by <= N_MAX_UNUSED || bx >= 1)", "");
+        assert_eq!(check_launchable(&ann(&ok)), Ok(()), "{ok}");
+    }
+}
