@@ -59,21 +59,19 @@ impl From<Diagnostic> for FrontendError {
     }
 }
 
+/// What a translation unit's annotations are read into without libclang: its pragmas, the
+/// `klaraptor.toml` entries that may apply, and that file's path when there is one.
+pub type TuAnnotations = (
+    annotations::Scanned,
+    Vec<config::TomlKernel>,
+    Option<PathBuf>,
+);
+
 /// Reads `source`'s annotations without libclang: the pragmas of the source and of the files
 /// it includes with quotes (looked for beside the including file only; see
 /// [`annotations_of_tu`]), and the entries of the `klaraptor.toml` beside it that may apply.
 /// Fast; used to decide whether a translation unit needs klaraptor at all.
-pub fn annotations_of(
-    source: &Path,
-    text: &str,
-) -> Result<
-    (
-        annotations::Scanned,
-        Vec<config::TomlKernel>,
-        Option<PathBuf>,
-    ),
-    Diagnostics,
-> {
+pub fn annotations_of(source: &Path, text: &str) -> Result<TuAnnotations, Diagnostics> {
     annotations_of_tu(source, text, &[])
 }
 
@@ -91,14 +89,7 @@ pub fn annotations_of_tu(
     source: &Path,
     text: &str,
     include_dirs: &[PathBuf],
-) -> Result<
-    (
-        annotations::Scanned,
-        Vec<config::TomlKernel>,
-        Option<PathBuf>,
-    ),
-    Diagnostics,
-> {
+) -> Result<TuAnnotations, Diagnostics> {
     let files = includes::quoted_closure(source, text, include_dirs);
     let scans: Vec<FileScan> = files
         .iter()

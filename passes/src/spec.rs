@@ -247,12 +247,12 @@ pub fn candidate_blocks(dim: u8) -> Vec<[u32; 3]> {
 }
 
 /// Whether an annotation leaves any launch to choose: at some data values (every data
-/// parameter 1, 7, 64, 1000, 4096 or 2^20) some candidate block shape satisfies every
+/// parameter 1, 7, 64, 1000, 4096, 2^20, 2^30 or 2^40) some candidate block shape satisfies every
 /// constraint and gives every grid formula a value of at least 1. When none does, why, for
 /// the first cause found: a grid formula that fails everywhere (a division by zero, an
 /// overflow), one that is below 1 everywhere, or constraints that refuse every shape.
 pub fn check_launchable(ann: &KernelAnnotation) -> Result<(), String> {
-    const VALUES: [i64; 6] = [1, 7, 64, 1000, 4096, 1 << 20];
+    const VALUES: [i64; 8] = [1, 7, 64, 1000, 4096, 1 << 20, 1 << 30, 1 << 40];
     let blocks = candidate_blocks(ann.dim);
     let mut grid_failed: Vec<Option<String>> = vec![None; ann.grid.len()];
     let mut grid_ok = vec![false; ann.grid.len()];
@@ -295,7 +295,7 @@ pub fn check_launchable(ann: &KernelAnnotation) -> Result<(), String> {
     if !some_allowed {
         return Err(
             "no block shape satisfies its block(…) constraints at any data size tried \
-             (1 to 2^20): the kernel could never be launched by klaraptor"
+             (1 to 2^40): the kernel could never be launched by klaraptor"
                 .into(),
         );
     }
