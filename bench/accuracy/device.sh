@@ -21,7 +21,8 @@
 #                default.err (KLARAPTOR_DISABLE=1 --time 5)
 # and prints one line per job (wall and kernel time against the estimate) and the totals.
 #
-# Environment: PHASE (required); OUT (default /tmp/accuracy-out); STUDY (default .dev/study);
+# Environment: PHASE (required); OUT (default /tmp/accuracy-out); STUDY (default .dev/study;
+#   .dev/study-idioms with SUITE=idioms, the suite prepare.sh built with SUITE=idioms);
 #   COLLECTOR (default .dev/collector/libklaraptor_collector.so); DEADLINE_S (default 420: a
 #   job whose estimate would end past it is skipped, and said so); LIMIT_FACTOR (default 4)
 #   and LIMIT_MIN_S / LIMIT_MAX_S (default 60 / 120): each job's timeout is its estimate
@@ -37,7 +38,12 @@ esac
 root=$(pwd)
 abs() { case $1 in /*) echo "$1" ;; *) echo "$root/$1" ;; esac; }
 OUT=$(abs "${OUT:-/tmp/accuracy-out}")
-STUDY=$(abs "${STUDY:-.dev/study}")
+case ${SUITE:-polybench} in
+  polybench) default_study=.dev/study ;;
+  idioms) default_study=.dev/study-idioms ;;
+  *) echo "device.sh: SUITE must be polybench or idioms, not '$SUITE'" >&2; exit 2 ;;
+esac
+STUDY=$(abs "${STUDY:-$default_study}")
 COLLECTOR=$(abs "${COLLECTOR:-.dev/collector/libklaraptor_collector.so}")
 DEADLINE_S=${DEADLINE_S:-420}
 LIMIT_FACTOR=${LIMIT_FACTOR:-4}

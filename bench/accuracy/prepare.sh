@@ -5,12 +5,14 @@
 #   bench/accuracy/prepare.sh import <OUT>   # 3. profile records of device.sh PHASE=profile -> database
 #   bench/accuracy/prepare.sh models         # 4. relink each program with its rational programs
 #
-# build: compiles each PolyBench sample with klaraptor-cc (-O3 -std=c++17 -arch=sm_90, as
-#   samples/polybench/common/program.mk does) and links, in one klaraptor-cc link, its
-#   instrumented build and its profiling variant (--kl-profiling-variant). Stripped copies go
+# build: compiles each sample of the suite (SUITE, default polybench) with klaraptor-cc
+#   (-O3 -std=c++17 -arch=sm_90, as samples/<suite>/common/program.mk does) and links, in
+#   one klaraptor-cc link, its instrumented build and its profiling variant
+#   (--kl-profiling-variant). Stripped copies go
 #   to $STUDY/<program>/: <program> (the variant, under the name its recipes run) and
 #   <program>.klaraptor (the instrumented build); then `accuracy-report jobs` writes the
-#   plans, kernels.tsv, recipes.txt and $STUDY/jobs.txt from bench/accuracy/sizes.toml.
+#   plans, kernels.tsv, recipes.txt and $STUDY/jobs.txt from bench/accuracy/sizes.toml
+#   (sizes-idioms.toml with SUITE=idioms).
 #   Objects and unstripped binaries stay in $BUILD/<program>/.
 # import: `klaraptor import` of $OUT/profile/<program>/run*/ into $STUDY_DB.
 # models: relinks each program twice from the same objects, timing both: once against an
@@ -20,26 +22,39 @@
 #   go to $STUDY/<program>/models/, the two times to $STUDY/<program>/build-times.tsv, and
 #   the klaraptor-cc and commit that made them to $STUDY/BUILD-INFO (lines "models: ...").
 #
-# Environment: CARGO_TARGET_DIR (where klaraptor-cc, klaraptor and accuracy-report are built;
-#   default target/), KCC and KLARAPTOR (override the tools), STUDY (default .dev/study),
-#   BUILD (default .dev/study-build), STUDY_DB (default .dev/study-db), PROGRAMS (a subset,
-#   space-separated; default every program of samples/polybench/Makefile).
+# Environment: SUITE (polybench, the default, or idioms: which samples/<suite>/ is studied,
+#   with bench/accuracy/sizes.toml resp. sizes-idioms.toml), CARGO_TARGET_DIR (where
+#   klaraptor-cc, klaraptor and accuracy-report are built; default target/), KCC and
+#   KLARAPTOR (override the tools), STUDY (default .dev/study; .dev/study-idioms with
+#   SUITE=idioms), BUILD (default .dev/study-build; .dev/study-idioms-build), STUDY_DB
+#   (default .dev/study-db; .dev/study-idioms-db), PROGRAMS (a subset, space-separated;
+#   default every program of samples/<suite>/Makefile).
 set -u
 cmd=${1:-}
-[ -f samples/polybench/Makefile ] && [ -f bench/accuracy/sizes.toml ] ||
+SUITE=${SUITE:-polybench}
+case $SUITE in
+  polybench) suite_sizes=bench/accuracy/sizes.toml; suite_tag= ;;
+  idioms) suite_sizes=bench/accuracy/sizes-idioms.toml; suite_tag=-idioms ;;
+  *) echo "prepare.sh: SUITE must be polybench or idioms, not '$SUITE'" >&2; exit 2 ;;
+esac
+[ -f samples/$SUITE/Makefile ] && [ -f $suite_sizes ] ||
   { echo "prepare.sh: run from the repository root" >&2; exit 2; }
 root=$(pwd)
 tdir=${CARGO_TARGET_DIR:-$root/target}
 KCC=${KCC:-$tdir/release/klaraptor-cc}
 KLARAPTOR=${KLARAPTOR:-$tdir/release/klaraptor}
-STUDY=${STUDY:-$root/.dev/study}
-BUILD=${BUILD:-$root/.dev/study-build}
-STUDY_DB=${STUDY_DB:-$root/.dev/study-db}
+STUDY=${STUDY:-$root/.dev/study$suite_tag}
+BUILD=${BUILD:-$root/.dev/study$suite_tag-build}
+STUDY_DB=${STUDY_DB:-$root/.dev/study$suite_tag-db}
 case $STUDY in /*) ;; *) STUDY=$root/$STUDY ;; esac
 case $BUILD in /*) ;; *) BUILD=$root/$BUILD ;; esac
 case $STUDY_DB in /*) ;; *) STUDY_DB=$root/$STUDY_DB ;; esac
-progs=${PROGRAMS:-$(sed -n 's/^PROGRAMS := //p' samples/polybench/Makefile)}
+progs=${PROGRAMS:-$(sed -n 's/^PROGRAMS := //p' samples/$SUITE/Makefile)}
 common=$root/samples/polybench/common
+# The include directories of samples/<suite>/common/program.mk (the idioms use the
+# PolyBench harness and their own header).
+includes=(-I"$common")
+[ "$SUITE" = idioms ] && includes+=(-I"$root/samples/idioms/common")
 
 need_tools() {
   for t in "$KCC" "$KLARAPTOR"; do
@@ -58,7 +73,7 @@ build() {
   local fail=0 empty
   empty=$(mktemp -d)
   for p in $progs; do
-    local src="$root/samples/polybench/$p/$p.cu" b="$BUILD/$p" d="$STUDY/$p"
+    local src="$root/samples/$SUITE/$p/$p.cu" b="$BUILD/$p" d="$STUDY/$p"
     [ -f "$src" ] || { echo "prepare.sh: no $src" >&2; fail=1; continue; }
     mkdir -p "$b" "$d"
     local log="$b/build.log"
@@ -67,7 +82,7 @@ build() {
     # The recipes run ./<program> in the program's directory: the variant takes that name.
     if ! (cd "$b" &&
           KLARAPTOR_NO_GPU=1 KLARAPTOR_PROFILE_DB="$empty" \
-            "$KCC" -O3 -std=c++17 -arch=sm_90 -I"$common" -c "$src" -o "$p.o" &&
+            "$KCC" -O3 -std=c++17 -arch=sm_90 "${includes[@]}" -c "$src" -o "$p.o" &&
           KLARAPTOR_NO_GPU=1 KLARAPTOR_PROFILE_DB="$empty" \
             "$KCC" -arch=sm_90 "$p.o" -o "$p.klaraptor" --kl-profiling-variant="$p") >> "$log" 2>&1; then
       echo "FAIL $p (see $log):"; tail -15 "$log"; fail=1; continue
@@ -87,7 +102,7 @@ jobs() {
   (cd "$root" && cargo build -q -p klaraptor-accuracy) || { echo "prepare.sh: building accuracy-report failed" >&2; exit 1; }
   local args=()
   [ -n "${PROGRAMS:-}" ] && for p in $PROGRAMS; do args+=(--program "$p"); done
-  "$tdir/debug/accuracy-report" jobs --study "$STUDY" --sizes "$root/bench/accuracy/sizes.toml" "${args[@]}" || exit 1
+  "$tdir/debug/accuracy-report" jobs --study "$STUDY" --sizes "$root/$suite_sizes" "${args[@]}" || exit 1
 }
 
 import() {
@@ -144,5 +159,5 @@ case $cmd in
   jobs) jobs ;;
   import) shift; import "$@" ;;
   models) models ;;
-  *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -218,6 +218,37 @@ choice_est_s = 7
     }
 
     #[test]
+    fn the_idioms_sizes_parse() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sizes-idioms.toml");
+        let s = Sizes::load(&path).unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for j in &s.job {
+            assert!(
+                seen.insert((j.program.clone(), j.args.clone())),
+                "{j:?} twice"
+            );
+        }
+        // Every program of samples/idioms has jobs, at least three each.
+        let mk = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/idioms/Makefile"),
+        )
+        .unwrap();
+        let progs = mk
+            .lines()
+            .find_map(|l| l.strip_prefix("PROGRAMS := "))
+            .unwrap();
+        for p in progs.split_whitespace() {
+            let n = s.job.iter().filter(|j| j.program == p).count();
+            assert!(n >= 3, "{p}: {n} jobs in sizes-idioms.toml");
+        }
+        let total: f64 = s.job.iter().map(|j| j.est_s).sum();
+        assert!(
+            total < 360.0,
+            "the idioms' exhaustive phase is estimated at {total} s"
+        );
+    }
+
+    #[test]
     fn the_committed_sizes_parse() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sizes.toml");
         let s = Sizes::load(&path).unwrap();

@@ -1,0 +1,77 @@
+//! `bench/accuracy/split.toml`: each suite's programs fall into a tuning half and a test half
+//! by the rule its header states, and the halves cover the suite's Makefile exactly.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(serde::Deserialize)]
+struct Half {
+    tuning: Vec<String>,
+    test: Vec<String>,
+    #[serde(default)]
+    family: BTreeMap<String, String>,
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+}
+
+fn split() -> BTreeMap<String, Half> {
+    let text = std::fs::read_to_string(root().join("bench/accuracy/split.toml")).unwrap();
+    toml::from_str(&text).unwrap()
+}
+
+/// The programs of samples/<suite>/Makefile, sorted by name.
+fn programs(suite: &str) -> Vec<String> {
+    let mk = std::fs::read_to_string(root().join(format!("samples/{suite}/Makefile"))).unwrap();
+    let line = mk
+        .lines()
+        .find_map(|l| l.strip_prefix("PROGRAMS := "))
+        .expect("a PROGRAMS := line");
+    let mut p: Vec<String> = line.split_whitespace().map(String::from).collect();
+    p.sort();
+    p
+}
+
+fn alternate<T: Clone>(items: &[T], parity: usize) -> Vec<T> {
+    items
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 2 == parity)
+        .map(|(_, x)| x.clone())
+        .collect()
+}
+
+#[test]
+fn polybench_alternates_by_name() {
+    let s = split();
+    let h = &s["polybench"];
+    let all = programs("polybench");
+    assert_eq!(all.len(), 21);
+    assert_eq!(h.tuning, alternate(&all, 0));
+    assert_eq!(h.test, alternate(&all, 1));
+}
+
+#[test]
+fn idioms_alternate_by_family() {
+    let s = split();
+    let h = &s["idioms"];
+    let all = programs("idioms");
+    let mut named: Vec<String> = h.family.keys().cloned().collect();
+    named.sort();
+    assert_eq!(named, all, "every idioms program has one family");
+    let mut families: Vec<&String> = h.family.values().collect();
+    families.sort();
+    families.dedup();
+    let side = |p: &String| families.iter().position(|f| *f == &h.family[p]).unwrap() % 2;
+    let mut tuning: Vec<String> = all.iter().filter(|p| side(p) == 0).cloned().collect();
+    let mut test: Vec<String> = all.iter().filter(|p| side(p) == 1).cloned().collect();
+    tuning.sort();
+    test.sort();
+    assert_eq!(h.tuning, tuning);
+    assert_eq!(h.test, test);
+}
