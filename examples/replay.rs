@@ -8,6 +8,13 @@
 //! (`klaraptor::validate::profiled_best`, what the study and `klaraptor validate` use), looked
 //! up in the same sweep; and lists the kernels where it beats the model by more than 5 %.
 //!
+//! Per kernel it prints the link's decision (`klaraptor::decide`: chosen by, the held-out
+//! scores; with `-v` every fold) beside the sweep's geomeans of klaraptor (the decided
+//! choice), the model alone and profiled_best, and lists the kernels below 0.95 × their
+//! profiled_best. `KL_REPLAY_DUMP=<file>` appends one line per case (program, kernel,
+//! sizes, the model's ratio, profiled_best's, the model's predicted time of profiled_best
+//! over its choice's, the in-sample and held-out model scores) for trying rules offline.
+//!
 //! A binary that carries programs for several GPUs replays one: `--device` names it exactly
 //! (e.g. "NVIDIA H100 80GB HBM3"), as the runtime matches it.
 //!
@@ -31,6 +38,11 @@ struct Row {
     optimum: [u32; 3],
     pick: [u32; 3],
     ratio: f64,
+    /// The model's own first-ranked shape (before the link's decision) and its ratio.
+    model_pick: [u32; 3],
+    model_ratio: f64,
+    /// Who chooses (the link's decision, `klaraptor::decide`).
+    chosen_by: &'static str,
     /// The documented default (256, 32×8) and its ratio (NaN: not measured).
     default: f64,
     /// profiled_best's shape and ratio (`None`: no profile, or its shape was not measured).
@@ -74,6 +86,9 @@ fn main() -> Result<()> {
     };
     let mut rows = Vec::new();
     let mut no_profile = Vec::new();
+    // (program, mangled) -> held-out model score, profiled best score, folds.
+    type Evidence = (Option<f64>, Option<f64>, usize);
+    let mut evidence: BTreeMap<(String, String), Evidence> = BTreeMap::new();
     let mut progs: Vec<_> = std::fs::read_dir(study)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -96,6 +111,39 @@ fn main() -> Result<()> {
         for (_, prog) in rational::load_dir(&models)? {
             if device.as_ref().is_some_and(|d| prog.device.name != *d) {
                 continue;
+            }
+            if let Some(d) = &prog.decision {
+                evidence.insert(
+                    (name.clone(), prog.mangled.clone()),
+                    (d.model_score, d.profiled_score, d.held_out.len()),
+                );
+                if verbose {
+                    println!("{name} {}: {}", prog.kernel, d.summary());
+                    for f in &d.in_sample {
+                        println!(
+                            "    in sample {:?}: best {} ; model {} {} ; model at 16x {} {}",
+                            f.sizes,
+                            shape(f.best),
+                            f.model.map_or("-".into(), shape),
+                            f.model_ratio.map_or("-".into(), |x| format!("{x:.3}")),
+                            f.far.map_or("-".into(), shape),
+                            f.far_ratio.map_or("-".into(), |x| format!("{x:.3}")),
+                        );
+                    }
+                    for f in &d.held_out {
+                        println!(
+                            "    held out {:?}: best {} ; model {} {} ; profiled {} {} ; spread {:.3} {}",
+                            f.sizes,
+                            shape(f.best),
+                            f.model.map_or("-".into(), shape),
+                            f.model_ratio().map_or("-".into(), |x| format!("{x:.3}")),
+                            f.profiled.map_or("-".into(), shape),
+                            f.profiled_ratio().map_or("-".into(), |x| format!("{x:.3}")),
+                            f.spread,
+                            f.note
+                        );
+                    }
+                }
             }
             let profile = match &db {
                 Some(db) => validate::manifest_profile(db, &prog),
@@ -127,6 +175,11 @@ fn main() -> Result<()> {
                     let Some(pick) = ranked.iter().find(|r| meas.contains_key(&r.block)) else {
                         continue;
                     };
+                    let model_ranked = prog.model_rank(&size)?;
+                    let model_pick = model_ranked
+                        .iter()
+                        .find(|r| meas.contains_key(&r.block))
+                        .map_or(pick.block, |r| r.block);
                     let def = if prog.dim == 1 {
                         [256, 1, 1]
                     } else {
@@ -136,6 +189,41 @@ fn main() -> Result<()> {
                         validate::profiled_best(&p.samples, &size)
                             .map(|b| (b.block, meas.get(&b.block).map(|t| best / t)))
                     });
+                    if let Ok(path) = std::env::var("KL_REPLAY_DUMP") {
+                        use std::io::Write as _;
+                        let pbb = profiled.map(|p| p.0);
+                        let pred = |b: [u32; 3]| {
+                            model_ranked
+                                .iter()
+                                .find(|r| r.block == b)
+                                .map(|r| r.prediction.time_us)
+                        };
+                        let gap = pbb.and_then(|b| {
+                            Some(pred(b)? / model_ranked.first()?.prediction.time_us)
+                        });
+                        let ins = prog.decision.as_ref().map(|d| {
+                            let v: Vec<f64> =
+                                d.in_sample.iter().filter_map(|x| x.model_ratio).collect();
+                            validate::stats(&v).map_or(f64::NAN, |s| s.geomean)
+                        });
+                        let ho = prog.decision.as_ref().and_then(|d| d.model_score);
+                        let mut f = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(path)?;
+                        writeln!(
+                            f,
+                            "{}\t{}\t{:?}\t{}\t{}\t{}\t{}\t{}",
+                            name,
+                            prog.kernel,
+                            size,
+                            best / meas[&model_pick],
+                            profiled.and_then(|p| p.1).unwrap_or(f64::NAN),
+                            gap.unwrap_or(f64::NAN),
+                            ins.unwrap_or(f64::NAN),
+                            ho.unwrap_or(f64::NAN)
+                        )?;
+                    }
                     rows.push(Row {
                         program: name.clone(),
                         kernel: prog.kernel.clone(),
@@ -143,6 +231,12 @@ fn main() -> Result<()> {
                         optimum: *meas.iter().min_by(|x, y| x.1.total_cmp(y.1)).unwrap().0,
                         pick: pick.block,
                         ratio: best / meas[&pick.block],
+                        model_pick,
+                        model_ratio: best / meas[&model_pick],
+                        chosen_by: prog
+                            .decision
+                            .as_ref()
+                            .map_or("model", |d| d.chosen_by.as_str()),
                         default: meas.get(&def).map(|t| best / t).unwrap_or(f64::NAN),
                         profiled,
                         size,
@@ -156,13 +250,15 @@ fn main() -> Result<()> {
     if verbose {
         for r in &rows {
             println!(
-                "{:10} {:14} {:>16} opt {:>9} pick {:>9} {:.2}  profiled_best {:>9} {}  default {:.2}",
+                "{:10} {:14} {:>16} opt {:>9} pick {:>9} {:.2} (model {:>9} {:.2})  profiled_best {:>9} {}  default {:.2}",
                 r.program,
                 r.kernel,
                 format!("{:?}", r.size),
                 shape(r.optimum),
                 shape(r.pick),
                 r.ratio,
+                shape(r.model_pick),
+                r.model_ratio,
                 r.profiled.map_or_else(|| "-".into(), |p| shape(p.0)),
                 pb(r).map_or_else(|| "-".into(), |x| format!("{x:.2}")),
                 r.default
@@ -182,6 +278,7 @@ fn main() -> Result<()> {
         }
     };
     let k: Vec<f64> = rows.iter().map(|r| r.ratio).collect();
+    let km: Vec<f64> = rows.iter().map(|r| r.model_ratio).collect();
     let d: Vec<f64> = rows
         .iter()
         .map(|r| r.default)
@@ -190,6 +287,7 @@ fn main() -> Result<()> {
     let p: Vec<f64> = rows.iter().filter_map(pb).collect();
     println!("cases {}", rows.len());
     println!("klaraptor      {}", summary(&k));
+    println!("model alone    {}", summary(&km));
     println!(
         "profiled_best  {} (over {} cases; {} without a profile or a timed shape)",
         summary(&p),
@@ -197,6 +295,49 @@ fn main() -> Result<()> {
         rows.len() - p.len()
     );
     println!("default        {} (over {} cases)", summary(&d), d.len());
+    // Per kernel: the link's decision and its evidence, and the sweep's verdict (issue 27's
+    // acceptance: no kernel whose geomean is below 0.95 × its profiled_best's).
+    let mut kernels: BTreeMap<(String, String), Vec<&Row>> = BTreeMap::new();
+    for r in &rows {
+        kernels
+            .entry((r.program.clone(), r.mangled.clone()))
+            .or_default()
+            .push(r);
+    }
+    let geo = |v: Vec<f64>| validate::stats(&v).map_or(f64::NAN, |s| s.geomean);
+    let mut failing = Vec::new();
+    println!(
+        "\nper kernel: chosen by, held-out model / profiled best (the link's check), then the \
+         sweep's geomeans: klaraptor, model alone, profiled_best"
+    );
+    for ((program, mangled), v) in &kernels {
+        let gk = geo(v.iter().map(|r| r.ratio).collect());
+        let gm = geo(v.iter().map(|r| r.model_ratio).collect());
+        let gp = geo(v.iter().filter_map(|r| pb(r)).collect());
+        let ev = evidence.get(&(program.clone(), mangled.clone()));
+        let flag = if gk < 0.95 * gp {
+            "  < 0.95 × profiled_best"
+        } else {
+            ""
+        };
+        if !flag.is_empty() {
+            failing.push(format!("{program} {}", v[0].kernel));
+        }
+        println!(
+            "  {:10} {:14} {:13} held-out {:>5} / {:>5} (n {})  sweep {gk:.3} {gm:.3} {gp:.3}{flag}",
+            program,
+            v[0].kernel,
+            v[0].chosen_by,
+            ev.and_then(|e| e.0).map_or("-".into(), |x| format!("{x:.3}")),
+            ev.and_then(|e| e.1).map_or("-".into(), |x| format!("{x:.3}")),
+            ev.map_or(0, |e| e.2),
+        );
+    }
+    println!(
+        "kernels below 0.95 × their profiled_best: {} {:?}",
+        failing.len(),
+        failing
+    );
     // Where the profile alone beats the model by more than 5 %.
     let mut better: BTreeMap<(String, String, String), Vec<&Row>> = BTreeMap::new();
     for r in &rows {

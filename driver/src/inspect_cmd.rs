@@ -127,6 +127,9 @@ pub fn inspect(target: &Path) -> Result<()> {
             pct(Some(tf.model_median_rel_error)),
             pct(Some(tf.median_rel_error))
         );
+        for line in crate::decide::lines(p.decision.as_ref()) {
+            outln!("  {line}");
+        }
         outln!("  fit quality (per-warp metrics; held-out relative error: median / max / extrapolation max):");
         for (name, f) in &p.metrics {
             let d = &f.diagnostics;
@@ -211,6 +214,9 @@ pub fn explain(target: &Path, kernel: &str, sizes: &[i64], device: Option<&str>)
             outln!("  no candidate shape is allowed at this size: the launch keeps its own dims");
         } else {
             outln!("  * the choice (ties: more threads, then larger bx, then larger by)");
+        }
+        if let Some(line) = crate::decide::lines(p.decision.as_ref()).first() {
+            outln!("  {line}");
         }
     }
     Ok(())

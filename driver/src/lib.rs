@@ -12,6 +12,7 @@
 pub mod choices_cmd;
 pub mod codegen;
 pub mod compile;
+pub mod decide;
 pub mod device_cmd;
 pub mod devices;
 pub mod gpu_profile;

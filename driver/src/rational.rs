@@ -96,6 +96,11 @@ pub struct RationalProgram {
     /// Empty in manifests written before.
     #[serde(default)]
     pub left_out_after_faults: Vec<[u32; 3]>,
+    /// Whether the model or the profile's fastest shape chooses, decided at the link from
+    /// the profile alone, with its evidence ([`crate::decide`]). `None` (the model chooses)
+    /// in manifests written before, and in the programs the check itself fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<crate::decide::Decision>,
 }
 
 /// The profile's fastest shape at one profiled size.
@@ -315,8 +320,17 @@ pub(crate) fn allowed_at(
     constraints.iter().all(|c| c.eval(&env).unwrap_or(false))
 }
 
-/// Builds the program of `spec` from its profile `entry`.
+/// Builds the program of `spec` from its profile `entry`: the model
+/// ([`build_model`]), then the decision whether the model or the profile's fastest shape
+/// chooses ([`crate::decide`]), from the profile alone.
 pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<RationalProgram> {
+    let mut prog = build_model(spec, entry)?;
+    prog.decision = Some(crate::decide::decide(spec, entry, &mut prog));
+    Ok(prog)
+}
+
+/// The model of `spec` fitted on `entry`, without a decision (the model chooses).
+pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
     let device = device_for(entry)?;
     let mut labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
     labels.extend(expr::BLOCK_VARS);
@@ -414,6 +428,7 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
         profiled: Vec::new(),
         faulted,
         left_out_after_faults,
+        decision: None,
     };
     prog.time_fit = fit_time(&prog, &usable);
     prog.profiled = profiled_table(entry, spec.data.len());
@@ -472,13 +487,23 @@ pub const MLP_CANDIDATES: [f64; 5] = [1.0, 2.0, 4.0, 8.0, 16.0];
 /// tenth; on the H200 study that kept one request at a time for the matrix products, whose
 /// times two explain better, and picked 64-thread blocks where 32x2 and 32x4 are fastest.)
 fn fit_time(prog: &RationalProgram, usable: &[(&Sample, &Counters)]) -> TimeFit {
+    fit_time_with(prog, usable, &MLP_CANDIDATES)
+}
+
+/// [`fit_time`] over the requests in flight `mlps` (the stability check of
+/// [`crate::decide`] fits one alone).
+pub(crate) fn fit_time_with(
+    prog: &RationalProgram,
+    usable: &[(&Sample, &Counters)],
+    mlps: &[f64],
+) -> TimeFit {
     let mut prog = prog.clone();
     let domains: Vec<Option<f64>> = usable
         .iter()
         .map(|(smp, _)| prog.domain_threads(&smp.sizes))
         .collect();
     let mut fits: Vec<TimeFit> = Vec::new();
-    for mlp in MLP_CANDIDATES {
+    for &mlp in mlps {
         prog.time_fit.mlp = mlp;
         let points: Vec<(f64, f64)> = usable
             .iter()
@@ -619,8 +644,34 @@ impl RationalProgram {
         }
     }
 
-    /// Every allowed candidate at `data`, ranked (the first is the choice).
+    /// Every allowed candidate at `data`, ranked (the first is the choice): the model's
+    /// ranking ([`RationalProgram::model_rank`]), with the profile's fastest shape
+    /// ([`RationalProgram::profiled_best`]) moved first where the link's decision gave the
+    /// choice to the profile ([`crate::decide`]) and that shape is allowed at `data`. The
+    /// generated C's `kl_rank` and `kl_select` do the same.
     pub fn rank(&self, data: &[i64]) -> Result<Vec<Ranked>> {
+        let mut ranked = self.model_rank(data)?;
+        if self.profile_chooses() {
+            if let Some(pb) = self.profiled_best(data) {
+                if let Some(i) = ranked.iter().position(|r| r.block == pb) {
+                    let r = ranked.remove(i);
+                    ranked.insert(0, r);
+                }
+            }
+        }
+        Ok(ranked)
+    }
+
+    /// Whether the link's decision gives the choice to the profile's fastest shape.
+    pub fn profile_chooses(&self) -> bool {
+        self.decision
+            .as_ref()
+            .is_some_and(|d| d.chosen_by == crate::decide::ChosenBy::ProfiledBest)
+            && !self.profiled.is_empty()
+    }
+
+    /// Every allowed candidate at `data`, ranked by the model's predicted time alone.
+    pub fn model_rank(&self, data: &[i64]) -> Result<Vec<Ranked>> {
         if data.len() != self.data.len() {
             bail!(
                 "kernel {} takes {} data value(s) ({}), {} given",
@@ -927,6 +978,22 @@ impl RationalProgram {
             "/* The model's k best distinct shapes for data on dev, best first, and their predicted\n * microseconds (klaraptor_model.rank: the runtime times them on the first launches). Each\n * place is filled by one scan in candidate order: a shape faster by more than a relative\n * 1e-9 replaces the best; one within it replaces it when it has more threads, then larger\n * bx, then larger by. Returns how many shapes the model may choose from. */\nstatic int kl_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3], double *predicted_us) {{\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  double ts[sizeof kl_candidates / sizeof kl_candidates[0]];\n  unsigned char ok[sizeof kl_candidates / sizeof kl_candidates[0]];\n  int total = 0;\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    ok[i] = 0;\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double t = {:?} * p.time_us + {:?};\n    if (!(t == t) || t == INFINITY) continue;\n    ts[i] = t;\n    ok[i] = 1;\n    total++;\n  }}\n  for (int j = 0; j < k; j++) {{\n    double best = INFINITY;\n    int best_i = -1;\n    for (size_t i = 0; i < n; i++) {{\n      if (!ok[i]) continue;\n      const uint32_t *b = kl_candidates[i];\n      const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n      const double t = ts[i];\n      if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n      if (t <= best * (1.0 + 1e-9)) {{\n        /* A tie: more threads, then larger bx, then larger by. */\n        const uint32_t *o = kl_candidates[best_i];\n        const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n        if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n      }}\n    }}\n    if (best_i < 0) break;\n    ok[best_i] = 0;\n    blocks[j][0] = kl_candidates[best_i][0]; blocks[j][1] = kl_candidates[best_i][1]; blocks[j][2] = kl_candidates[best_i][2];\n    if (predicted_us) predicted_us[j] = best;\n  }}\n  return total;\n}}\n\n/* The entry point the runtime calls for the model's choice (klaraptor_model.select): the\n * first of kl_rank. */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  uint32_t b[1][3];\n  double t = 0;\n  if (kl_rank(data, dev, 1, b, &t) < 1) return 1;\n  block[0] = b[0][0]; block[1] = b[0][1]; block[2] = b[0][2];\n  if (predicted_us) *predicted_us = t;\n  return 0;\n}}\n",
             self.regs_per_thread, self.smem_per_block, self.time_fit.scale, self.time_fit.overhead_us
         );
+        if self.profile_chooses() {
+            // The link's decision (crate::decide): the profiled best is ranked first where it
+            // is allowed at the launch's data, the model's order after it.
+            let scan = "  for (int j = 0; j < k; j++) {\n    double best = INFINITY;";
+            let first = "  /* The link decided that the profile's fastest shape chooses (klaraptor inspect:\n   * chosen by: profiled best): it is ranked first where the data allow it. */\n  int j0 = 0;\n  if (k > 0) {\n    uint32_t pb[3];\n    if (kl_profiled_best(data, dev, pb) == 0) {\n      for (size_t i = 0; i < n; i++) {\n        if (!ok[i] || kl_candidates[i][0] != pb[0] || kl_candidates[i][1] != pb[1] || kl_candidates[i][2] != pb[2]) continue;\n        ok[i] = 0;\n        blocks[0][0] = pb[0]; blocks[0][1] = pb[1]; blocks[0][2] = pb[2];\n        if (predicted_us) predicted_us[0] = ts[i];\n        j0 = 1;\n        break;\n      }\n    }\n  }\n  for (int j = j0; j < k; j++) {\n    double best = INFINITY;";
+            if !c.contains(scan) {
+                bail!("the generated kl_rank has no scan to put the profiled best before");
+            }
+            c = c.replacen(scan, first, 1);
+            let decl = "static int kl_rank(";
+            c = c.replacen(
+                decl,
+                &format!("static int kl_profiled_best(const int64_t *data, const klaraptor_device *dev, uint32_t block[3]);\n\n{decl}"),
+                1,
+            );
+        }
         let profiled = self.profiled_c(&mut c);
         let _ = writeln!(
             c,

@@ -1,0 +1,712 @@
+//! Whether the model has earned its place: the link's decision, per kernel and from the
+//! profile alone, between the rational program's choice (the model) and the shape the
+//! profile measured fastest at the profiled size nearest the launch (the profiled best).
+//!
+//! # The check
+//!
+//! The model is used at data sizes beyond the profiled ones, so the check makes it do that
+//! inside the profile: for each profiled size `h` with at least [`MIN_FOLD_SIZES`] profiled
+//! sizes of less work (the product of the data values) below it, the model is fitted again
+//! on those smaller sizes only ([`rational::build_model`], the same fit the link makes) and
+//! asked for its choice at `h`; so is the profiled best of those smaller sizes (the nearest
+//! one to `h`). The profile measured every one of its shapes at `h`: the ratio of the
+//! fastest measured time there to the measured time of each method's shape is that
+//! method's score on the fold (1 = the fastest; a model's choice the profile did not time
+//! at `h` is replaced by its best-ranked shape that was timed). The fold's sizes never
+//! enter its fit: the check is what the model would have scored had `h` not been profiled.
+//!
+//! # The rule
+//!
+//! Over the folds, the geometric means of the two methods' scores are compared. The model
+//! keeps the choice unless the profiled best's choices there were measured at least
+//! [`DEMOTE_FACTOR`] (2) times faster than the model's: then the model mispredicts the
+//! kernel at every size (docs/model.md, "Why the model can be wrong": work per thread that
+//! depends on the launched grid, as in a grid-stride loop), and the profiled best chooses at
+//! every size. A smaller gap is no evidence: at the small profiled sizes the GPU is barely
+//! filled and the fastest shape is decided by the last wave and the launch overhead, and on
+//! the PolyBench study the model's held-out choices scored down to 0.58–0.63 of the profiled
+//! best's (the correlation and covariance matrices, gramschmidt's update) for kernels whose
+//! model beats the profiled best by 0.06–0.27 at the study's sizes. Without a fold (too
+//! few profiled sizes) the model chooses.
+//!
+//! # Stability
+//!
+//! The profile's times enter the model through the time calibration only
+//! ([`rational::TimeFit`]: the launch overhead, which does not change the ranking, and the
+//! requests a warp keeps in flight, which does); the counters are measured once. The times
+//! are perturbed [`REPLICAS`] times by the measured run-to-run spread of each sample
+//! (seeded by the kernel and the profile's capture time: builds are reproducible), the
+//! calibration is fitted again, and the choices of each perturbed copy at the largest
+//! profiled size and at 4 and 16 times it are compared with the model's: each must be
+//! within [`STABLE_WITHIN`] of the other's predicted time, under both. Where one is not, the
+//! instability is reported, and of the calibrations the copies chose, the one whose choices
+//! the copies accept best (the least worst loss; within the tolerance, the choice they all
+//! agree on) is used.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use klaraptor_profiler::record::{Counters, Entry, Sample};
+use serde::{Deserialize, Serialize};
+
+use crate::linkspec::LinkSpec;
+use crate::metrics;
+use crate::rational::{self, RationalProgram};
+use crate::validate::{self, ProfileSample};
+
+/// Profiled sizes of less work a fold's fit needs below its held-out size.
+pub const MIN_FOLD_SIZES: usize = 3;
+
+/// Perturbed copies of the profile's times the stability check fits.
+pub const REPLICAS: usize = 8;
+
+/// Choices within this relative predicted time of each other count as the same choice.
+pub const STABLE_WITHIN: f64 = 0.03;
+
+/// How many times faster than the model's choices the profiled best's must have been
+/// measured at the held-out sizes for the profiled best to choose (docs/model.md).
+pub const DEMOTE_FACTOR: f64 = 2.0;
+
+/// Who chooses a kernel's launch shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChosenBy {
+    /// The rational program's prediction.
+    #[default]
+    Model,
+    /// The shape the profile measured fastest at the profiled size nearest the launch's.
+    ProfiledBest,
+}
+
+impl ChosenBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChosenBy::Model => "model",
+            ChosenBy::ProfiledBest => "profiled best",
+        }
+    }
+}
+
+/// One fold of the check: the methods' shapes at a held-out profiled size, and the
+/// profile's measured times of them there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldOut {
+    /// The held-out size.
+    pub sizes: Vec<i64>,
+    /// The profiled sizes the fold was fitted on (those of less work).
+    pub fitted_on: Vec<Vec<i64>>,
+    /// The fastest shape the profile measured at `sizes`, and its time (ms).
+    pub best: [u32; 3],
+    pub best_ms: f64,
+    /// The refitted model's choice among the shapes timed there, and its time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<[u32; 3]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_ms: Option<f64>,
+    /// The profiled best of the other sizes, and its time at `sizes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiled: Option<[u32; 3]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiled_ms: Option<f64>,
+    /// The median relative run-to-run spread of the shapes timed at `sizes`.
+    pub spread: f64,
+    /// Why a method has no figure here (its fit failed, its shape was not timed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+}
+
+impl HeldOut {
+    /// The model's score here: fastest time / its shape's time.
+    pub fn model_ratio(&self) -> Option<f64> {
+        self.model_ms.map(|t| self.best_ms / t)
+    }
+
+    /// The profiled best's score here.
+    pub fn profiled_ratio(&self) -> Option<f64> {
+        self.profiled_ms.map(|t| self.best_ms / t)
+    }
+}
+
+/// The stability of the model's choice under the profile's run-to-run spread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stability {
+    /// The seed of the perturbations, and how many perturbed copies were fitted.
+    pub seed: u64,
+    pub replicas: usize,
+    /// The median relative run-to-run spread of the profile's samples (the size of the
+    /// perturbation).
+    pub spread: f64,
+    /// The requests in flight ([`rational::TimeFit::mlp`]) each perturbed calibration chose.
+    pub mlp: Vec<f64>,
+    /// The largest relative loss in predicted time, under either model, of one model's
+    /// choice against the other's, over the perturbed copies and the probe sizes.
+    pub worst_loss: f64,
+    /// `worst_loss` within [`STABLE_WITHIN`].
+    pub stable: bool,
+    /// Where the model was not stable: the requests in flight (of those the copies chose)
+    /// whose choices the copies accept best, which the program then uses, and the worst
+    /// loss of its choices under a copy (within [`STABLE_WITHIN`]: every copy agrees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agreed_mlp: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agreed_loss: Option<f64>,
+    /// The sizes the choices were compared at.
+    pub probes: Vec<Vec<i64>>,
+}
+
+/// The link's decision and its evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub chosen_by: ChosenBy,
+    /// One line: why.
+    pub why: String,
+    /// The folds of the check.
+    pub held_out: Vec<HeldOut>,
+    /// The geometric means of the methods' scores over the folds with both (`None`
+    /// without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_score: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiled_score: Option<f64>,
+    /// How many times faster the profiled best had to be ([`DEMOTE_FACTOR`]).
+    #[serde(default)]
+    pub factor: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stability: Option<Stability>,
+    /// The shipped model's own choices at the profiled sizes, timed by the profile
+    /// ([`in_sample`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_sample: Vec<InSample>,
+}
+
+/// The shipped model's choice at a profiled size (and its choice at 16 times the size,
+/// timed at that size), against the profile's fastest shape there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InSample {
+    pub sizes: Vec<i64>,
+    pub best: [u32; 3],
+    pub model: Option<[u32; 3]>,
+    pub model_ratio: Option<f64>,
+    pub far: Option<[u32; 3]>,
+    pub far_ratio: Option<f64>,
+}
+
+/// The shipped model's choices at each profiled size, timed by the profile there.
+pub fn in_sample(spec: &LinkSpec, entry: &Entry, prog: &RationalProgram) -> Vec<InSample> {
+    let n = spec.data.len();
+    let all = measured(entry, n);
+    let sizes: BTreeSet<Vec<i64>> = all.iter().map(|(s, _)| s.sizes.clone()).collect();
+    let mut out = Vec::new();
+    for h in &sizes {
+        let times: BTreeMap<[u32; 3], f64> = all
+            .iter()
+            .filter(|(s, _)| &s.sizes == h)
+            .map(|(s, c)| (s.block, c.time_ms))
+            .collect();
+        let Some((&best, &best_ms)) = times.iter().min_by(|a, b| a.1.total_cmp(b.1)) else {
+            continue;
+        };
+        let pick = |d: &[i64]| -> Option<[u32; 3]> {
+            prog.model_rank(d)
+                .ok()?
+                .iter()
+                .find(|x| times.contains_key(&x.block))
+                .map(|x| x.block)
+        };
+        let model = pick(h);
+        let far_size: Vec<i64> = h.iter().map(|v| v.saturating_mul(16)).collect();
+        let far = pick(&far_size);
+        out.push(InSample {
+            sizes: h.clone(),
+            best,
+            model,
+            model_ratio: model.map(|b| best_ms / times[&b]),
+            far,
+            far_ratio: far.map(|b| best_ms / times[&b]),
+        });
+    }
+    out
+}
+
+impl Decision {
+    /// One line for `klaraptor inspect` and `explain`.
+    pub fn summary(&self) -> String {
+        let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
+        let mut s = format!(
+            "chosen by: {} (held out: model {}, profiled best {} of the fastest, over {} size(s))",
+            self.chosen_by.as_str(),
+            f(self.model_score),
+            f(self.profiled_score),
+            self.held_out.len()
+        );
+        if let Some(st) = &self.stability {
+            if st.stable {
+                let _ = std::fmt::Write::write_fmt(
+                    &mut s,
+                    format_args!(
+                        "; stable under the runs' spread ({:.1} %, {} copies, worst {:.1} %)",
+                        100.0 * st.spread,
+                        st.replicas,
+                        100.0 * st.worst_loss
+                    ),
+                );
+            } else {
+                let _ = std::fmt::Write::write_fmt(
+                    &mut s,
+                    format_args!(
+                        "; UNSTABLE under the runs' spread ({:.1} %: a perturbed profile's choice \
+                         {:.1} % slower), {}",
+                        100.0 * st.spread,
+                        100.0 * st.worst_loss,
+                        match (st.agreed_mlp, st.agreed_loss) {
+                            (Some(m), Some(l)) if l <= STABLE_WITHIN =>
+                                format!("the calibration every copy agrees with (mlp {m}) is used"),
+                            (Some(m), Some(l)) => format!(
+                                "the calibration the copies agree with best (mlp {m}, worst {:.1} %) is used",
+                                100.0 * l
+                            ),
+                            _ => "the model's calibration is kept".to_string(),
+                        }
+                    ),
+                );
+            }
+        }
+        s
+    }
+}
+
+/// What `klaraptor inspect` shows of a decision (`explain` the first line): who chooses,
+/// the held-out figures, why, and the stability.
+pub fn lines(d: Option<&Decision>) -> Vec<String> {
+    let Some(d) = d else {
+        return vec!["chosen by: model (no decision recorded: a program linked before it)".into()];
+    };
+    let mut out = vec![d.summary(), format!("  why: {}", d.why)];
+    let r = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
+    let b = |x: Option<[u32; 3]>| {
+        x.map_or_else(
+            || "-".to_string(),
+            |v| format!("{}x{}x{}", v[0], v[1], v[2]),
+        )
+    };
+    for f in &d.held_out {
+        out.push(format!(
+            "  held out {:?} (fitted on {} smaller sizes): fastest {}; model {} at {}, profiled best {} at {}{}",
+            f.sizes,
+            f.fitted_on.len(),
+            b(Some(f.best)),
+            b(f.model),
+            r(f.model_ratio()),
+            b(f.profiled),
+            r(f.profiled_ratio()),
+            if f.note.is_empty() { String::new() } else { format!(" ({})", f.note) }
+        ));
+    }
+    out
+}
+
+/// The rule's parameters (the defaults are the link's).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecisionRule {
+    /// Fewest profiled sizes below a held-out one.
+    pub min_fold_sizes: usize,
+    /// How many times faster than the model's choices the profiled best's must have been
+    /// measured at the held-out sizes ([`DEMOTE_FACTOR`]).
+    pub factor: f64,
+}
+
+impl Default for DecisionRule {
+    fn default() -> Self {
+        DecisionRule {
+            min_fold_sizes: MIN_FOLD_SIZES,
+            factor: DEMOTE_FACTOR,
+        }
+    }
+}
+
+fn geomean(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let (mut s, mut n) = (0.0, 0usize);
+    for x in v {
+        s += x.ln();
+        n += 1;
+    }
+    (n > 0).then(|| (s / n as f64).exp())
+}
+
+impl DecisionRule {
+    /// The decision from the folds.
+    pub fn apply(&self, held_out: Vec<HeldOut>) -> Decision {
+        let both: Vec<(f64, f64)> = held_out
+            .iter()
+            .filter_map(|f| Some((f.model_ratio()?, f.profiled_ratio()?)))
+            .collect();
+        let model_score = geomean(both.iter().map(|p| p.0));
+        let profiled_score = geomean(both.iter().map(|p| p.1));
+        let n = both.len();
+        let (chosen_by, why) = match (model_score, profiled_score) {
+            (Some(m), Some(p)) if p >= m * self.factor => (
+                ChosenBy::ProfiledBest,
+                format!(
+                    "fitted without the profiled size(s) it was asked about ({n}), the model's \
+                     choice there was measured at {m:.3} of the fastest shape, the profiled best \
+                     of the smaller sizes at {p:.3}: at least {:.1} times faster, so the model \
+                     mispredicts this kernel",
+                    self.factor
+                ),
+            ),
+            (Some(m), Some(p)) => (
+                ChosenBy::Model,
+                format!(
+                    "fitted without the profiled size(s) it was asked about ({n}), the model's \
+                     choice there was measured at {m:.3} of the fastest shape, the profiled best \
+                     of the smaller sizes at {p:.3}: not {:.1} times faster",
+                    self.factor
+                ),
+            ),
+            _ => (
+                ChosenBy::Model,
+                format!(
+                    "no held-out evidence (fewer than {} profiled sizes below the largest, or \
+                     no fit without it): the model chooses",
+                    self.min_fold_sizes
+                ),
+            ),
+        };
+        Decision {
+            chosen_by,
+            why,
+            held_out,
+            model_score,
+            profiled_score,
+            factor: self.factor,
+            stability: None,
+            in_sample: Vec::new(),
+        }
+    }
+}
+
+/// The decision for `prog`, the model of `spec` fitted on `entry`: the held-out check, then
+/// the stability check, which may change `prog`'s calibration (module documentation).
+pub fn decide(spec: &LinkSpec, entry: &Entry, prog: &mut RationalProgram) -> Decision {
+    let folds = held_out(spec, entry, &DecisionRule::default());
+    let mut d = DecisionRule::default().apply(folds);
+    let st = stability(
+        spec,
+        entry,
+        prog,
+        seed_of(&spec.mangled, &entry.captured_at),
+    );
+    if let Some(st) = &st {
+        if let (false, Some(m)) = (st.stable, st.agreed_mlp) {
+            prog.time_fit = refit_with_mlp(prog, spec, entry, m);
+        }
+    }
+    d.stability = st;
+    d.in_sample = in_sample(spec, entry, prog);
+    if prog.profiled.is_empty() && d.chosen_by == ChosenBy::ProfiledBest {
+        d.chosen_by = ChosenBy::Model;
+        d.why
+            .push_str("; but the program has no profiled-best table: the model chooses");
+    }
+    d
+}
+
+/// The measured samples of `entry` (no error, counters with a positive finite time).
+fn measured(entry: &Entry, n_data: usize) -> Vec<(&Sample, &Counters)> {
+    entry
+        .samples
+        .iter()
+        .filter(|s| s.error.is_none() && s.sizes.len() == n_data)
+        .filter_map(|s| Some((s, s.counters.as_ref()?)))
+        .filter(|(_, c)| c.time_ms.is_finite() && c.time_ms > 0.0)
+        .collect()
+}
+
+fn work(sizes: &[i64]) -> f64 {
+    sizes.iter().map(|&v| v.max(1) as f64).product()
+}
+
+/// The relative run-to-run spread of one sample: the median absolute deviation of its
+/// timed runs from their median, over the median, scaled to a standard deviation (×1.4826);
+/// 0 with fewer than 3 runs.
+pub fn run_spread(c: &Counters) -> f64 {
+    let mut r: Vec<f64> = c
+        .time_runs_ms
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    if r.len() < 3 {
+        return 0.0;
+    }
+    r.sort_by(|a, b| a.total_cmp(b));
+    let med = median_sorted(&r);
+    let mut dev: Vec<f64> = r.iter().map(|x| (x - med).abs()).collect();
+    dev.sort_by(|a, b| a.total_cmp(b));
+    1.4826 * median_sorted(&dev) / med
+}
+
+fn median_sorted(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    median_sorted(&v)
+}
+
+/// The folds of the check (module documentation).
+pub fn held_out(spec: &LinkSpec, entry: &Entry, rule: &DecisionRule) -> Vec<HeldOut> {
+    let n = spec.data.len();
+    let all = measured(entry, n);
+    let sizes: BTreeSet<Vec<i64>> = all.iter().map(|(s, _)| s.sizes.clone()).collect();
+    let mut out = Vec::new();
+    for h in &sizes {
+        let below: Vec<Vec<i64>> = sizes
+            .iter()
+            .filter(|s| work(s) < work(h))
+            .cloned()
+            .collect();
+        if below.len() < rule.min_fold_sizes {
+            continue;
+        }
+        // The profile's times at h.
+        let mut at_h: BTreeMap<[u32; 3], Vec<f64>> = BTreeMap::new();
+        let mut spreads = Vec::new();
+        for (s, c) in all.iter().filter(|(s, _)| &s.sizes == h) {
+            at_h.entry(s.block).or_default().push(c.time_ms);
+            spreads.push(run_spread(c));
+        }
+        let times: BTreeMap<[u32; 3], f64> = at_h
+            .into_iter()
+            .map(|(b, v)| (b, v.iter().sum::<f64>() / v.len() as f64))
+            .collect();
+        let Some((&best, &best_ms)) = times.iter().min_by(|a, b| a.1.total_cmp(b.1)) else {
+            continue;
+        };
+        let mut fold = HeldOut {
+            sizes: h.clone(),
+            fitted_on: below.clone(),
+            best,
+            best_ms,
+            model: None,
+            model_ms: None,
+            profiled: None,
+            profiled_ms: None,
+            spread: median(spreads),
+            note: String::new(),
+        };
+        // The profile without h and the larger sizes.
+        let mut sub = entry.clone();
+        sub.samples.retain(|s| work(&s.sizes) < work(h));
+        sub.plan.sizes.retain(|s| work(s) < work(h));
+        match rational::build_model(spec, &sub) {
+            Ok(p) => match p.model_rank(h) {
+                Ok(r) => match r.iter().find(|x| times.contains_key(&x.block)) {
+                    Some(x) => {
+                        fold.model = Some(x.block);
+                        fold.model_ms = Some(times[&x.block]);
+                    }
+                    None => fold
+                        .note
+                        .push_str("no shape the model ranks was timed here; "),
+                },
+                Err(e) => fold.note.push_str(&format!("ranking failed: {e:#}; ")),
+            },
+            Err(e) => fold.note.push_str(&format!("no fit without it: {e:#}; ")),
+        }
+        let sub_times: Vec<ProfileSample> = measured(&sub, n)
+            .iter()
+            .map(|(s, c)| (s.sizes.clone(), s.block, c.time_ms))
+            .collect();
+        match validate::profiled_best(&sub_times, h) {
+            Some(pb) => match times.get(&pb.block) {
+                Some(&t) => {
+                    fold.profiled = Some(pb.block);
+                    fold.profiled_ms = Some(t);
+                }
+                None => fold.note.push_str("the profiled best was not timed here; "),
+            },
+            None => fold.note.push_str("no profiled best below it; "),
+        }
+        fold.note = fold.note.trim_end_matches("; ").to_string();
+        out.push(fold);
+    }
+    out
+}
+
+/// A seed from the kernel and its profile: the same inputs perturb the same way.
+pub fn seed_of(mangled: &str, captured_at: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in mangled.bytes().chain([0u8]).chain(captured_at.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// splitmix64.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A standard normal draw (Box–Muller).
+fn normal(state: &mut u64) -> f64 {
+    let u = |s: &mut u64| ((next(s) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let (a, b) = (u(state), u(state));
+    (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()
+}
+
+/// `entry` with every measured sample's time moved by its own run-to-run spread
+/// ([`run_spread`]) times a standard normal draw (kept positive), drawn from `state`.
+pub fn perturbed(entry: &Entry, state: &mut u64) -> Entry {
+    let mut e = entry.clone();
+    for s in e.samples.iter_mut() {
+        if s.error.is_some() {
+            continue;
+        }
+        if let Some(c) = s.counters.as_mut() {
+            let z = normal(state);
+            let f = (1.0 + run_spread(c) * z).max(0.5);
+            c.time_ms *= f;
+        }
+    }
+    e
+}
+
+/// The calibration of `prog` fitted on `entry`'s times with the requests in flight fixed.
+fn refit_with_mlp(
+    prog: &RationalProgram,
+    spec: &LinkSpec,
+    entry: &Entry,
+    mlp: f64,
+) -> rational::TimeFit {
+    let usable = metrics::usable(spec, entry);
+    rational::fit_time_with(prog, &usable, &[mlp])
+}
+
+/// The probe sizes of the stability check: the largest profiled size (by work) and 4 and
+/// 16 times each of its values.
+fn probes(entry: &Entry, n: usize) -> Vec<Vec<i64>> {
+    let Some(top) = measured(entry, n)
+        .iter()
+        .map(|(s, _)| s.sizes.clone())
+        .max_by(|a, b| work(a).total_cmp(&work(b)).then_with(|| a.cmp(b)))
+    else {
+        return Vec::new();
+    };
+    [1, 4, 16]
+        .iter()
+        .map(|k| top.iter().map(|v| v.saturating_mul(*k)).collect())
+        .collect()
+}
+
+/// The model's choice at `data` and every candidate's predicted time there.
+/// A choice and every candidate's predicted time (µs).
+type Choice = ([u32; 3], BTreeMap<[u32; 3], f64>);
+
+fn choice(prog: &RationalProgram, data: &[i64]) -> Option<Choice> {
+    let r = prog.model_rank(data).ok()?;
+    let first = r.first()?.block;
+    Some((
+        first,
+        r.iter().map(|x| (x.block, x.prediction.time_us)).collect(),
+    ))
+}
+
+/// The worst relative loss between the choices of two calibrations of one model at the
+/// probe sizes: each one's choice timed by the other's predictions, and the other way.
+fn loss(a: &RationalProgram, b: &RationalProgram, probes: &[Vec<i64>]) -> f64 {
+    let mut worst: f64 = 0.0;
+    for p in probes {
+        let (Some((ca, ta)), Some((cb, tb))) = (choice(a, p), choice(b, p)) else {
+            continue;
+        };
+        for (t, mine, other) in [(&ta, ca, cb), (&tb, cb, ca)] {
+            if let (Some(x), Some(y)) = (t.get(&mine), t.get(&other)) {
+                if *x > 0.0 {
+                    worst = worst.max(y / x - 1.0);
+                }
+            }
+        }
+    }
+    worst
+}
+
+/// The stability check (module documentation); `None` when the profile carries no
+/// repeated runs.
+pub fn stability(
+    spec: &LinkSpec,
+    entry: &Entry,
+    prog: &RationalProgram,
+    seed: u64,
+) -> Option<Stability> {
+    let n = spec.data.len();
+    let spreads: Vec<f64> = measured(entry, n)
+        .iter()
+        .map(|(_, c)| run_spread(c))
+        .collect();
+    if spreads.is_empty() || spreads.iter().all(|&s| s == 0.0) {
+        return None;
+    }
+    let spread = median(spreads);
+    let probes = probes(entry, n);
+    let mut state = seed;
+    let mut copies: Vec<RationalProgram> = Vec::with_capacity(REPLICAS);
+    for _ in 0..REPLICAS {
+        let e = perturbed(entry, &mut state);
+        let mut p = prog.clone();
+        p.time_fit =
+            rational::fit_time_with(prog, &metrics::usable(spec, &e), &rational::MLP_CANDIDATES);
+        copies.push(p);
+    }
+    let worst_loss = copies
+        .iter()
+        .map(|c| loss(prog, c, &probes))
+        .fold(0.0, f64::max);
+    let stable = worst_loss <= STABLE_WITHIN;
+    // Unstable: of the calibrations seen, the one whose choices the perturbed copies accept
+    // best (the least worst loss against every copy); within STABLE_WITHIN it is the choice
+    // they all agree on.
+    let agreed = if stable {
+        None
+    } else {
+        let mut seen: Vec<f64> = std::iter::once(prog.time_fit.mlp)
+            .chain(copies.iter().map(|c| c.time_fit.mlp))
+            .collect();
+        seen.sort_by(|a, b| a.total_cmp(b));
+        seen.dedup();
+        seen.into_iter()
+            .map(|m| {
+                let mut p = prog.clone();
+                p.time_fit = refit_with_mlp(prog, spec, entry, m);
+                let w = copies
+                    .iter()
+                    .map(|c| loss(&p, c, &probes))
+                    .fold(0.0, f64::max);
+                (m, w)
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)))
+    };
+    Some(Stability {
+        seed,
+        replicas: REPLICAS,
+        spread,
+        mlp: copies.iter().map(|c| c.time_fit.mlp).collect(),
+        worst_loss,
+        stable,
+        agreed_mlp: agreed.map(|a| a.0),
+        agreed_loss: agreed.map(|a| a.1),
+        probes,
+    })
+}
