@@ -127,3 +127,28 @@ fn show_prints_the_h200_report() {
         Some(report.calibration.mem_latency_cycles)
     );
 }
+
+/// The H100's shipped description (model/devices/) is what `show --description` builds from
+/// its real calibration report (captured on an NVIDIA H100 80GB HBM3, 2026-11-25): the file
+/// is derived, byte for byte, never edited by hand.
+#[test]
+fn the_shipped_h100_description_comes_from_its_calibration_report() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let report = klaraptor_profiler::calibration::DeviceReport::load(
+        &root.join("profiler/tests/fixtures/calibration-h100-80gb-hbm3.toml"),
+    )
+    .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let store = klaraptor_profiler::calibration::Cache::at(cache.path().join("klaraptor"));
+    store.store(&report).unwrap();
+    let o = klaraptor_device(cache.path(), &["show", "--description"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let shipped =
+        std::fs::read_to_string(root.join("model/devices/nvidia-h100-80gb-hbm3.toml")).unwrap();
+    assert_eq!(text(&o.stdout), shipped);
+    // And the model finds it by name, with no calibration cached.
+    let d = klaraptor::devices::find("NVIDIA H100 80GB HBM3", "GPU-not-this-one")
+        .unwrap()
+        .expect("the H100 is shipped");
+    assert_eq!(d.sm_count, 132);
+}

@@ -38,6 +38,11 @@ pub enum DeviceCommand {
         /// Print JSON: an array of {path, report} (or {path, error}) objects.
         #[arg(long)]
         json: bool,
+        /// Print, for each report, the device description the model builds from it (the
+        /// TOML of the files under model/devices/, which ship the GPUs klaraptor knows
+        /// without a calibration).
+        #[arg(long, conflicts_with = "json")]
+        description: bool,
     },
 }
 
@@ -45,7 +50,7 @@ pub fn run(args: DeviceArgs) -> Result<ExitCode> {
     let cache = Cache::from_env()?;
     match args.command {
         DeviceCommand::Calibrate { force, device } => calibrate(&cache, force, device),
-        DeviceCommand::Show { json } => show(&cache, json),
+        DeviceCommand::Show { json, description } => show(&cache, json, description),
     }
 }
 
@@ -78,7 +83,7 @@ fn calibrate(cache: &Cache, force: bool, device: u32) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn show(cache: &Cache, json: bool) -> Result<ExitCode> {
+fn show(cache: &Cache, json: bool, description: bool) -> Result<ExitCode> {
     let listed = cache.list()?;
     if listed.is_empty() {
         if json {
@@ -107,7 +112,11 @@ fn show(cache: &Cache, json: bool) -> Result<ExitCode> {
                     if !out.is_empty() {
                         out.push('\n');
                     }
-                    out.push_str(&render(r, path));
+                    if description {
+                        out.push_str(&describe(r)?);
+                    } else {
+                        out.push_str(&render(r, path));
+                    }
                 }
                 Err(e) => {
                     ok = false;
@@ -122,6 +131,17 @@ fn show(cache: &Cache, json: bool) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The device description the model builds from report `r`, as TOML.
+fn describe(r: &DeviceReport) -> Result<String> {
+    let mut d = crate::devices::from_report(r)?;
+    d.note = format!(
+        "{}: driver attributes and calibration of {}, measured {} (klaraptor device show \
+         --description)",
+        d.name, r.device.uuid, r.device.date
+    );
+    Ok(d.to_toml_string())
 }
 
 /// Writes to stdout; a reader that went away (`| head`) is not an error.

@@ -9,10 +9,16 @@ use klaraptor_model::{Device, Measured};
 use klaraptor_profiler::calibration::{Cache, DeviceReport};
 
 /// Descriptions shipped with klaraptor: (file, TOML).
-pub const SHIPPED: &[(&str, &str)] = &[(
-    "model/devices/nvidia-h200.toml",
-    include_str!("../../model/devices/nvidia-h200.toml"),
-)];
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "model/devices/nvidia-h200.toml",
+        include_str!("../../model/devices/nvidia-h200.toml"),
+    ),
+    (
+        "model/devices/nvidia-h100-80gb-hbm3.toml",
+        include_str!("../../model/devices/nvidia-h100-80gb-hbm3.toml"),
+    ),
+];
 
 /// A device description from a calibration report.
 pub fn from_report(r: &DeviceReport) -> Result<Device> {

@@ -1,0 +1,119 @@
+//! The link's decision (driver/src/decide.rs) on kernels whose per-thread work follows the
+//! launched grid or block: profiles captured on an NVIDIA H100 80GB HBM3 on 2026-11-25
+//! (tests/fixtures/idioms-h100-2026-11-25/). The model mispredicts both at their own
+//! profiled sizes; the link must give their choice to the profile's fastest shape.
+
+use std::path::{Path, PathBuf};
+
+use klaraptor::decide::{self, ChosenBy, DecisionRule};
+use klaraptor::linkspec::LinkSpec;
+use klaraptor::rational;
+use klaraptor_profiler::record::Entry;
+
+fn entry(file: &str) -> Entry {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/idioms-h100-2026-11-25")
+        .join(file);
+    toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The spec as the annotation of samples/idioms/<program> gives it.
+fn spec(e: &Entry, grid: &str, block: &[&str]) -> LinkSpec {
+    LinkSpec {
+        name: e.kernel.name.clone(),
+        mangled: e.kernel.mangled.clone(),
+        data: e.kernel.data.clone(),
+        dim: e.kernel.dim,
+        grid: vec![grid.to_string()],
+        block: block.iter().map(|b| b.to_string()).collect(),
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: e.kernel.code_hash.clone(),
+        annotated_at: String::new(),
+        build_dir: PathBuf::new(),
+    }
+}
+
+/// The measured time of `block` at `sizes` in the profile, and the fastest one there.
+fn measured(e: &Entry, sizes: &[i64], block: [u32; 3]) -> (Option<f64>, f64) {
+    let at: Vec<(&[u32; 3], f64)> = e
+        .samples
+        .iter()
+        .filter(|s| s.sizes == sizes && s.error.is_none())
+        .filter_map(|s| Some((&s.block, s.counters.as_ref()?.time_ms)))
+        .collect();
+    let fastest = at.iter().map(|(_, t)| *t).fold(f64::INFINITY, f64::min);
+    let own = at.iter().find(|(b, _)| **b == block).map(|(_, t)| *t);
+    (own, fastest)
+}
+
+/// The largest profiled sizes (by work).
+fn largest(e: &Entry) -> Vec<i64> {
+    e.samples
+        .iter()
+        .map(|s| s.sizes.clone())
+        .max_by_key(|s| s.iter().product::<i64>())
+        .unwrap()
+}
+
+fn check(file: &str, grid: &str, block: &[&str]) {
+    let e = entry(file);
+    let s = spec(&e, grid, block);
+    let p = rational::build(&s, &e, Path::new("")).unwrap();
+    let d = p.decision.as_ref().expect("a decision in the manifest");
+    assert_eq!(
+        d.chosen_by,
+        ChosenBy::ProfiledBest,
+        "{}: {}",
+        e.kernel.name,
+        d.why
+    );
+    let top = largest(&e);
+    // The choice at the largest profiled size runs within 1.1x of the fastest shape there.
+    let chosen = p.rank(&top).unwrap()[0].block;
+    let (t, fastest) = measured(&e, &top, chosen);
+    let t = t.expect("the chosen shape was profiled at the largest size");
+    assert!(
+        t <= 1.1 * fastest,
+        "{}: {chosen:?} {t} ms against the fastest {fastest} ms",
+        e.kernel.name
+    );
+    // Without the decision the model chooses, and its shape there is far slower: the test
+    // fails if the decision is removed.
+    let never = DecisionRule {
+        factor: f64::INFINITY,
+        ..DecisionRule::default()
+    };
+    assert_eq!(
+        never
+            .apply(decide::held_out(&s, &e, &DecisionRule::default()))
+            .chosen_by,
+        ChosenBy::Model
+    );
+    let model = p.model_rank(&top).unwrap()[0].block;
+    let tm = measured(&e, &top, model)
+        .0
+        .expect("the model's choice was profiled at the largest size");
+    assert!(
+        tm > 1.1 * fastest,
+        "{}: the model's {model:?} ({tm} ms) is not slow at {top:?}; the fixture no longer \
+         shows the misprediction",
+        e.kernel.name
+    );
+    // inspect says so.
+    let lines = decide::lines(p.decision.as_ref());
+    assert!(
+        lines[0].starts_with("chosen by: profiled best"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_grid_stride_kernel_is_chosen_by_its_profile() {
+    check("saxpy_gs.toml", "min(ceil(N, bx), 1056)", &[]);
+}
+
+#[test]
+fn a_block_stride_row_kernel_is_chosen_by_its_profile() {
+    check("rowsum_block.toml", "M", &["1024 % bx == 0"]);
+}
