@@ -26,7 +26,7 @@ for p in "${progs[@]}"; do
     perl -pe 's/\b(\w+(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>/kl_emu::launch($1, $2)/g' "$f" >> "$src"
   done
   if ! $CXX -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -DKL_CPU_EMULATION \
-      -include "$here/cuda_emu.h" -I"$root/../polybench/common" -I"$root/common" "$src" \
+      -include "$here/cuda_emu.h" -I"$dir" -I"$root/../polybench/common" -I"$root/common" "$src" \
       -o "$build/$p" 2> "$build/$p.log"; then
     echo "FAIL $p: emulation build (see $build/$p.log)"; fail=1; continue
   fi

@@ -2,29 +2,12 @@
 // input clamped at the ends), written once as a kernel template over R and instantiated
 // twice: R = 3 on a vector of N floats, R = 16 on one of M floats. The weights live in
 // constant memory (every thread reads the same weight at the same time: a broadcast). One
-// annotation covers both instantiations; klaraptor profiles and models each on its own.
+// annotation (in stencil1d.cuh, included) covers both instantiations; klaraptor profiles and
+// models each on its own.
 // Usage: template_scale [N [M]] [--time [REPS]]
 #include "idioms.h"
 
-constexpr int kMaxRadius = 16;
-__constant__ float kWeights[2 * kMaxRadius + 1];
-
-#pragma klaraptor kernel(stencil1d) data(N=n) dim(1) grid(ceil(N, bx)) \
-        profile(run="./template_scale {N} {N}", sizes=[65536, 131072, 196608, 262144])
-template <int R> __global__ void stencil1d(const float *in, float *out, int n) {
-  static_assert(R <= kMaxRadius, "radius beyond the constant weights");
-  KL_RECORD_BLOCK();
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float acc = 0.0f;
-#pragma unroll
-  for (int k = -R; k <= R; ++k) {
-    int at = i + k;
-    at = at < 0 ? 0 : at >= n ? n - 1 : at;
-    acc += kWeights[k + R] * in[at];
-  }
-  out[i] = acc;
-}
+#include "stencil1d.cuh"
 
 template <int R>
 std::vector<double> reference(const std::vector<float> &in, const std::vector<float> &w) {
