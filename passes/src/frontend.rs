@@ -101,6 +101,22 @@ pub fn annotations_of_tu(
     Ok((scanned, toml, toml_path))
 }
 
+/// `#pragma` lines one or two letters off `klaraptor` ([`annotations::misspelled_pragmas`])
+/// in `source` and in every file it includes with quotes, found as [`annotations_of_tu`]
+/// finds them: a misspelled pragma beside a kernel in a header is as silent as one in the
+/// main file. Each diagnostic names the file that holds the line; a header included twice
+/// is reported once.
+pub fn misspelled_pragmas_of_tu(
+    source: &Path,
+    text: &str,
+    include_dirs: &[PathBuf],
+) -> Vec<crate::diag::Diagnostic> {
+    includes::quoted_closure(source, text, include_dirs)
+        .iter()
+        .flat_map(|f| annotations::misspelled_pragmas(&f.path, &f.text))
+        .collect()
+}
+
 /// The annotations of `files` (each scanned into the matching entry of `scans`): those of
 /// the main file (the first) always, of the others only where they hold pragmas.
 fn scan_files(files: &[UnitFile], scans: &[FileScan]) -> Result<annotations::Scanned, Diagnostics> {

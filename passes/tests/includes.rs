@@ -285,3 +285,37 @@ fn classic_pragmas_of_one_kernel_may_be_split_over_files() {
     let second_line = main_text.find('\n').unwrap() + 1..main_text.len();
     assert_eq!(s.pragma_lines, vec![second_line]);
 }
+
+/// A pragma one letter off `klaraptor` in an included header is reported with the header's
+/// own file and line, once even when the header is included twice; the main file's too.
+#[test]
+fn misspelled_pragmas_in_included_files_are_found() {
+    use klaraptor_passes::frontend::misspelled_pragmas_of_tu;
+    let tmp = tempfile::tempdir().unwrap();
+    let inc = tmp.path().join("inc");
+    std::fs::create_dir_all(&inc).unwrap();
+    std::fs::write(
+        inc.join("k.cuh"),
+        "#pragma once\n#pragma klaraptr kernel(k) data(N=n) dim(1) grid(ceil(N, bx))\n\
+         __global__ void k(int n) {}\n",
+    )
+    .unwrap();
+    std::fs::write(tmp.path().join("near.cuh"), "#include \"k.cuh\"\n").unwrap();
+    let main = tmp.path().join("app.cu");
+    let src = "#include \"k.cuh\"\n#include \"near.cuh\"\n#pragma Klaraptor kernel(j)\n\
+               __global__ void j() {}\n";
+    std::fs::write(&main, src).unwrap();
+    let found: Vec<String> = misspelled_pragmas_of_tu(&main, src, &[inc.clone()])
+        .iter()
+        .map(|d| {
+            d.loc
+                .to_string()
+                .replace(&tmp.path().display().to_string(), "T")
+        })
+        .collect();
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found.iter().any(|l| l.starts_with("T/inc/k.cuh:2:")), "{found:?}");
+    assert!(found.iter().any(|l| l.starts_with("T/app.cu:3:")), "{found:?}");
+    // Without the -I directory the header is not found, and only the main file's is.
+    assert_eq!(misspelled_pragmas_of_tu(&main, src, &[]).len(), 1);
+}
