@@ -94,7 +94,10 @@ fn the_idioms_suite_passes_under_the_cpu_emulation() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(!out.contains("FAIL"), "{out}");
-    assert!(out.lines().filter(|l| l.starts_with("ok ")).count() >= 40, "{out}");
+    assert!(
+        out.lines().filter(|l| l.starts_with("ok ")).count() >= 40,
+        "{out}"
+    );
 }
 
 /// Copies the regular files under `from` (recursively), leaving out executables and

@@ -314,8 +314,14 @@ fn misspelled_pragmas_in_included_files_are_found() {
         })
         .collect();
     assert_eq!(found.len(), 2, "{found:?}");
-    assert!(found.iter().any(|l| l.starts_with("T/inc/k.cuh:2:")), "{found:?}");
-    assert!(found.iter().any(|l| l.starts_with("T/app.cu:3:")), "{found:?}");
+    assert!(
+        found.iter().any(|l| l.starts_with("T/inc/k.cuh:2:")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|l| l.starts_with("T/app.cu:3:")),
+        "{found:?}"
+    );
     // Without the -I directory the header is not found, and only the main file's is.
     assert_eq!(misspelled_pragmas_of_tu(&main, src, &[]).len(), 1);
 }
