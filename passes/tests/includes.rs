@@ -305,7 +305,7 @@ fn misspelled_pragmas_in_included_files_are_found() {
     let src = "#include \"k.cuh\"\n#include \"near.cuh\"\n#pragma Klaraptor kernel(j)\n\
                __global__ void j() {}\n";
     std::fs::write(&main, src).unwrap();
-    let found: Vec<String> = misspelled_pragmas_of_tu(&main, src, &[inc.clone()])
+    let found: Vec<String> = misspelled_pragmas_of_tu(&main, src, std::slice::from_ref(&inc))
         .iter()
         .map(|d| {
             d.loc
