@@ -572,11 +572,14 @@ fn errors_say_what_to_do() {
     let o = validate(&[os(&alone), os("--sizes"), os("100 100 100")]);
     fails_with(&o, "no profiling variant of");
     fails_with(&o, "--kl-profiling-variant=<path>");
-    // A --variant that is not one.
+    // A --variant that is not one (a program without klaraptor's runtime: every binary
+    // klaraptor-cc instruments carries the profiling runtime, driver/src/runtime.rs).
+    let plain = tmp.path().join("plain");
+    std::fs::copy("/bin/true", &plain).unwrap();
     let o = validate(&[
         os(&alone),
         os("--variant"),
-        os(&alone),
+        os(&plain),
         os("--sizes"),
         os("100 100 100"),
     ]);

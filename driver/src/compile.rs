@@ -154,10 +154,12 @@ impl Invocation {
                 return self.link(args, inputs, dir.path());
             }
             let tomls = self.tomls_to_record(dry_run);
-            if !tomls.is_empty() {
+            let generation = self.generation_to_record(dry_run);
+            if !tomls.is_empty() || generation.is_some() {
                 // The command is nvcc's, but what it writes for make, Ninja or ccache must
-                // change when the klaraptor.toml beside a source does.
-                return self.run_recording_tomls(&args, &tomls);
+                // change when the klaraptor.toml beside a source does, and when the profile
+                // database that the compile of an annotated source reads does.
+                return self.run_recording_tomls(&args, &tomls, generation.as_deref());
             }
             self.say(
                 "nothing for klaraptor in this command: running exactly the nvcc command given",
@@ -199,7 +201,7 @@ impl Invocation {
             // given, but a later entry may, so its dependencies name the toml.
             let tomls = self.tomls_to_record(dry_run);
             if !tomls.is_empty() {
-                return self.run_recording_tomls(&self.cl.to_args(), &tomls);
+                return self.run_recording_tomls(&self.cl.to_args(), &tomls, None);
             }
             return Err(self.exec_nvcc(&self.cl.to_args()));
         }
@@ -415,13 +417,15 @@ impl Invocation {
                 work: work.join(format!("tu{i}")),
             };
             let deps = deps_file.as_deref().map(|f| (f, target.as_str()));
+            // The instrumented object, before it gets the runtime and its rational programs.
+            let instrumented = work.join(format!("tu{i}.instrumented.o"));
             let built = match &clang {
                 None => compile_unit(
                     &self.toolchain.nvcc,
                     &tools,
                     &self.view,
                     &unit,
-                    &object,
+                    &instrumented,
                     deps,
                     self.verbose(),
                 ),
@@ -431,7 +435,7 @@ impl Invocation {
                     &self.view,
                     flags,
                     &unit,
-                    &object,
+                    &instrumented,
                     deps,
                     self.verbose(),
                 ),
@@ -443,6 +447,13 @@ impl Invocation {
                     return Ok(1);
                 }
             }
+            let used = match self.carry(&tools, &unit.work, src, &instrumented, &object) {
+                Ok(u) => u,
+                Err(e) => {
+                    crate::kl_eprintln!("klaraptor-cc: error: {}: {e:#}", src.display());
+                    return Ok(1);
+                }
+            };
             if deps_file.is_some() {
                 self.fix_dependency_files(
                     &[(
@@ -451,6 +462,9 @@ impl Invocation {
                     )],
                     deps_file.as_deref(),
                 )?;
+                if let Some(f) = deps_file.as_deref() {
+                    self.add_db_dependencies(f, src, &used)?;
+                }
             }
             objects.push((src.clone(), object));
         }
@@ -483,6 +497,192 @@ impl Invocation {
             self.fix_dependency_files(&[], None)?;
         }
         Ok(status.code().unwrap_or(1))
+    }
+
+    /// Makes the instrumented object `instrumented` into the object the user gets,
+    /// `object` (written atomically): its launches routed through the runtime it now
+    /// carries (runtime.rs), and the rational program of each of its kernels the profile
+    /// database has a profile of, for each device it has one for, with their manifests
+    /// (linkspec.rs). An object in which no launch was instrumented calls nothing of the
+    /// runtime and stays as it is. Returns the database files the object now depends on.
+    ///
+    /// A kernel without a profile, or whose program cannot be built, keeps the program's
+    /// own launch (a klaraptor link on a GPU machine, or `klaraptor profile <binary>`,
+    /// profiles it); it never fails the compile.
+    fn carry(
+        &self,
+        tools: &HostTools,
+        work: &Path,
+        source: &Path,
+        instrumented: &Path,
+        object: &Path,
+    ) -> Result<Vec<PathBuf>> {
+        let bytes = std::fs::read(instrumented)
+            .with_context(|| format!("reading {}", instrumented.display()))?;
+        let specs = crate::linkspec::scan_bytes(&bytes, instrumented)?;
+        let mut used = Vec::new();
+        let mut parts: Vec<PathBuf> = Vec::new();
+        if crate::runtime::calls_runtime(&bytes) {
+            let routed = work.join("routed.o");
+            let name = source
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            crate::runtime::route_launches(instrumented, &routed, &name, self.verbose())?;
+            parts.push(routed);
+            parts.push(crate::runtime::embedded(work)?);
+            let (objects, deps) = self.programs_for(&specs, &work.join("models"));
+            parts.extend(objects);
+            used = deps;
+        } else {
+            parts.push(instrumented.to_path_buf());
+        }
+        let tmp = object.with_extension("o.klaraptor-tmp");
+        let joined = if parts.len() == 1 {
+            std::fs::copy(&parts[0], &tmp)
+                .map(|_| ())
+                .with_context(|| format!("writing {}", tmp.display()))
+        } else {
+            let mut cmd = Command::new(&tools.ld);
+            cmd.arg("-r").args(&parts).arg("-o").arg(&tmp);
+            self.say(format!("running {cmd:?}"));
+            match cmd.output() {
+                Ok(out) if out.status.success() => Ok(()),
+                Ok(out) => Err(anyhow::anyhow!(
+                    "ld -r of the instrumented object with the runtime failed:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )),
+                Err(e) => Err(anyhow::anyhow!(e).context(format!(
+                    "cannot run {} (KLARAPTOR_LD names another)",
+                    tools.ld.display()
+                ))),
+            }
+        };
+        let moved = joined.and_then(|()| {
+            std::fs::rename(&tmp, object).with_context(|| format!("writing {}", object.display()))
+        });
+        if moved.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        moved?;
+        Ok(used)
+    }
+
+    /// The compiled rational programs of `specs` (and the object embedding their
+    /// manifests) for each device the profile database has a profile of, built in `dir`
+    /// (link.rs: build_programs); and the database file the object depends on: its
+    /// generation file, which every change of the database rewrites (entries themselves
+    /// are not listed: a pruned one would stop make without `-MP`). Nothing here fails the
+    /// compile: a database that cannot be read is a warning.
+    fn programs_for(
+        &self,
+        specs: &[crate::linkspec::LinkSpec],
+        dir: &Path,
+    ) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let mut deps = Vec::new();
+        if specs.is_empty() {
+            return (Vec::new(), deps);
+        }
+        let db = match klaraptor_profiler::db::ProfileDb::locate() {
+            Ok(db) => db,
+            Err(e) => {
+                crate::kl_eprintln!(
+                    "klaraptor-cc: warning: no profile database ({e}); the object carries no \
+                     rational program"
+                );
+                return (Vec::new(), deps);
+            }
+        };
+        match db.ensure_generation() {
+            Some(g) => deps.push(g),
+            None => self.say(format!(
+                "{} cannot be created: the object does not depend on the database's state",
+                db.generation_path().display()
+            )),
+        }
+        let mut wanted = Vec::new();
+        for s in specs {
+            match db.entries_for(&s.mangled, &s.code_hash) {
+                Ok(es) => {
+                    if es.is_empty() {
+                        self.say(format!(
+                            "kernel {} (annotated at {}): no profile in {}; the link on a GPU \
+                             machine or `klaraptor profile <binary>` profiles it",
+                            s.name,
+                            s.annotated_at,
+                            db.root().display()
+                        ));
+                    }
+                    wanted.push((s.clone(), es));
+                }
+                Err(e) => crate::kl_eprintln!(
+                    "klaraptor-cc: warning: kernel {} (annotated at {}): reading the profile \
+                     database {}: {e}; the object carries no rational program for it",
+                    s.name,
+                    s.annotated_at,
+                    db.root().display()
+                ),
+            }
+        }
+        for w in db.take_damaged() {
+            crate::kl_eprintln!("klaraptor-cc: warning: {w}");
+        }
+        if wanted.iter().all(|(_, es)| es.is_empty()) {
+            return (Vec::new(), deps);
+        }
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            crate::kl_eprintln!("klaraptor-cc: warning: creating {}: {e}", dir.display());
+            return (Vec::new(), deps);
+        }
+        let mut objects = Vec::new();
+        let mut programs = Vec::new();
+        for built in crate::link::build_programs(&wanted, dir, self.verbose()) {
+            match built {
+                Ok(b) => {
+                    self.say(format!(
+                        "rational program of {} for {} carried by the object",
+                        b.spec.name, b.program.device.name
+                    ));
+                    objects.push(b.object);
+                    programs.push(b.program);
+                }
+                Err(f) => crate::kl_eprintln!("klaraptor-cc: warning: {}", f.warning()),
+            }
+        }
+        if !programs.is_empty() {
+            match crate::link::manifests_object(&programs, dir, self.verbose()) {
+                Ok(o) => objects.push(o),
+                Err(e) => {
+                    crate::kl_eprintln!(
+                        "klaraptor-cc: warning: {e:#}; the object carries no rational program"
+                    );
+                    return (Vec::new(), deps);
+                }
+            }
+        }
+        (objects, deps)
+    }
+
+    /// Adds the database files `used` (see [`Self::programs_for`]) to the rule of `source`
+    /// in the dependency file `file`.
+    fn add_db_dependencies(&self, file: &Path, source: &Path, used: &[PathBuf]) -> Result<()> {
+        if used.is_empty() {
+            return Ok(());
+        }
+        let Ok(text) = std::fs::read_to_string(file) else {
+            return Ok(());
+        };
+        let phony = self.view.has(Role::DepsPhony);
+        let mut fixed = text.clone();
+        for dep in used {
+            fixed = add_dependency(&fixed, source, dep, true, phony);
+        }
+        if fixed != text {
+            let tmp = file.with_extension("d.klaraptor-tmp");
+            std::fs::write(&tmp, fixed)?;
+            std::fs::rename(&tmp, file)?;
+        }
+        Ok(())
     }
 
     /// What the clang backend needs: the CUDA tools and the user's options translated.
@@ -642,7 +842,43 @@ impl Invocation {
     /// user's), then makes what it wrote name the `klaraptor.toml` of each source in
     /// `tomls`: a dependency of the source's rule in the dependency files, a line marker and
     /// a comment holding the entries that may apply at the end of preprocessed output.
-    fn run_recording_tomls(&self, args: &[String], tomls: &[(PathBuf, PathBuf)]) -> Result<i32> {
+    /// The profile database's generation file (`klaraptor_profiler::db`), when this command
+    /// preprocesses (`-E`, which ccache hashes) or lists the dependencies (`-M`, `-MM`) of a
+    /// CUDA source with annotations: the compile of such a source puts the rational programs
+    /// of the kernels the database has into the object, so what the command writes must
+    /// change with the database.
+    fn generation_to_record(&self, dry_run: bool) -> Option<PathBuf> {
+        if dry_run
+            || self.cl.has_kl(&KlOption::Off)
+            || self.view.has(Role::Help)
+            || self.view.has(Role::Version)
+            || !matches!(self.view.phase(), Phase::Preprocess | Phase::Dependencies)
+        {
+            return None;
+        }
+        let include_dirs = self.clang_config().quote_include_dirs();
+        let annotated = self.view.cuda_sources().into_iter().any(|src| {
+            let Ok(text) = std::fs::read_to_string(src) else {
+                return false;
+            };
+            match frontend::annotations_of_tu(src, &text, &include_dirs) {
+                Ok((s, t, _)) => !(s.annotations.is_empty() && t.is_empty()),
+                Err(_) => true,
+            }
+        });
+        if !annotated {
+            return None;
+        }
+        let db = klaraptor_profiler::db::ProfileDb::locate().ok()?;
+        db.ensure_generation()
+    }
+
+    fn run_recording_tomls(
+        &self,
+        args: &[String],
+        tomls: &[(PathBuf, PathBuf)],
+        generation: Option<&Path>,
+    ) -> Result<i32> {
         let phase = self.view.phase();
         // Where -E and -M write: -o, for -M else -MF, else standard output.
         let phase_output = match phase {
@@ -679,23 +915,48 @@ impl Invocation {
             match phase {
                 Phase::Preprocess => {
                     let dirs = self.clang_config().quote_include_dirs();
-                    let note: String = tomls
+                    let mut note: String = tomls
                         .iter()
                         .map(|(s, t)| preprocessed_note(s, t, &dirs))
                         .collect();
+                    if let Some(g) = generation {
+                        note.push_str(&generation_note(g));
+                    }
                     match &phase_output {
                         Some(f) => append_to(f, &note)?,
                         None => stdout.extend_from_slice(note.as_bytes()),
                     }
                 }
-                Phase::Dependencies => match &phase_output {
-                    Some(f) => self.add_tomls_to_file(f, &[], tomls, one_source)?,
-                    None => {
-                        if let Ok(text) = String::from_utf8(stdout.clone()) {
-                            stdout = self.with_tomls(&text, &[], tomls, one_source).into_bytes();
+                Phase::Dependencies => {
+                    let phony = self.view.has(Role::DepsPhony);
+                    let with_generation = |text: String| match generation {
+                        Some(g) => self
+                            .view
+                            .cuda_sources()
+                            .iter()
+                            .fold(text, |t, src| add_dependency(&t, src, g, one_source, phony)),
+                        None => text,
+                    };
+                    match &phase_output {
+                        Some(f) => {
+                            self.add_tomls_to_file(f, &[], tomls, one_source)?;
+                            if let Ok(text) = std::fs::read_to_string(f) {
+                                let fixed = with_generation(text.clone());
+                                if fixed != text {
+                                    std::fs::write(f, fixed)
+                                        .with_context(|| format!("writing {}", f.display()))?;
+                                }
+                            }
+                        }
+                        None => {
+                            if let Ok(text) = String::from_utf8(stdout.clone()) {
+                                stdout =
+                                    with_generation(self.with_tomls(&text, &[], tomls, one_source))
+                                        .into_bytes();
+                            }
                         }
                     }
-                },
+                }
                 _ => {}
             }
             if self.view.has_any_deps_with_compile() {
@@ -969,6 +1230,26 @@ fn preprocessed_note(source: &Path, toml: &Path, include_dirs: &[PathBuf]) -> St
     )
 }
 
+/// What `klaraptor-cc -E` appends to nvcc's preprocessed output of a source with
+/// annotations: a line marker naming the profile database's generation file (ccache's
+/// direct mode then hashes it), and a comment holding its content, which every change of the
+/// database rewrites (so the output, which ccache's preprocessor mode hashes, changes with
+/// the database whose profiles the compile puts into the object).
+fn generation_note(generation: &Path) -> String {
+    let content = std::fs::read_to_string(generation).unwrap_or_default();
+    let quoted = generation
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!(
+        "# 1 \"{quoted}\"\n/* klaraptor-cc: the profile database {} at {} */\n",
+        generation.display().to_string().replace("*/", "*\\/"),
+        content.trim().replace("*/", "*\\/"),
+    )
+}
+
 /// A `klaraptor.toml` entry in one line, in the syntax of `#pragma klaraptor`.
 fn canonical_entry(t: &klaraptor_passes::config::TomlKernel) -> String {
     use klaraptor_passes::annotations::ArgRef;
@@ -1098,6 +1379,44 @@ fn shell_words(args: &[String]) -> String {
         .join(" ")
 }
 
+/// The compiler cache klaraptor-cc hands its command to (`KLARAPTOR_CACHE`, e.g. `ccache`).
+pub const CACHE_ENV: &str = "KLARAPTOR_CACHE";
+/// Set for the klaraptor-cc the cache runs, so that it compiles instead of handing over
+/// again.
+const CACHE_INNER_ENV: &str = "KLARAPTOR_CACHE_INNER";
+
+/// With `KLARAPTOR_CACHE` set (the CMake module sets it for `KLARAPTOR_CACHE=ccache`):
+/// replaces this process by `<cache> <this klaraptor-cc> <arguments>`, the nvcc of the
+/// launcher form (`klaraptor-cc /path/to/nvcc …`, as CMake runs a launcher) passed in
+/// `KLARAPTOR_NVCC` instead of as an argument, which a cache would take for a second
+/// source file and refuse to cache. Returns only when the cache cannot be started.
+fn hand_to_cache(args: &[String]) -> Option<anyhow::Error> {
+    let cache = std::env::var_os(CACHE_ENV).filter(|c| !c.is_empty())?;
+    if std::env::var_os(CACHE_INNER_ENV).is_some() {
+        return None;
+    }
+    let me = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return Some(anyhow::anyhow!(e).context("locating klaraptor-cc itself")),
+    };
+    let (launcher, rest) = split_launcher(args);
+    let mut cmd = Command::new(&cache);
+    cmd.arg(me)
+        .args(rest)
+        .env(CACHE_INNER_ENV, "1")
+        .env_remove(CACHE_ENV);
+    if let Some(nvcc) = launcher {
+        if nvcc.contains('/') {
+            cmd.env("KLARAPTOR_NVCC", nvcc);
+        }
+    }
+    let err = cmd.exec();
+    Some(anyhow::anyhow!(err).context(format!(
+        "cannot run the compiler cache {} ({CACHE_ENV} names it)",
+        Path::new(&cache).display()
+    )))
+}
+
 /// Entry point of the `klaraptor-cc` binary.
 pub fn main_with(args: Vec<OsString>) -> i32 {
     crate::interrupt::install();
@@ -1105,6 +1424,10 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
         .into_iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    if let Some(e) = hand_to_cache(&args) {
+        crate::kl_eprintln!("klaraptor-cc: error: {e:#}");
+        return 1;
+    }
     match Invocation::new(&args).and_then(Invocation::run) {
         Ok(code) => code,
         Err(e) => {

@@ -1,8 +1,10 @@
 //! `klaraptor inspect` and `klaraptor explain`: what rational programs a binary (or a build
 //! directory) carries, and how one of them ranks the candidate shapes at a data size. Both
-//! read the manifests klaraptor-cc keeps next to the binary (`<binary>.klaraptor/*.json`) and
-//! evaluate the model in Rust, which agrees with the generated C (model's differential test):
-//! no GPU is needed.
+//! read the manifests embedded in the binary (linkspec.rs: every object compiled with a
+//! profile, and every klaraptor link that adds programs, embeds them, so a binary linked by
+//! g++ or CMake has them) and those klaraptor-cc keeps next to it
+//! (`<binary>.klaraptor/*.json`), and evaluate the model in Rust, which agrees with the
+//! generated C (model's differential test): no GPU is needed.
 
 use std::path::{Path, PathBuf};
 
@@ -55,7 +57,44 @@ pub fn models_dirs(target: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn programs(target: &Path) -> Result<Vec<(PathBuf, RationalProgram)>> {
-    let mut out = Vec::new();
+    let mut out: Vec<(PathBuf, RationalProgram)> = Vec::new();
+    if target.is_file() {
+        // The manifests the binary carries; each named by the C file it was generated as
+        // (it is not kept beside the binary), unless the models directory has it.
+        let bytes =
+            std::fs::read(target).with_context(|| format!("reading {}", target.display()))?;
+        let dir = rational::models_dir(target);
+        let kept = if dir.is_dir() {
+            rational::load_dir(&dir)?
+        } else {
+            Vec::new()
+        };
+        for p in crate::linkspec::scan_models(&bytes, target)? {
+            let same = |q: &RationalProgram| {
+                q.mangled == p.mangled
+                    && q.device.name == p.device.name
+                    && q.provenance.code_hash == p.provenance.code_hash
+            };
+            if kept.iter().any(|(_, q)| same(q)) {
+                continue;
+            }
+            let name = format!("{} (embedded) {}", target.display(), p.files().json_name);
+            out.push((PathBuf::from(name), p));
+        }
+        out.extend(kept);
+        if out.is_empty() {
+            bail!(
+                "{} carries no rational program and has none beside it ({} does not exist): \
+                 was it built by klaraptor-cc with a profile for its kernels? (the compile \
+                 puts a kernel's program into its object when the profile database has the \
+                 kernel; `klaraptor profile {}` on a GPU machine, then a rebuild, gives it one)",
+                target.display(),
+                dir.display(),
+                target.display()
+            );
+        }
+        return Ok(out);
+    }
     for d in models_dirs(target)? {
         out.extend(rational::load_dir(&d)?);
     }

@@ -7,8 +7,12 @@
 //!    none, GPU here, recipe given: link the profiling variant at the output path, run the
 //!    recipe at each profile size, store the records (profiling.rs)
 //! fit + codegen -> <output>.klaraptor/<kernel>.<device>.c, compiled (rational.rs)
-//! nvcc <user's link command> <rational programs> libklaraptor_rt.a
+//! nvcc <user's link command> <rational programs the inputs do not carry>
 //! ```
+//!
+//! The inputs carry the runtime (runtime.rs), and an object compiled when the database had
+//! its kernels' profiles carries their rational programs (compile.rs): the link adds what is
+//! missing only, and a link by another driver (g++, CMake) works without it.
 //!
 //! The profiling variant this link made (when it profiled, or was given
 //! `--kl-profiling-variant`) is kept as `<output>.klaraptor/<name>.profiling`, where
@@ -23,6 +27,7 @@ use klaraptor_profiler::record::{DeviceId, Entry};
 
 use crate::linkspec::{scan_inputs, LinkSpec};
 use crate::profiling;
+use crate::rational::{ProgramFiles, RationalProgram};
 use crate::{gpu_profile, rational, runtime};
 
 /// What the link needs from the driver.
@@ -143,11 +148,11 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         "link: {} annotated kernel(s) in the inputs",
         specs.len()
     ));
-    let archive = runtime::archive(job.work)?.display().to_string();
+    check_inputs_carry_runtime(&job.inputs)?;
     // The profiling variant of this link, kept beside the rational programs.
     let mut variant_made: Option<PathBuf> = None;
     if let Some(variant) = job.profiling_variant {
-        link_variant(job, &specs, variant, &archive)?;
+        link_variant(job, &specs, variant)?;
         variant_made = Some(variant.to_path_buf());
     }
     let db = ProfileDb::locate()?;
@@ -167,7 +172,7 @@ pub fn link(job: &LinkJob) -> Result<i32> {
     let mut collector_missing = false;
     if !missing.is_empty() && !job.no_profile && gpu_present() {
         collector_missing = collector_path().is_none();
-        let (profiled, variant) = profile(job, &missing, &archive, &db, &mut tried)?;
+        let (profiled, variant) = profile(job, &missing, &db, &mut tried)?;
         if variant_made.is_none() {
             variant_made = variant;
         }
@@ -214,58 +219,82 @@ pub fn link(job: &LinkJob) -> Result<i32> {
             "klaraptor-cc: warning: {how}; these kernels keep the program's own launch dims"
         );
     }
-    // Rational programs, next to the output.
+    // Rational programs, next to the output: those the inputs do not carry already (an
+    // object compiled when the database had its kernel's profile carries the program).
+    let carried = carried_models(&job.inputs)?;
     let models_dir = rational::models_dir(&job.output);
     let staging = job.work.join("models");
     std::fs::create_dir_all(&staging)?;
-    let mut objects = Vec::new();
-    for (s, es) in &entries {
-        for e in es {
-            // A kernel that cannot be modelled (too few usable samples, a failed fit, a
-            // rational program that does not compile) never fails the build: it keeps the
-            // program's launch, and the link says why, unless the user asked for models.
-            let built = rational::build(s, e, &models_dir).and_then(|prog| {
-                let files = prog.write(&staging)?;
-                let obj = rational::compile(&staging, &files, job.verbose)?;
-                Ok((files, obj))
-            });
-            match built {
-                Ok((files, obj)) => {
-                    job.say(format!(
-                        "rational program of {} for {}: {}",
-                        s.name,
-                        e.device.name,
-                        models_dir.join(&files.c_name).display()
-                    ));
-                    objects.push(obj);
-                }
-                Err(err) => {
-                    let how = format!(
-                        "no rational program of {} (annotated at {}) for {}: {err:#}",
-                        s.name, s.annotated_at, e.device.name
-                    );
-                    if job.require_model {
-                        crate::kl_eprintln!("klaraptor-cc: error: {how} (--kl-require-model)");
-                        let _ = std::fs::remove_file(&job.output);
-                        return Ok(1);
+    let wanted: Vec<(LinkSpec, Vec<Entry>)> = entries
+        .iter()
+        .map(|(s, es)| {
+            let left: Vec<Entry> = es
+                .iter()
+                .filter(|e| {
+                    let have = carried.iter().any(|p| {
+                        p.mangled == s.mangled
+                            && p.device.name == e.device.name
+                            && p.provenance.code_hash == s.code_hash
+                    });
+                    if have {
+                        job.say(format!(
+                            "rational program of {} for {}: carried by the inputs",
+                            s.name, e.device.name
+                        ));
                     }
-                    crate::kl_eprintln!(
-                        "klaraptor-cc: warning: {how}; the kernel keeps the program's own \
-                         launch dims (`klaraptor profile show {}` shows its samples; \
-                         `klaraptor profile prune --kernel {}` profiles it again at the next \
-                         link on a GPU)",
-                        s.mangled,
-                        s.mangled
-                    );
+                    !have
+                })
+                .cloned()
+                .collect();
+            (s.clone(), left)
+        })
+        .collect();
+    // The programs the inputs carry are written beside the binary too (from their
+    // manifests), for people and `klaraptor inspect/explain`.
+    let mut kept = 0;
+    for p in &carried {
+        let used = entries.iter().any(|(s, es)| {
+            p.mangled == s.mangled
+                && p.provenance.code_hash == s.code_hash
+                && es.iter().any(|e| e.device.name == p.device.name)
+        });
+        if used {
+            p.write(&staging)?;
+            kept += 1;
+        }
+    }
+    let mut objects = Vec::new();
+    let mut programs = Vec::new();
+    for built in build_programs(&wanted, &staging, job.verbose) {
+        match built {
+            Ok(b) => {
+                job.say(format!(
+                    "rational program of {} for {}: {}",
+                    b.spec.name,
+                    b.program.device.name,
+                    models_dir.join(&b.program.c_name).display()
+                ));
+                objects.push(b.object);
+                programs.push(b.program);
+            }
+            Err(f) => {
+                if job.require_model {
+                    crate::kl_eprintln!("klaraptor-cc: error: {} (--kl-require-model)", f.how);
+                    let _ = std::fs::remove_file(&job.output);
+                    return Ok(1);
                 }
+                crate::kl_eprintln!("klaraptor-cc: warning: {}", f.warning());
             }
         }
     }
-    let mut extra: Vec<String> = objects.iter().map(|o| o.display().to_string()).collect();
-    extra.push(archive);
+    if !programs.is_empty() {
+        // Their manifests travel in the binary too (`klaraptor inspect` reads them there).
+        objects.push(manifests_object(&programs, &staging, job.verbose)?);
+    }
+    let extra: Vec<String> = objects.iter().map(|o| o.display().to_string()).collect();
     let status = job.nvcc(&extra, None)?;
     if status.success() {
-        if objects.is_empty() {
+        if objects.is_empty() && kept == 0 {
             // No rational program in this binary: manifests of an earlier link would make
             // `klaraptor inspect` describe programs the binary does not hold.
             if models_dir.is_dir() {
@@ -280,6 +309,145 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         }
     }
     Ok(status.code().unwrap_or(1))
+}
+
+/// Fails, naming the file and what to do, when an input calls the klaraptor runtime without
+/// carrying it (an object an older klaraptor-cc instrumented).
+fn check_inputs_carry_runtime(inputs: &[PathBuf]) -> Result<()> {
+    for p in inputs {
+        let Ok(bytes) = std::fs::read(p) else {
+            continue; // nvcc reports missing inputs
+        };
+        if runtime::calls_runtime(&bytes) && !runtime::carries_runtime(&bytes) {
+            bail!(
+                "{} calls the klaraptor runtime but does not carry it: it was instrumented by \
+                 an older klaraptor-cc; rebuild it with this one ({})",
+                p.display(),
+                env!("CARGO_PKG_VERSION")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The manifests of the rational programs `inputs` carry.
+fn carried_models(inputs: &[PathBuf]) -> Result<Vec<RationalProgram>> {
+    let mut out = Vec::new();
+    for p in inputs {
+        let Ok(bytes) = std::fs::read(p) else {
+            continue;
+        };
+        out.extend(crate::linkspec::scan_models(&bytes, p)?);
+    }
+    Ok(out)
+}
+
+/// A rational program built and compiled by [`build_programs`].
+pub struct BuiltProgram {
+    pub spec: LinkSpec,
+    pub program: RationalProgram,
+    /// Its C file and manifest (in the staging directory).
+    pub files: ProgramFiles,
+    /// The compiled C.
+    pub object: PathBuf,
+}
+
+/// A rational program that could not be built.
+pub struct NotBuilt {
+    pub spec: LinkSpec,
+    pub device: String,
+    /// What failed, with the kernel and where it was annotated.
+    pub how: String,
+}
+
+impl NotBuilt {
+    /// The warning for a build that goes on without the program.
+    pub fn warning(&self) -> String {
+        format!(
+            "{}; the kernel keeps the program's own launch dims (`klaraptor profile show {}` \
+             shows its samples; `klaraptor profile prune --kernel {}` profiles it again at the \
+             next link on a GPU)",
+            self.how, self.spec.mangled, self.spec.mangled
+        )
+    }
+}
+
+/// Fits, generates (into `staging`) and compiles the rational program of each kernel and
+/// profile entry of `wanted`: what a klaraptor link adds to a binary, and what a compile
+/// puts into the object when the database has the kernel's profile. A kernel that cannot
+/// be modelled (too few usable samples, a failed fit, a program that does not compile) is
+/// an `Err`: the caller says why, and the kernel keeps the program's own launch.
+pub fn build_programs(
+    wanted: &[(LinkSpec, Vec<Entry>)],
+    staging: &Path,
+    verbose: bool,
+) -> Vec<std::result::Result<BuiltProgram, NotBuilt>> {
+    let mut out = Vec::new();
+    for (s, es) in wanted {
+        for e in es {
+            let built = rational::build(s, e, staging).and_then(|prog| {
+                let files = prog.write(staging)?;
+                let obj = rational::compile(staging, &files, verbose)?;
+                Ok((prog, files, obj))
+            });
+            out.push(match built {
+                Ok((program, files, object)) => Ok(BuiltProgram {
+                    spec: s.clone(),
+                    program,
+                    files,
+                    object,
+                }),
+                Err(err) => Err(NotBuilt {
+                    spec: s.clone(),
+                    device: e.device.name.clone(),
+                    how: format!(
+                        "no rational program of {} (annotated at {}) for {}: {err:#}",
+                        s.name, s.annotated_at, e.device.name
+                    ),
+                }),
+            });
+        }
+    }
+    out
+}
+
+/// Compiles the section that embeds the manifests of `programs` (linkspec.rs) into an
+/// object under `staging/embed/`.
+pub fn manifests_object(
+    programs: &[RationalProgram],
+    staging: &Path,
+    verbose: bool,
+) -> Result<PathBuf> {
+    let dir = staging.join("embed");
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join("manifests.c");
+    let obj = dir.join("manifests.o");
+    std::fs::write(&src, crate::linkspec::c_models_section(programs)?)
+        .with_context(|| format!("writing {}", src.display()))?;
+    let cc = crate::toolchain::HostCc::from_env()?;
+    let mut cmd = cc.command();
+    cmd.args(["-std=c99", "-O2", "-fPIC", "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj);
+    if verbose {
+        crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
+    }
+    let out = cmd.output().with_context(|| {
+        format!(
+            "cannot run the C compiler {} ({} or $CC chooses it)",
+            cc.display(),
+            crate::toolchain::HOST_CC_ENV
+        )
+    })?;
+    if !out.status.success() {
+        bail!(
+            "compiling {} failed:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(obj)
 }
 
 /// Why a kernel has no profile after the link's profiling step, and what to do: the advice
@@ -352,13 +520,10 @@ pub fn kept_variant(output: &Path) -> PathBuf {
 }
 
 /// Links the profiling variant to `path` and writes its plan to `<path>.plan`.
-fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path, archive: &str) -> Result<()> {
-    let mut extra: Vec<String> = profiling::WRAP_FLAGS
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    extra.push(archive.to_string());
-    let status = job.nvcc(&extra, Some(path))?;
+fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path) -> Result<()> {
+    // The objects carry the profiling runtime: the program as linked, without rational
+    // programs, is the variant (it profiles when KLARAPTOR_PROFILE_PLAN says so).
+    let status = job.nvcc(&[], Some(path))?;
     if !status.success() {
         bail!("linking the profiling variant failed ({status})");
     }
@@ -373,6 +538,69 @@ fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path, archive: &str) -
     Ok(())
 }
 
+/// The GPU the recipes run on, and the collector that measures them.
+pub struct Gpu {
+    pub device: DeviceId,
+    pub driver: String,
+    pub cuda: String,
+    pub collector: PathBuf,
+}
+
+impl Gpu {
+    /// This machine's GPU (calibrated once per device, `current_device`) and the collector
+    /// ([`collector_path`]); an error says what is missing.
+    pub fn here(nvcc: &Path) -> Result<Gpu> {
+        let Some(collector) = collector_path() else {
+            bail!(
+                "the collector (libklaraptor_collector.so beside klaraptor-cc, or \
+                 KLARAPTOR_COLLECTOR) was not found"
+            );
+        };
+        let (device, driver, cuda) = current_device(nvcc)?;
+        Ok(Gpu {
+            device,
+            driver,
+            cuda,
+            collector,
+        })
+    }
+}
+
+/// Runs the profile recipes of `specs` on `gpu` (the program they run must be in place: a
+/// binary carrying the runtime profiles when told to, runtime.rs) and stores the entries
+/// in `db`, one kernel at a time under the GPU's lock (gpu_profile.rs); `dir` is scratch.
+/// Returns one outcome per spec.
+pub fn run_recipes(
+    gpu: &Gpu,
+    specs: &[&LinkSpec],
+    db: &ProfileDb,
+    dir: &Path,
+    verbose: bool,
+) -> Result<Vec<gpu_profile::Outcome>> {
+    let plan = dir.join("plan");
+    let specs_owned: Vec<LinkSpec> = specs.iter().map(|s| (*s).clone()).collect();
+    std::fs::write(&plan, profiling::plan_file(&specs_owned))
+        .with_context(|| format!("writing {}", plan.display()))?;
+    let (runs, warmup) = (5, 1);
+    let settings = gpu_profile::Settings::from_env()?;
+    let lock_dir = klaraptor_profiler::calibration::Cache::from_env()?.devices_dir();
+    let target = gpu_profile::Target {
+        db,
+        device: &gpu.device,
+        driver_version: &gpu.driver,
+        cuda_version: &gpu.cuda,
+        lock_dir: &lock_dir,
+        scratch: dir,
+        plan: &plan,
+        collector: &gpu.collector.display().to_string(),
+        runs,
+        warmup,
+        verbose,
+        settings,
+    };
+    gpu_profile::profile_kernels(&target, specs)
+}
+
 /// Profiles `specs` on this machine's GPU and stores the entries (one kernel at a time under
 /// the GPU's lock: gpu_profile.rs). Returns the ids that have a complete entry now, and a
 /// copy of the profiling variant in the work directory when any has. The ids of the kernels
@@ -380,7 +608,6 @@ fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path, archive: &str) -
 fn profile(
     job: &LinkJob,
     specs: &[LinkSpec],
-    archive: &str,
     db: &ProfileDb,
     tried: &mut Vec<String>,
 ) -> Result<(Vec<String>, Option<PathBuf>)> {
@@ -416,17 +643,10 @@ fn profile(
         Err(e) => return Err(e),
     };
     let dir = profiling::scratch(job.work)?;
-    let plan = dir.join("plan");
-    let specs_owned: Vec<LinkSpec> = runnable.iter().map(|s| (*s).clone()).collect();
-    std::fs::write(&plan, profiling::plan_file(&specs_owned))?;
     // The recipe runs the program by the name the user gave it: the variant goes there, and
     // the final link replaces it.
-    let mut extra: Vec<String> = profiling::WRAP_FLAGS
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    extra.push(archive.to_string());
-    let status = job.nvcc(&extra, None)?;
+    // The objects carry the profiling runtime: the program as linked is the variant.
+    let status = job.nvcc(&[], None)?;
     if !status.success() {
         bail!("linking the profiling variant failed ({status})");
     }
@@ -434,27 +654,13 @@ fn profile(
     let copy = dir.join("profiling-variant");
     std::fs::copy(&job.output, &copy)
         .with_context(|| format!("copying the profiling variant {}", job.output.display()))?;
-    let (runs, warmup) = (5, 1);
-    let result = (|| -> Result<Vec<gpu_profile::Outcome>> {
-        let settings = gpu_profile::Settings::from_env()?;
-        let lock_dir = klaraptor_profiler::calibration::Cache::from_env()?.devices_dir();
-        let target = gpu_profile::Target {
-            db,
-            device: &device,
-            driver_version: &driver,
-            cuda_version: &cuda,
-            lock_dir: &lock_dir,
-            scratch: &dir,
-            plan: &plan,
-            collector: &collector.display().to_string(),
-            runs,
-            warmup,
-            verbose: job.verbose,
-            settings,
-        };
-        gpu_profile::profile_kernels(&target, &runnable)
-    })();
-    let outcomes = match result {
+    let gpu = Gpu {
+        device,
+        driver,
+        cuda,
+        collector,
+    };
+    let outcomes = match run_recipes(&gpu, &runnable, db, &dir, job.verbose) {
         Ok(o) => o,
         Err(e) => {
             let _ = std::fs::remove_file(&job.output);

@@ -1,4 +1,6 @@
-//! `klaraptor profile list|show|prune`: look into the profile database and clean it.
+//! `klaraptor profile list|show|prune`: look into the profile database and clean it; and
+//! `klaraptor profile <binary>`: profile a program's annotated kernels into it, where the
+//! link was not klaraptor's (CMake, g++).
 //!
 //! The database itself (layout, locking, validity) is `klaraptor_profiler::db`; this module
 //! parses the subcommand, renders tables and says which database it used.
@@ -13,14 +15,23 @@ use clap::{Args, Subcommand};
 use klaraptor_profiler::db::{Date, Listed, Pattern, ProfileDb, PruneFilter, Status};
 use klaraptor_profiler::record::{Counters, Entry, Plan, Sample};
 
+use crate::linkspec::LinkSpec;
+
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, arg_required_else_help = true)]
 pub struct ProfileArgs {
     /// The profile database directory (default: $KLARAPTOR_PROFILE_DB, else the nearest
     /// klaraptor-profiles/ at or above the current directory, else the user cache).
     #[arg(long, global = true, value_name = "DIR")]
     pub db: Option<PathBuf>,
+    /// A program built by klaraptor-cc (linked by anything: g++, CMake, klaraptor-cc): run
+    /// the profile recipes of its annotated kernels that the database has no profile of on
+    /// this machine's GPU, and store the profiles; the next build puts their rational
+    /// programs into the objects. Needs an NVIDIA GPU and the collector.
+    #[arg(value_name = "BINARY")]
+    pub binary: Option<PathBuf>,
     #[command(subcommand)]
-    pub command: ProfileCommand,
+    pub command: Option<ProfileCommand>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,9 +101,117 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         Some(p) => ProfileDb::open(p)?,
         None => ProfileDb::locate()?,
     };
+    let command = match (&args.command, &args.binary) {
+        (Some(c), _) => c,
+        (None, Some(binary)) => return profile_binary(&db, binary),
+        (None, None) => bail!("say what to do: klaraptor profile <binary> | list | show | prune"),
+    };
     let mut out = String::new();
-    let code = execute(&db, &args.command, &mut out)?;
+    let code = execute(&db, command, &mut out)?;
     emit(&out)?;
+    Ok(code)
+}
+
+/// The annotated kernels of `binary` that have a profile recipe, as its `.klaraptor_spec`
+/// data holds them (one per kernel), after checking that the binary can profile: it
+/// carries klaraptor's runtime (runtime.rs), which acts as the profiling runtime when the
+/// recipes run it with KLARAPTOR_PROFILE_PLAN set.
+pub fn binary_recipes(binary: &Path) -> Result<(Vec<LinkSpec>, Vec<LinkSpec>)> {
+    let bytes = std::fs::read(binary)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", binary.display()))?;
+    let specs = crate::linkspec::scan_inputs([binary])?;
+    if specs.is_empty() {
+        bail!(
+            "{} holds no annotated kernel that klaraptor-cc instrumented (build it with \
+             klaraptor-cc as the CUDA compiler: CMAKE_CUDA_COMPILER_LAUNCHER=klaraptor-cc, or \
+             include(Klaraptor) from klaraptor's cmake/ directory)",
+            binary.display()
+        );
+    }
+    if !crate::runtime::carries_runtime(&bytes) {
+        bail!(
+            "{} does not carry klaraptor's runtime (it was built by an older klaraptor-cc, or \
+             linked with --kl-off): rebuild it with this klaraptor-cc ({})",
+            binary.display(),
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    Ok(specs
+        .into_iter()
+        .partition(|s| s.profile_run.is_some() && !s.profile_sizes.is_empty()))
+}
+
+/// `klaraptor profile <binary>`.
+fn profile_binary(db: &ProfileDb, binary: &Path) -> Result<ExitCode> {
+    let (runnable, without) = binary_recipes(binary)?;
+    for s in &without {
+        crate::kl_eprintln!(
+            "klaraptor: warning: kernel {} (annotated at {}) has no profile(run=…, sizes=…) \
+             recipe: not profiled; add one to its annotation",
+            s.name,
+            s.annotated_at
+        );
+    }
+    if runnable.is_empty() {
+        bail!(
+            "no annotated kernel of {} has a profile recipe",
+            binary.display()
+        );
+    }
+    if !crate::link::gpu_present() {
+        let names: Vec<String> = runnable
+            .iter()
+            .map(|s| format!("{} (annotated at {})", s.name, s.annotated_at))
+            .collect();
+        bail!(
+            "no NVIDIA GPU here (or KLARAPTOR_NO_GPU is set): klaraptor profile runs the \
+             recipes of {} on this machine's GPU; run it on a machine with one, with the \
+             database {} ({}), then rebuild",
+            names.join(", "),
+            db.root().display(),
+            db.origin()
+        );
+    }
+    let toolchain = crate::toolchain::Toolchain::discover(None)?;
+    let gpu = crate::link::Gpu::here(&toolchain.nvcc)?;
+    let mut todo: Vec<&LinkSpec> = Vec::new();
+    for s in &runnable {
+        match db.get(&s.mangled, &s.code_hash, &gpu.device.name)? {
+            Some(_) => crate::kl_println!(
+                "{} on {}: profiled already ({})",
+                s.name,
+                gpu.device.name,
+                db.entry_path(&s.mangled, &s.code_hash, &gpu.device.name)?
+                    .display()
+            ),
+            None => todo.push(s),
+        }
+    }
+    if todo.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let scratch = crate::interrupt::Scratch::new("klaraptor-profile-")?;
+    let dir = crate::profiling::scratch(scratch.path())?;
+    let outcomes = crate::link::run_recipes(&gpu, &todo, db, &dir, false)?;
+    let mut code = ExitCode::SUCCESS;
+    for (s, o) in todo.iter().zip(&outcomes) {
+        if o.has_entry() {
+            crate::kl_println!(
+                "{} on {}: profiled -> {}",
+                s.name,
+                gpu.device.name,
+                db.entry_path(&s.mangled, &s.code_hash, &gpu.device.name)?
+                    .display()
+            );
+        } else {
+            crate::kl_println!(
+                "{} on {}: no complete profile (see the warnings above)",
+                s.name,
+                gpu.device.name
+            );
+            code = ExitCode::FAILURE;
+        }
+    }
     Ok(code)
 }
 
@@ -862,7 +981,7 @@ mod tests {
     fn exec(db: &ProfileDb, args: &[&str]) -> Result<String> {
         let a = parse(args);
         let mut out = String::new();
-        execute(db, &a.command, &mut out)?;
+        execute(db, a.command.as_ref().expect("a subcommand"), &mut out)?;
         Ok(out)
     }
 
@@ -873,8 +992,12 @@ mod tests {
         let a = parse(&["prune", "--older-than", "2026-01-31", "--dry-run"]);
         assert!(matches!(
             a.command,
-            ProfileCommand::Prune { dry_run: true, older_than: Some(d), .. } if d.to_string() == "2026-01-31"
+            Some(ProfileCommand::Prune { dry_run: true, older_than: Some(d), .. }) if d.to_string() == "2026-01-31"
         ));
+        // A binary instead of a subcommand: `klaraptor profile ./app`.
+        let b = parse(&["./app"]);
+        assert_eq!(b.binary, Some(PathBuf::from("./app")));
+        assert!(b.command.is_none());
         let err = Cli::try_parse_from(["profile", "prune", "--older-than", "2026-02-30"])
             .err()
             .unwrap()

@@ -18,9 +18,6 @@ use serde::Deserialize;
 
 use crate::linkspec::LinkSpec;
 
-/// Linker options that make a link the profiling variant (with the runtime archive).
-pub const WRAP_FLAGS: &[&str] = &["-Xlinker", "--wrap=__cudaLaunchKernel"];
-
 /// The generic sample of block shapes for a kernel of dimensionality `dim`: the plan of a
 /// kernel whose constraints allow all of it ([`kernel_plan`], where every plan comes from,
 /// says what a kernel that does not gets). The fit works on launch totals scaled by lane
@@ -559,6 +556,11 @@ pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result
         .env("KLARAPTOR_PROGRESS", progress_file.path())
         .env_remove("KLARAPTOR_FORCE")
         .env_remove("KLARAPTOR_DISABLE")
+        // The binary carries the rational programs of kernels profiled before: they choose
+        // their launches, but neither time candidates on the GPU the collector measures nor
+        // write the user's choices cache.
+        .env("KLARAPTOR_REFINE", "off")
+        .env("KLARAPTOR_CHOICES", "off")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,17 +1,125 @@
 //! The klaraptor runtime (runtime-shim/, compiled by build.rs) travels inside the
-//! `klaraptor-cc` binary and is written out for each link that needs it, so an installed
-//! `klaraptor-cc` is self-contained.
+//! `klaraptor-cc` binary, so an installed `klaraptor-cc` is self-contained.
+//!
+//! Every object klaraptor-cc instruments carries the runtime (the shim and the profiling
+//! runtime, [`EMBEDDED`]): its symbols are weak and hidden, so that any number of such
+//! objects link with any linker (g++, clang++, nvcc; directly, from a static library, into
+//! a shared library) and the linker keeps one copy per executable or shared library
+//! (runtime-shim/src/klaraptor_embed.c says how). The archive ([`ARCHIVE`]) is the same
+//! runtime for programs that link it themselves (the shim's tests).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 /// `libklaraptor_rt.a`, as build.rs compiled it.
 pub const ARCHIVE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libklaraptor_rt.a"));
+
+/// The runtime every instrumented object carries, as build.rs made it.
+pub const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/klaraptor_rt_embedded.o"));
+
+/// The string by which an object, archive or binary shows it carries [`EMBEDDED`]
+/// (runtime-shim/src/klaraptor_embed.c).
+pub const EMBEDDED_MARKER: &[u8] = b"KLARAPTOR-RT-EMBEDDED v1";
+
+/// The launch entry point of the carried runtime: an instrumented object's calls of the CUDA
+/// runtime's `__cudaLaunchKernel` are renamed to it, so that the carried profiling runtime
+/// sees them when asked to profile (it passes every launch on otherwise).
+pub const LAUNCH_ENTRY: &str = "klaraptor__launch_kernel";
 
 /// Writes the runtime archive into `dir` and returns its path.
 pub fn archive(dir: &Path) -> Result<PathBuf> {
     let p = dir.join("libklaraptor_rt.a");
     std::fs::write(&p, ARCHIVE).with_context(|| format!("writing {}", p.display()))?;
     Ok(p)
+}
+
+/// Writes the carried runtime object into `dir` and returns its path.
+pub fn embedded(dir: &Path) -> Result<PathBuf> {
+    let p = dir.join("klaraptor_rt_embedded.o");
+    std::fs::write(&p, EMBEDDED).with_context(|| format!("writing {}", p.display()))?;
+    Ok(p)
+}
+
+/// Whether `bytes` (an object, archive or binary) carries the runtime.
+pub fn carries_runtime(bytes: &[u8]) -> bool {
+    bytes
+        .windows(EMBEDDED_MARKER.len())
+        .any(|w| w == EMBEDDED_MARKER)
+}
+
+/// `objcopy`: `KLARAPTOR_OBJCOPY`, else `objcopy` on the PATH.
+pub fn objcopy() -> PathBuf {
+    std::env::var_os("KLARAPTOR_OBJCOPY")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("objcopy"))
+}
+
+/// Copies the instrumented object `from` to `to` with its launches through the carried
+/// runtime's entry point ([`LAUNCH_ENTRY`]), and its file symbol named `source_name` instead
+/// of nvcc's temporary file (`tmpxft_<pid>_…`), so that two compiles of the same source
+/// give the same bytes.
+pub fn route_launches(from: &Path, to: &Path, source_name: &str, verbose: bool) -> Result<()> {
+    let bytes = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+    let mut cmd = Command::new(objcopy());
+    cmd.arg(format!("--redefine-sym=__cudaLaunchKernel={LAUNCH_ENTRY}"));
+    for t in nvcc_temp_names(&bytes) {
+        cmd.arg(format!("--redefine-sym={t}={source_name}"));
+    }
+    cmd.arg(from).arg(to);
+    if verbose {
+        crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
+    }
+    let out = cmd.output().with_context(|| {
+        format!(
+            "cannot run {} (binutils; KLARAPTOR_OBJCOPY names another)",
+            objcopy().display()
+        )
+    })?;
+    if !out.status.success() {
+        bail!(
+            "objcopy failed on {}:\n{}",
+            from.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The names of nvcc's temporary files in an object's string table (`tmpxft_` up to the
+/// terminating NUL, preceded by a NUL: whole strings only).
+fn nvcc_temp_names(bytes: &[u8]) -> Vec<String> {
+    const PREFIX: &[u8] = b"\0tmpxft_";
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while let Some(at) = bytes[i..].windows(PREFIX.len()).position(|w| w == PREFIX) {
+        let start = i + at + 1;
+        let len = bytes[start..]
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(bytes.len() - start);
+        let name = &bytes[start..start + len];
+        let plain = name
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"._-+".contains(&b));
+        if plain && len < 256 {
+            let s = String::from_utf8_lossy(name).into_owned();
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        i = start + len;
+    }
+    out
+}
+
+/// Whether `bytes` (an object, archive or binary) calls the runtime (as
+/// [`crate::instrument::needs_runtime`] reads a file).
+pub fn calls_runtime(bytes: &[u8]) -> bool {
+    klaraptor_passes::inject::ENTRY_FNS.iter().any(|f| {
+        let needle = f.as_bytes();
+        bytes.windows(needle.len()).any(|w| w == needle)
+    })
 }

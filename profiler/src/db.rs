@@ -7,6 +7,7 @@
 //! <db>/README.txt                                what this directory is (written once)
 //! <db>/.gitignore                                ignores the lock and temporary files
 //! <db>/.lock, <db>/.lock.queue                   the lock files (see below)
+//! <db>/generation                                rewritten by every change (see below)
 //! <db>/v<FORMAT_VERSION>/<device>/<kernel>-<code_hash>.toml   one record::Entry per file
 //! ```
 //!
@@ -28,6 +29,12 @@
 //! renamed over the entry and the directory is flushed, so an entry is either the old
 //! complete file or the new complete file, also when the writer is killed. A killed
 //! writer may leave its temporary file; `prune --invalid` removes it.
+//!
+//! `<db>/generation` changes with every `put`, `remove` and `prune` (under the exclusive
+//! lock): a compile that read the database (klaraptor-cc puts the rational programs of the
+//! kernels it finds profiled into the object) lists it among the object's dependencies and
+//! in its preprocessed output, so make, Ninja and ccache rebuild the object when the
+//! database changes ([`ProfileDb::ensure_generation`]).
 
 mod filter;
 mod naming;
@@ -56,6 +63,7 @@ const QUEUE_FILE: &str = ".lock.queue";
 const README_FILE: &str = "README.txt";
 const GITIGNORE_FILE: &str = ".gitignore";
 const TMP_SUFFIX: &str = ".tmp";
+const GENERATION_FILE: &str = "generation";
 
 /// The hint every message about a bad entry ends with.
 const PRUNE_HINT: &str = "remove it or run `klaraptor profile prune --invalid`";
@@ -351,6 +359,50 @@ impl ProfileDb {
         &self.origin
     }
 
+    /// `<db>/generation`, which every change of the database rewrites.
+    pub fn generation_path(&self) -> PathBuf {
+        self.root.join(GENERATION_FILE)
+    }
+
+    /// [`ProfileDb::generation_path`], created (with the database directory) when missing,
+    /// so that a build can depend on it before anything is stored; `None` when it cannot be
+    /// created (a read-only location).
+    pub fn ensure_generation(&self) -> Option<PathBuf> {
+        let path = self.generation_path();
+        if path.is_file() {
+            return Some(path);
+        }
+        fs::create_dir_all(&self.root).ok()?;
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut f) => {
+                f.write_all(b"klaraptor profile database generation 0\n")
+                    .ok()?;
+                Some(path)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Some(path),
+            Err(_) => None,
+        }
+    }
+
+    /// Rewrites the generation file with a value of its own (under the exclusive lock).
+    fn bump_generation(&self) -> Result<()> {
+        let path = self.generation_path();
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let tmp = self
+            .root
+            .join(format!(".{GENERATION_FILE}.{pid}-{n}{TMP_SUFFIX}"));
+        fs::write(
+            &tmp,
+            format!("klaraptor profile database generation {nanos}.{pid}.{n}\n"),
+        )
+        .map_err(io_err(&tmp, "write the generation file"))?;
+        fs::rename(&tmp, &path).map_err(io_err(&path, "replace the generation file"))
+    }
+
     /// Whether the directory exists (a database nobody wrote to yet does not).
     pub fn exists(&self) -> bool {
         self.root.is_dir()
@@ -532,6 +584,7 @@ impl ProfileDb {
             return Err(e);
         }
         sync_dir(dir)?;
+        self.bump_generation()?;
         Ok(path)
     }
 
@@ -550,6 +603,7 @@ impl ProfileDb {
         let dir = path.parent().expect("an entry path has a directory");
         sync_dir(dir)?;
         remove_if_empty(dir, &self.root)?;
+        self.bump_generation()?;
         Ok(true)
     }
 
@@ -752,6 +806,9 @@ impl ProfileDb {
         for d in &dirs {
             sync_dir(d)?;
             remove_if_empty(d, &self.root)?;
+        }
+        if !selected.is_empty() {
+            self.bump_generation()?;
         }
         Ok(selected)
     }
@@ -1084,6 +1141,9 @@ Layout:
   v<format>/<device>/<kernel>-<code hash>.toml   one profile entry per file (TOML)
   .lock, .lock.queue                             taken by readers and writers; do not remove
                                                  them while klaraptor runs
+  generation                                     changes with every change of the database;
+                                                 builds depend on it (touch it after copying
+                                                 entries in by hand)
 An entry belongs to one kernel (its mangled name, and a hash of its device code and of the
 compiler flags that change that code) on one device. When the kernel's code changes, its
 hash changes and the kernel is profiled again; the old entry stays until pruned.

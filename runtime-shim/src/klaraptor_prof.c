@@ -1,8 +1,12 @@
-/* klaraptor profiling runtime: linked only into the profiling variant of a program.
+/* klaraptor profiling runtime: carried by every object klaraptor-cc instruments
+ * (klaraptor_embed.c), inactive unless the environment below asks it to profile.
  *
- * That variant is linked with `--wrap=__cudaLaunchKernel`: the calls of the entry point
- * nvcc's host stubs launch through reach __wrap___cudaLaunchKernel below (same signature),
- * which reaches the CUDA runtime's own as __real___cudaLaunchKernel. klaraptor_select tells
+ * The calls of the entry point nvcc's host stubs launch through reach
+ * __wrap___cudaLaunchKernel below (same signature), which reaches the CUDA runtime's own as
+ * __real___cudaLaunchKernel: in the carried copy, build.rs renames them
+ * klaraptor__launch_kernel and __cudaLaunchKernel, and klaraptor-cc routes the instrumented
+ * object's launches to the first; a program linked with the archive and
+ * `--wrap=__cudaLaunchKernel` (the shim's tests) gets the same. klaraptor_select tells
  * this file (through klaraptor__set_profile_note) of
  * each launch of an annotated kernel; the launch that follows on the same thread with the
  * same dims is that kernel's. For the first few distinct data sizes of each kernel, the
@@ -211,7 +215,17 @@ static void load_plan(const char *path) {
 
 static void load_resume(const char *path);
 
-__attribute__((constructor)) static void prof_init(void) {
+/* Every copy of this file runs its constructor: an object built by klaraptor-cc carries the
+ * runtime (klaraptor_embed.c), and the linker keeps one copy's global symbols. The
+ * constructor calls the global (weak, so the call is never bound to this copy) and that one
+ * copy reads the environment, once. */
+void klaraptor__prof_init(void) __attribute__((weak));
+__attribute__((constructor)) static void prof_ctor(void) { klaraptor__prof_init(); }
+
+void klaraptor__prof_init(void) {
+  static int done;
+  if (done) return;
+  done = 1;
   g_out = getenv("KLARAPTOR_PROFILE_OUT");
   g_collector = getenv("KLARAPTOR_COLLECTOR");
   const char *plan = getenv("KLARAPTOR_PROFILE_PLAN");
