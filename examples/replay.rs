@@ -15,6 +15,9 @@
 //! sizes, the model's ratio, profiled_best's, the model's predicted time of profiled_best
 //! over its choice's, the in-sample and held-out model scores) for trying rules offline.
 //!
+//! `KL_REPLAY_RANKS=<file>` appends one JSON line per case (the ranking, profiled best, the
+//! program's shape and the sweep's times) for `bench/gpu/refine/simulate.py`.
+//!
 //! A binary that carries programs for several GPUs replays one: `--device` names it exactly
 //! (e.g. "NVIDIA H100 80GB HBM3"), as the runtime matches it.
 //!
@@ -223,6 +226,34 @@ fn main() -> Result<()> {
                             ins.unwrap_or(f64::NAN),
                             ho.unwrap_or(f64::NAN)
                         )?;
+                    }
+                    if let Ok(path) = std::env::var("KL_REPLAY_RANKS") {
+                        // One JSON line per case for the refinement simulator
+                        // (bench/gpu/refine/simulate.py): the ranking the rational program
+                        // gives (what its `rank` returns), its profiled best, the program's
+                        // own shape and every time the sweep measured.
+                        use std::io::Write as _;
+                        let times: BTreeMap<String, f64> = meas
+                            .iter()
+                            .map(|(b, t)| (format!("{}x{}x{}", b[0], b[1], b[2]), *t))
+                            .collect();
+                        let line = serde_json::json!({
+                            "device": prog.device.name,
+                            "program": name,
+                            "kernel": prog.kernel,
+                            "dim": prog.dim,
+                            "size": size,
+                            "ranked": ranked.iter().map(|r| r.block).collect::<Vec<_>>(),
+                            "predicted_us": ranked.iter().map(|r| r.prediction.time_us).collect::<Vec<_>>(),
+                            "profiled": prog.profiled_best(&size),
+                            "program_shape": def,
+                            "times_ms": times,
+                        });
+                        let mut f = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(path)?;
+                        writeln!(f, "{line}")?;
                     }
                     rows.push(Row {
                         program: name.clone(),

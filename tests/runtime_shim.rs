@@ -13,12 +13,14 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const CUDA_INCLUDE: &str = env!("KLARAPTOR_RT_CUDA_INCLUDE");
 
 /// Every variable the shim reads: removed before each run, so that only a case's own count.
-const SHIM_VARS: [&str; 6] = [
+const SHIM_VARS: [&str; 8] = [
     "KLARAPTOR_FORCE",
     "KLARAPTOR_DISABLE",
     "KLARAPTOR_LOG",
     "KLARAPTOR_REFINE",
     "KLARAPTOR_REFINE_WALK",
+    "KLARAPTOR_REFINE_SPAN",
+    "KLARAPTOR_REFINE_BUDGET",
     "KLARAPTOR_CHOICES",
 ];
 
@@ -874,6 +876,7 @@ fn refinement_cases() {
             "ok capture",
             "ok failed",
             "ok walk",
+            "ok span",
             "ok incumbent",
             "ok many_keys",
             "ok controls",
@@ -883,6 +886,7 @@ fn refinement_cases() {
             "ok progress",
             "ok interleaved",
             "ok turns",
+            "ok devices",
             "all refinement cases passed",
         ])
     );

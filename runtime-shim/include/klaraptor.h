@@ -70,12 +70,13 @@ typedef struct klaraptor_kernel {
 void klaraptor_register(const klaraptor_kernel *k);
 
 /* Rational programs carry their own version: 1 ends at `source`, 2 adds `rank`,
- * `profiled_best` and `code_hash` (what the runtime's refinement needs). */
-#define KLARAPTOR_MODEL_ABI_VERSION 2
+ * `profiled_best` and `code_hash` (what the runtime's refinement needs), 3 `sm_count`. */
+#define KLARAPTOR_MODEL_ABI_VERSION 3
 
 /* A rational program: what klaraptor-cc generates at link time for one kernel and one device
  * (app.klaraptor/<kernel>.<device>.c). Registered from that file's constructor; the shim uses
- * the model whose device name equals the name of the device current at the launch. */
+ * the model made for the device current at the launch: its name equal to the device's (not a
+ * part of it) and, from version 3, its SM count too. */
 typedef struct klaraptor_model {
   int abi_version;          /* KLARAPTOR_MODEL_ABI_VERSION (1 is still accepted) */
   const char *id;           /* the kernel's mangled name */
@@ -97,6 +98,9 @@ typedef struct klaraptor_model {
   /* Version 2: the hash of the kernel's device code the model was profiled for (the choices
    * cache's key). */
   const char *code_hash;
+  /* Version 3: the SM count of the device the model was made for (with `device`, its
+   * identity: an H100 PCIe and an H100 SXM, a MIG slice and its whole GPU differ); 0: any. */
+  int sm_count;
 } klaraptor_model;
 
 /* A second registration of the same (id, device) is ignored. */

@@ -196,18 +196,25 @@ void klaraptor_register_model(const klaraptor_model *m) {
   pthread_mutex_unlock(&g_lock);
 }
 
-/* The model of kernel `id` for device `dev`; *others counts the models of that kernel made
- * for other devices, and *other names one of them. */
-static const klaraptor_model *model_for(const char *id, const char *dev, int *others,
-                                        const char **other) {
+/* The model of kernel `id` for device `dev`, by identity: the device's whole name (never a
+ * part of it: a model for "NVIDIA H100" is not one for "NVIDIA H100 80GB HBM3") and, for
+ * programs of version 3 that say it, its SM count. *others counts the models of that kernel
+ * made for other devices, and *other describes one of them. */
+static const klaraptor_model *model_for(const char *id, const klaraptor_device *dev,
+                                        int *others, char *other, size_t otherlen) {
   *others = 0;
-  *other = NULL;
+  other[0] = 0;
   for (mentry *e = atomic_load_explicit(&g_models, memory_order_acquire); e;
        e = atomic_load_explicit(&e->next, memory_order_acquire)) {
     if (strcmp(e->m->id, id) != 0) continue;
-    if (strcmp(e->m->device, dev) == 0) return e->m;
+    int sms = e->m->abi_version >= 3 ? e->m->sm_count : 0;
+    int named = strcmp(e->m->device, dev->name) == 0;
+    if (named && (sms <= 0 || sms == dev->sm_count)) return e->m;
     (*others)++;
-    *other = e->m->device;
+    if (named)
+      snprintf(other, otherlen, "%s with %d SMs", e->m->device, sms);
+    else
+      snprintf(other, otherlen, "%s", e->m->device);
   }
   return NULL;
 }
@@ -265,6 +272,7 @@ typedef struct config {
   size_t n_force;
   int refine_k;      /* the model's shapes refinement tries; 0: no refinement */
   int refine_walk;   /* 1: refinement walks to the neighbours of the best shape */
+  int refine_span;   /* 1: the model's candidates span its shapes (rf_new); 0: its first k */
   double refine_budget; /* the share of a key's kernel time its tries may cost; <0: no limit */
   char *choices_dir; /* the choices cache; NULL: off */
 } config;
@@ -273,7 +281,7 @@ typedef struct config {
 #define REFINE_MAX_K 8
 #define REFINE_DEFAULT_BUDGET 0.01
 
-static config g_cfg = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, 1, REFINE_DEFAULT_BUDGET, NULL};
+static config g_cfg = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, 1, 1, REFINE_DEFAULT_BUDGET, NULL};
 static atomic_int g_inited;
 
 /* Parses "<bx>[x<by>[x<bz>]]"; returns 0 on success. */
@@ -420,6 +428,8 @@ static void read_env_locked(void) {
   }
   const char *w = getenv("KLARAPTOR_REFINE_WALK");
   g_cfg.refine_walk = !(w && (strcmp(w, "off") == 0 || strcmp(w, "0") == 0));
+  const char *sp = getenv("KLARAPTOR_REFINE_SPAN");
+  g_cfg.refine_span = !(sp && (strcmp(sp, "off") == 0 || strcmp(sp, "0") == 0));
   g_cfg.refine_budget = REFINE_DEFAULT_BUDGET;
   const char *bu = getenv("KLARAPTOR_REFINE_BUDGET");
   if (bu && *bu) {
@@ -853,8 +863,8 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
     return;
   }
   int others = 0;
-  const char *other = NULL;
-  const klaraptor_model *model = model_for(k->id, dev->name, &others, &other);
+  char other[300];
+  const klaraptor_model *model = model_for(k->id, dev, &others, other, sizeof other);
   int (*select)(const int64_t *, const klaraptor_device *, uint32_t[3], double *) =
       model ? model->select : NULL;
   if (!select && !k->select) {
@@ -1085,6 +1095,9 @@ static void capture_mode_restore(int old) { (void)old; }
 #define RF_INCUMBENT 1.03  /* the program's own shape is left only for one this much faster */
 #define RF_MID_US 100.0    /* kernels at least this long get two samples (else three) */
 #define RF_MAX_REFINING 256 /* keys refining at once; later ones take the model's choice */
+#define RF_SPAN_ASK 32     /* the model's shapes the spanning rule picks its candidates from */
+#define RF_SPAN_APART 4    /* ... each this many times apart from the others in threads or
+                              in some block axis */
 
 static int g_refining;      /* under g_lock: unsettled keys */
 static int g_refining_full; /* under g_lock: the cap was logged */
@@ -1278,6 +1291,21 @@ static int rf_shape_ok(const klaraptor_kernel *k, const klaraptor_device *dev,
   return compute_grid(k, dev, data, b, g, &why) == 0;
 }
 
+/* 1 when shape b is RF_SPAN_APART times apart, in threads or in some block axis, from every
+ * candidate the model gave so far (all of r's candidates while rf_new builds them). */
+static int rf_apart(const refine *r, const uint32_t b[3]) {
+  for (int i = 0; i < r->nc; i++) {
+    const uint32_t *c = r->c[i].block;
+    uint64_t tb = (uint64_t)b[0] * b[1] * b[2], tc = (uint64_t)c[0] * c[1] * c[2];
+    int apart = tb >= RF_SPAN_APART * tc || tc >= RF_SPAN_APART * tb;
+    for (int a = 0; a < 3 && !apart; a++)
+      apart = (uint64_t)b[a] >= (uint64_t)RF_SPAN_APART * c[a] ||
+              (uint64_t)c[a] >= (uint64_t)RF_SPAN_APART * b[a];
+    if (!apart) return 0;
+  }
+  return 1;
+}
+
 /* Under g_lock: the candidates of a key whose model chose d. NULL when there is nothing to
  * refine (one candidate). */
 static refine *rf_new(const kentry *e, const klaraptor_model *m, const klaraptor_device *dev,
@@ -1290,15 +1318,25 @@ static refine *rf_new(const kentry *e, const klaraptor_model *m, const klaraptor
   r->n_shapes = -1;
   rf_add(r, "model#1", 0, d->block, d->grid);
   if (m->abi_version >= 2 && m->rank) {
-    uint32_t blocks[REFINE_MAX_K][3];
-    int total = m->rank(data, dev, g_cfg.refine_k, blocks, NULL);
+    /* The spanning rule: of the model's first RF_SPAN_ASK shapes, in its order, those
+     * RF_SPAN_APART times apart from every model shape taken (in threads or in some block
+     * axis), until k are taken. Shapes the model predicts within a few per cent of each
+     * other (1024, 992 and 960 threads) are one try's worth of information for three tries'
+     * cost; shapes far apart are what the walk (2x a step, stopping on a slope) cannot reach
+     * from one another. Without it (KLARAPTOR_REFINE_SPAN=off): the first k. */
+    int ask = g_cfg.refine_span ? RF_SPAN_ASK : g_cfg.refine_k;
+    uint32_t blocks[RF_SPAN_ASK][3];
+    int total = m->rank(data, dev, ask, blocks, NULL);
     r->n_shapes = total;
-    int filled = total < g_cfg.refine_k ? total : g_cfg.refine_k;
-    for (int i = 1; i < filled; i++) {
+    int filled = total < ask ? total : ask;
+    int taken = 1; /* model#1: the model's choice, blocks[0] */
+    for (int i = 1; i < filled && taken < g_cfg.refine_k; i++) {
       uint32_t g[3];
       char label[24];
+      if (g_cfg.refine_span && !rf_apart(r, blocks[i])) continue;
       snprintf(label, sizeof label, "model#%d", (i + 1) % 100);
-      if (rf_shape_ok(e->k, dev, data, blocks[i], g)) rf_add(r, label, 0, blocks[i], g);
+      if (rf_shape_ok(e->k, dev, data, blocks[i], g) && rf_add(r, label, 0, blocks[i], g) >= 0)
+        taken++;
     }
   }
   if (m->abi_version >= 2 && m->profiled_best) {
@@ -2450,6 +2488,7 @@ void klaraptor__reset_for_tests(void) {
   g_cfg.disabled = 0;
   g_cfg.refine_k = REFINE_DEFAULT_K;
   g_cfg.refine_walk = 1;
+  g_cfg.refine_span = 1;
   g_cfg.refine_budget = REFINE_DEFAULT_BUDGET;
   g_refining = 0;
   g_refining_full = 0;

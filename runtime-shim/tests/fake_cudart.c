@@ -1,22 +1,36 @@
-/* A tiny fake of the five CUDA runtime functions the shim calls, so that the test binary links
- * and runs without cudart or a GPU. It describes two devices: 0 is H200-like, 1 A100-like;
- * fake_cudart_device selects the current one (-1: cudaGetDevice fails with
- * cudaErrorNoDevice). fake_cudart_fail_attr makes cudaDeviceGetAttribute fail for one
+/* A tiny fake of the CUDA runtime functions the shim calls, so that the test binary links
+ * and runs without cudart or a GPU. It describes four devices: 0 is H200-like, 1 A100-like,
+ * 2 an H100 80GB HBM3 (132 SMs) and 3 a device of the same name with 114 SMs (another
+ * identity); fake_cudart_device selects the current one for every thread (-1: cudaGetDevice
+ * fails with cudaErrorNoDevice), cudaSetDevice for the calling thread only (as CUDA's current
+ * device is per thread). fake_cudart_fail_attr makes cudaDeviceGetAttribute fail for one
  * attribute. */
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
+#define FAKE_DEVICES 4
 int fake_cudart_device = 0;
+static _Thread_local int fake_thread_device = -2; /* -2: not set by cudaSetDevice */
 int fake_cudart_fail_attr = -1;
 int fake_cudart_last_error = 0;
 
 cudaError_t cudaGetDevice(int *device) {
-  if (fake_cudart_device < 0) {
+  int d = fake_thread_device != -2 ? fake_thread_device : fake_cudart_device;
+  if (d < 0) {
     fake_cudart_last_error = cudaErrorNoDevice;
     return cudaErrorNoDevice;
   }
-  *device = fake_cudart_device;
+  *device = d;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= FAKE_DEVICES) {
+    fake_cudart_last_error = cudaErrorInvalidDevice;
+    return cudaErrorInvalidDevice;
+  }
+  fake_thread_device = device;
   return cudaSuccess;
 }
 
@@ -31,13 +45,13 @@ const char *cudaGetErrorString(cudaError_t error) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
-  if (device < 0 || device > 1 || (int)attr == fake_cudart_fail_attr) {
+  if (device < 0 || device >= FAKE_DEVICES || (int)attr == fake_cudart_fail_attr) {
     fake_cudart_last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
-  int h200 = device == 0;
+  int h200 = device != 1; /* the H100s: Hopper too */
   switch (attr) {
-  case cudaDevAttrMultiProcessorCount: *value = h200 ? 132 : 108; break;
+  case cudaDevAttrMultiProcessorCount: *value = device == 1 ? 108 : device == 3 ? 114 : 132; break;
   case cudaDevAttrWarpSize: *value = 32; break;
   case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
   case cudaDevAttrMaxBlockDimX: *value = 1024; break;
@@ -61,9 +75,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
-  if (device < 0 || device > 1) return cudaErrorInvalidDevice;
+  if (device < 0 || device >= FAKE_DEVICES) return cudaErrorInvalidDevice;
   memset(prop, 0x5a, sizeof *prop);
-  strcpy(prop->name, device == 0 ? "NVIDIA H200" : "NVIDIA A100-SXM4-80GB");
+  strcpy(prop->name, device == 0   ? "NVIDIA H200"
+                     : device == 1 ? "NVIDIA A100-SXM4-80GB"
+                                   : "NVIDIA H100 80GB HBM3");
   return cudaSuccess;
 }
 

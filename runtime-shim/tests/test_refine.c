@@ -21,6 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cuda_runtime_api.h> /* cudaSetDevice: the fake's (tests/fake_cudart.c) */
+
 #include "klaraptor.h"
 #include "klaraptor_internal.h"
 
@@ -32,6 +34,8 @@ extern int fake_cudart_records;
 extern void *fake_cudart_capturing;
 extern _Thread_local int fake_cudart_launch_error;
 extern int fake_cudart_capture_mode;
+static int read_file(const char *path, char *buf, size_t cap);
+static int choice_files(const char *dir, char *out, size_t cap, int *tmps);
 void fake_cudart_kernel(void *stream, double us);
 void fake_cudart_reset_streams(void);
 
@@ -93,7 +97,7 @@ static int st_select(const int64_t *data, const klaraptor_device *dev, uint32_t 
 }
 static const klaraptor_model m_st = {KLARAPTOR_MODEL_ABI_VERSION, ID, "NVIDIA H200", st_select,
                                      "stencil.NVIDIA_H200.c", st_rank, NULL,
-                                     "00c0ffee00c0ffee"};
+                                     "00c0ffee00c0ffee", 0};
 
 /* A second kernel, launched between the first's launches on the same stream: its model ranks
  * 256 > 128 > 512; 64 (its program's shape) is its fastest. */
@@ -101,13 +105,145 @@ static const klaraptor_model m_st = {KLARAPTOR_MODEL_ABI_VERSION, ID, "NVIDIA H2
 static const klaraptor_kernel k_ot = {KLARAPTOR_ABI_VERSION, ID2, "other", 1, n_names, 1,
                                       st_grid, st_allowed, 32, 0, NULL, NULL};
 static const klaraptor_model m_ot = {KLARAPTOR_MODEL_ABI_VERSION, ID2, "NVIDIA H200", st_select,
-                                     "other.NVIDIA_H200.c", st_rank, NULL, "00beef0000beef00"};
+                                     "other.NVIDIA_H200.c", st_rank, NULL, "00beef0000beef00", 0};
+
+/* A kernel like gramschm's gs_update on an H100: the model predicts every multiple of 32 up to
+ * 1024 within a few per cent and ranks them by width, 1024 > 992 > 960 > ... > 32 (its first
+ * three are near-duplicates); the program launches 256; the fastest is 32, two halvings below
+ * 128, which is slower than 256 (the walk from 256 stops there). */
+#define ID3 "_Z9gs_updatePfi"
+static const klaraptor_kernel k_gs = {KLARAPTOR_ABI_VERSION, ID3, "gs_update", 1, n_names, 1,
+                                      st_grid, st_allowed, 32, 0, NULL, NULL};
+static int gs_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3],
+                   double *us) {
+  (void)data;
+  (void)dev;
+  int n = 0;
+  for (uint32_t x = 1024; x >= 32 && n < k; x -= 32, n++) {
+    blocks[n][0] = x;
+    blocks[n][1] = blocks[n][2] = 1;
+    if (us) us[n] = 380.0 + n;
+  }
+  return 32;
+}
+static int gs_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
+                     double *us) {
+  uint32_t b[1][3];
+  gs_rank(data, dev, 1, b, us);
+  memcpy(block, b[0], sizeof b[0]);
+  return 0;
+}
+static const klaraptor_model m_gs = {KLARAPTOR_MODEL_ABI_VERSION, ID3, "NVIDIA H200", gs_select,
+                                     "gs_update.NVIDIA_H200.c", gs_rank, NULL,
+                                     "0600d0000600d000", 0};
+static double gs_us(uint32_t bx) {
+  return bx == 32 ? 200 : bx == 64 ? 250 : bx == 128 ? 420 : bx == 256 ? 400 : 410;
+}
+/* One launch of gs_update: the program's 256. Returns the block width used. */
+static uint32_t run_gs(void *stream, int64_t n) {
+  uint64_t gxy = (uint64_t)cdiv(n, 256) | (1ull << 32), bxy = 256 | (1ull << 32);
+  uint32_t gz = 1, bz = 1;
+  uint64_t t = klaraptor_launch_begin(ID3, 1, &n, &gxy, &gz, &bxy, &bz, 0, stream);
+  uint32_t bx = (uint32_t)bxy;
+  fake_cudart_kernel(stream, gs_us(bx));
+  klaraptor_launch_end(t);
+  return bx;
+}
+
+static double kernel_us(uint32_t bx);
+
+/* One kernel, rational programs for two GPUs (issue 22): the H200's ranks 256 > 128 > 512 >
+ * 64 and 128 is fastest there; the H100 80GB HBM3's (132 SMs) ranks 512 > 1024 > 256 > 128
+ * and 1024 is fastest there. A program for "NVIDIA H100" (a part of the H100's name) must
+ * not be taken for it. Devices 1 (A100) and 3 (an H100 80GB HBM3 of 114 SMs) have none. */
+#define ID4 "_Z5multiPfi"
+static const klaraptor_kernel k_md = {KLARAPTOR_ABI_VERSION, ID4, "multi", 1, n_names, 1,
+                                      st_grid, st_allowed, 32, 0, NULL, NULL};
+static int md_rank(const uint32_t *order, int k, uint32_t (*blocks)[3], double *us) {
+  int n = 0;
+  for (int i = 0; i < 4 && n < k; i++) blocks[n++][0] = order[i];
+  for (uint32_t x = 32; x <= 1024 && n < k; x += 32) {
+    int dup = 0;
+    for (int i = 0; i < 4; i++) dup |= order[i] == x;
+    if (!dup) blocks[n++][0] = x;
+  }
+  for (int i = 0; i < n; i++) {
+    blocks[i][1] = blocks[i][2] = 1;
+    if (us) us[i] = 10.0 + i;
+  }
+  return 32;
+}
+static const uint32_t g_md_h200[4] = {256, 128, 512, 64}, g_md_h100[4] = {512, 1024, 256, 128};
+static int md_rank_h200(const int64_t *data, const klaraptor_device *dev, int k,
+                        uint32_t (*blocks)[3], double *us) {
+  (void)data;
+  if (dev->sm_count != 132 || strcmp(dev->name, "NVIDIA H200") != 0) return -1;
+  return md_rank(g_md_h200, k, blocks, us);
+}
+static int md_rank_h100(const int64_t *data, const klaraptor_device *dev, int k,
+                        uint32_t (*blocks)[3], double *us) {
+  (void)data;
+  if (dev->sm_count != 132 || strcmp(dev->name, "NVIDIA H100 80GB HBM3") != 0) return -1;
+  return md_rank(g_md_h100, k, blocks, us);
+}
+static int md_select_h200(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
+                          double *us) {
+  uint32_t b[1][3];
+  if (md_rank_h200(data, dev, 1, b, us) < 0) return 1;
+  memcpy(block, b[0], sizeof b[0]);
+  return 0;
+}
+static int md_select_h100(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
+                          double *us) {
+  uint32_t b[1][3];
+  if (md_rank_h100(data, dev, 1, b, us) < 0) return 1;
+  memcpy(block, b[0], sizeof b[0]);
+  return 0;
+}
+static const klaraptor_model m_md_h200 = {
+    KLARAPTOR_MODEL_ABI_VERSION, ID4, "NVIDIA H200", md_select_h200, "multi.nvidia-h200.c",
+    md_rank_h200, NULL, "0a0a0a0a0a0a0a0a", 132};
+static const klaraptor_model m_md_h100 = {KLARAPTOR_MODEL_ABI_VERSION,
+                                          ID4,
+                                          "NVIDIA H100 80GB HBM3",
+                                          md_select_h100,
+                                          "multi.nvidia-h100-80gb-hbm3.c",
+                                          md_rank_h100,
+                                          NULL,
+                                          "0a0a0a0a0a0a0a0a",
+                                          132};
+static const klaraptor_model m_md_part = {
+    KLARAPTOR_MODEL_ABI_VERSION, ID4, "NVIDIA H100", md_select_h100, "multi.nvidia-h100.c",
+    md_rank_h100, NULL, "0a0a0a0a0a0a0a0a", 0};
+/* Kernel time by device and width: 128 fastest on the H200, 1024 on the H100. */
+static double md_us(int device, uint32_t bx) {
+  if (device == 2) return bx == 1024 ? 30 : bx == 512 ? 40 : bx == 256 ? 45 : 70;
+  return kernel_us(bx);
+}
+/* One launch of multi on `device` (made current for this thread) and `stream`; the program
+ * launches 64. Returns the block width used. */
+static uint32_t run_md(int device, void *stream, int64_t n) {
+  cudaSetDevice(device);
+  uint64_t gxy = (uint64_t)cdiv(n, 64) | (1ull << 32), bxy = 64 | (1ull << 32);
+  uint32_t gz = 1, bz = 1;
+  uint64_t t = klaraptor_launch_begin(ID4, 1, &n, &gxy, &gz, &bxy, &bz, 0, stream);
+  uint32_t bx = (uint32_t)bxy;
+  fake_cudart_kernel(stream, md_us(device, bx));
+  klaraptor_launch_end(t);
+  return bx;
+}
 
 __attribute__((constructor)) static void register_all(void) {
   klaraptor_register(&k_st);
   klaraptor_register_model(&m_st);
   klaraptor_register(&k_ot);
   klaraptor_register_model(&m_ot);
+  klaraptor_register(&k_gs);
+  klaraptor_register_model(&m_gs);
+  klaraptor_register(&k_md);
+  klaraptor_register_model(&m_md_h200);
+  klaraptor_register_model(&m_md_h100);
+  klaraptor_register_model(&m_md_part);
 }
 
 /* Kernel times by block width, in microseconds: 128 is fastest, the program's 64 slowest. */
@@ -157,6 +293,8 @@ static void fresh(const char *refine, const char *choices) {
   setenv("KLARAPTOR_CHOICES", choices ? choices : "off", 1);
   /* the cases of the order of tries run unpaced; the budget's own cases set it */
   setenv("KLARAPTOR_REFINE_BUDGET", "off", 1);
+  /* the cases of the schedule take the model's first k shapes; t_span the spanning rule */
+  setenv("KLARAPTOR_REFINE_SPAN", "off", 1);
   klaraptor__reset_for_tests();
   fake_cudart_reset_streams();
   fake_cudart_gpu_follows = 1;
@@ -339,6 +477,136 @@ static void t_walk(void) {
   CHECK(strstr(log_text(), "settled on block=64x1x1 grid=64x1x1 after launches="));
   CHECK(!strstr(log_text(), "nearby#"));
   printf("ok walk\n");
+}
+
+/* The spanning rule (the default): of the model's first 32 shapes, its first, then those 4x
+ * apart from every one taken. gs_update's near-duplicate first three (1024, 992, 960) give way
+ * to 256 (the program's too) and 64, far from 1024; 64 is the fastest of them and the walk
+ * goes from it to 32. The old rule (KLARAPTOR_REFINE_SPAN=off) tries 1024, 992 and 960 and
+ * settles on the program's 256. */
+static void t_span(void) {
+  g_case = "span";
+  fresh(NULL, NULL);
+  unsetenv("KLARAPTOR_REFINE_SPAN");
+  uint32_t seq[14];
+  for (int i = 0; i < 14; i++) seq[i] = run_gs(NULL, 3001);
+  /* warm-up (model#1, untimed); the first try of each in their order (the program's 256 is
+   * model#25's, not tried first); 64 (250 us) is the best and takes its second sample (two
+   * for kernels of 100 us or more), then 1024 and 256 theirs, over 1.5x 64's: out; the walk
+   * halves 64: 32 gains, sized by one launch, then its samples and the next steps */
+  static const uint32_t want[14] = {1024, 1024, 256, 64, 64, 1024, 256,
+                                    32,   32,   32,  32,  32, 32,   32};
+  int wrong = 0;
+  for (int i = 0; i < 14; i++)
+    if (seq[i] != want[i]) {
+      fprintf(stderr, "span launch %d: %u, want %u\n", i + 1, seq[i], want[i]);
+      wrong++;
+    }
+  CHECK(wrong == 0);
+  const char *log = log_text();
+  CHECK(strstr(log, "klaraptor: gs_update n=3001 refine: trying 3 of 32 shapes (the program's "
+                    "is among them) (model#1=1024x1x1 model#25=256x1x1 model#31=64x1x1) "
+                    "device=0:NVIDIA H200\n"));
+  CHECK(strstr(log, "refine: settled on block=32x1x1 grid=94x1x1 after launches="));
+  CHECK(strstr(log, "(candidate=nearby#1 "));
+  CHECK(run_gs(NULL, 3001) == 32);
+  CHECK(fake_cudart_syncs == 0);
+  CHECK(fake_cudart_events_live == 0);
+  /* the first k shapes: three near-duplicates, the walk from the program's 256 stops at 128 */
+  fresh(NULL, NULL);
+  for (int i = 0; i < 40; i++) run_gs(NULL, 3001);
+  log = log_text();
+  CHECK(strstr(log, "refine: trying 3 of 32 shapes and the program's 256x1x1 (model#1=1024x1x1 "
+                    "model#2=992x1x1 model#3=960x1x1) device=0:NVIDIA H200\n"));
+  CHECK(strstr(log, "refine: settled on block=256x1x1 grid=12x1x1 after launches="));
+  CHECK(run_gs(NULL, 3001) == 256);
+  /* the default stencil model (256 > 128 > 512 > 64 > ...): 256, then 64 (model#4, the
+   * program's shape), then 1024 (model#32), the first 4x from both */
+  fresh(NULL, NULL);
+  unsetenv("KLARAPTOR_REFINE_SPAN");
+  run(NULL, 4096, 0);
+  CHECK(strstr(log_text(), "klaraptor: stencil n=4096 refine: trying 3 of 32 shapes (the "
+                           "program's is among them) (model#1=256x1x1 model#4=64x1x1 "
+                           "model#32=1024x1x1) device=0:NVIDIA H200\n"));
+  printf("ok span\n");
+}
+
+/* One process, two GPUs (issue 22): launches of one kernel alternate between device 0 (an
+ * H200) and device 2 (an H100 80GB HBM3), each on its own stream; each device takes its own
+ * rational program (by identity: the whole name, and the SM count), keeps its own memo key
+ * and refinement and settles on its own fastest shape; the choices cache has a file per
+ * device and the next run starts settled on both. Device 1 (an A100) and device 3 (an H100
+ * 80GB HBM3 with 114 SMs) have no program: the program's own launch, one log line each. */
+static void t_devices(void) {
+  g_case = "devices";
+  char dir[2200], path[4400], text[8192];
+  snprintf(dir, sizeof dir, "%s/choices-devices", g_dir);
+  fresh(NULL, dir);
+  void *s0 = (void *)0x100, *s2 = (void *)0x200;
+  for (int i = 0; i < 16; i++) {
+    run_md(0, s0, 4096);
+    run_md(2, s2, 4096);
+  }
+  const char *log = log_text();
+  CHECK(strstr(log, "klaraptor: multi n=4096 block=256x1x1 grid=16x1x1 source=model "
+                    "predicted_us=10 device=0:NVIDIA H200 program_block=64x1x1\n"));
+  CHECK(strstr(log, "klaraptor: multi n=4096 block=512x1x1 grid=8x1x1 source=model "
+                    "predicted_us=10 device=2:NVIDIA H100 80GB HBM3 program_block=64x1x1\n"));
+  CHECK(strstr(log, "klaraptor: multi n=4096 refine: trying 3 of 32 shapes and the program's "
+                    "64x1x1 (model#1=256x1x1 model#2=128x1x1 model#3=512x1x1) "
+                    "device=0:NVIDIA H200\n"));
+  CHECK(strstr(log, "klaraptor: multi n=4096 refine: trying 3 of 32 shapes and the program's "
+                    "64x1x1 (model#1=512x1x1 model#2=1024x1x1 model#3=256x1x1) "
+                    "device=2:NVIDIA H100 80GB HBM3\n"));
+  CHECK(strstr(log, "refine: settled on block=128x1x1 grid=32x1x1 after launches=11, 0.750 "
+                    "of the model's first choice's time (candidate=model#2 extra_us=150.0) "
+                    "device=0:NVIDIA H200\n"));
+  CHECK(strstr(log, "refine: settled on block=1024x1x1 grid=4x1x1 after launches="));
+  CHECK(strstr(log, "device=2:NVIDIA H100 80GB HBM3\n"));
+  CHECK(klaraptor__memo_size() == 2);
+  CHECK(run_md(0, s0, 4096) == 128);
+  CHECK(run_md(2, s2, 4096) == 1024);
+  CHECK(fake_cudart_syncs == 0);
+  CHECK(fake_cudart_events_live == 0);
+  /* a GPU without a program: the program's own launch, one line (not one per launch) */
+  for (int i = 0; i < 5; i++) {
+    CHECK(run_md(1, s0, 4096) == 64);
+    CHECK(run_md(3, s2, 4096) == 64);
+  }
+  log = log_text();
+  CHECK(count(log, "klaraptor: multi n=4096 block=64x1x1 grid=64x1x1 source=fallback: no model "
+                   "for this device (the model is for ") == 2);
+  CHECK(count(log, "device=1:NVIDIA A100-SXM4-80GB") == 1);
+  CHECK(count(log, "device=3:NVIDIA H100 80GB HBM3") == 1);
+  CHECK(klaraptor__memo_size() == 4);
+  /* the choices cache: a file per device (the device's identity is in the key) */
+  int tmps = 0;
+  CHECK(choice_files(dir, path, sizeof path, &tmps) == 2 && tmps == 0);
+  /* the next run starts settled on both, each from its own file */
+  fresh(NULL, dir);
+  CHECK(run_md(2, s2, 4096) == 1024);
+  CHECK(run_md(0, s0, 4096) == 128);
+  CHECK(fake_cudart_records == 0);
+  log = log_text();
+  CHECK(strstr(log, "refine: settled on block=128x1x1 grid=32x1x1 from the choices cache "
+                    "(candidate=model#2) device=0:NVIDIA H200\n"));
+  CHECK(strstr(log, "refine: settled on block=1024x1x1 grid=4x1x1 from the choices cache "
+                    "(candidate=model#2) device=2:NVIDIA H100 80GB HBM3\n"));
+  /* the H100's file names its identity */
+  DIR *dd = opendir(dir);
+  CHECK(dd);
+  int h100_files = 0;
+  for (struct dirent *de; (de = readdir(dd));) {
+    char p2[4400];
+    snprintf(p2, sizeof p2, "%s/%s", dir, de->d_name);
+    if (de->d_name[0] != '.' && read_file(p2, text, sizeof text) > 0 &&
+        strstr(text, "device_id = NVIDIA H100 80GB HBM3|sm=132|cc=9.0|"))
+      h100_files++;
+  }
+  closedir(dd);
+  CHECK(h100_files == 1);
+  cudaSetDevice(0);
+  printf("ok devices\n");
 }
 
 /* Data values that change at every launch: at most 256 keys refine at once, the others take
@@ -793,6 +1061,7 @@ static int scenario_unit(void) {
   t_capture();
   t_failed();
   t_walk();
+  t_span();
   t_incumbent();
   t_many_keys();
   t_controls();
@@ -802,6 +1071,7 @@ static int scenario_unit(void) {
   t_progress();
   t_interleaved();
   t_turns();
+  t_devices();
   if (!g_failures) printf("all refinement cases passed\n");
   return g_failures != 0;
 }
