@@ -432,6 +432,85 @@ fn a_misspelled_pragma_is_a_warning() {
     assert!(dir.path().join("t.o").is_file());
 }
 
+/// The same pragma in a header the source includes (found through `-I`): the warning names
+/// the header's line.
+#[test]
+fn a_misspelled_pragma_in_an_included_header_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("inc")).unwrap();
+    std::fs::write(
+        dir.path().join("inc/k.cuh"),
+        "#pragma once\n\
+         #pragma Klaraptor kernel(k) data(n) dim(1) grid(ceil(n, bx))\n\
+         __global__ void k(float *a, int n) { if (threadIdx.x < n) a[threadIdx.x] = 0; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("t.cu"),
+        "#include \"k.cuh\"\nvoid run(float *a, int n) { k<<<1, 32>>>(a, n); }\n",
+    )
+    .unwrap();
+    let out = compile_no_gpu(
+        dir.path(),
+        &["-arch=sm_90", "-I", "inc", "-c", "t.cu", "-o", "t.o"],
+        &dir.path().join("cache"),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning: inc/k.cuh:2:9: '#pragma Klaraptor' is not a klaraptor annotation"),
+        "{err}"
+    );
+    assert!(dir.path().join("t.o").is_file());
+}
+
+/// One kernel (a template defined in two translation units) annotated differently in each:
+/// the link is an error naming both annotations; the same annotation twice links.
+#[test]
+fn a_kernel_annotated_differently_in_two_translation_units_fails_the_link() {
+    let kernel = "template <int R> __global__ void k(float *a, int n) {\n\
+                  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = R; }\n";
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, pragma: &str, body: &str| {
+        std::fs::write(dir.path().join(name), format!("{pragma}\n{kernel}{body}")).unwrap();
+    };
+    let pragma = "#pragma klaraptor kernel(k) data(N=n) dim(1) grid(ceil(N, bx))";
+    let body_a = "void fb(float *a, int n);\n\
+                  int main() { float *a = nullptr; k<1><<<(1000 + 127) / 128, 128>>>(a, 1000);\n\
+                  fb(a, 1000); return 0; }\n";
+    let body_b = "void fb(float *a, int n) { k<1><<<(n + 255) / 256, 256>>>(a, n); }\n";
+    let cache = dir.path().join("cache");
+    let build = |b_pragma: &str| {
+        write("a.cu", pragma, body_a);
+        write("b.cu", b_pragma, body_b);
+        for f in ["a", "b"] {
+            let src = format!("{f}.cu");
+            let obj = format!("{f}.o");
+            let o = compile_no_gpu(dir.path(), &["-arch=sm_90", "-c", &src, "-o", &obj], &cache);
+            assert!(o.status.success(), "{}", stderr(&o));
+        }
+        compile_no_gpu(
+            dir.path(),
+            &["-arch=sm_90", "a.o", "b.o", "-o", "app"],
+            &cache,
+        )
+    };
+    let o = build(&format!("{pragma} block(bx >= 64)"));
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("kernel k is annotated differently in two translation units")
+            && err.contains("a.cu:1:")
+            && err.contains("b.cu:1:")
+            && err.contains("block(bx >= 64)"),
+        "{err}"
+    );
+    assert!(!dir.path().join("app").exists());
+    let o = build(pragma);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.path().join("app").is_file());
+}
+
 /// klaraptor-cc `args` in `dir` with the test's nvcc, no GPU, no profile database from the
 /// environment and the user cache `cache`.
 fn compile_no_gpu(

@@ -263,7 +263,7 @@ impl Invocation {
             };
             // A pragma one letter off is ignored by the compiler: say so, or the kernel keeps
             // its own launch without a word.
-            for d in klaraptor_passes::annotations::misspelled_pragmas(src, &text) {
+            for d in frontend::misspelled_pragmas_of_tu(src, &text, &include_dirs) {
                 crate::kl_eprintln!(
                     "klaraptor-cc: warning: {}: {}{}",
                     d.loc,

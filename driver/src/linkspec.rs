@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use klaraptor_passes::spec::KernelSpec;
 
 use crate::rational::RationalProgram;
@@ -236,13 +236,77 @@ pub fn scan_inputs<'a>(inputs: impl IntoIterator<Item = &'a Path>) -> Result<Vec
             continue; // nvcc reports missing inputs
         };
         for s in scan_bytes(&bytes, p)? {
-            if !by_id.contains_key(&s.mangled) {
-                order.push(s.mangled.clone());
-                by_id.insert(s.mangled.clone(), s);
+            match by_id.get(&s.mangled) {
+                None => {
+                    order.push(s.mangled.clone());
+                    by_id.insert(s.mangled.clone(), s);
+                }
+                // The same kernel from a header compiled into several translation units: one
+                // annotation, read several times. (Kernels of internal linkage are distinct
+                // kernels of one name; the first is kept, as the runtime registers it.)
+                Some(first) if same_annotation(first, &s) || internal_linkage(&s.mangled) => {}
+                Some(first) => bail!(
+                    "kernel {} is annotated differently in two translation units: {} ({}) \
+                     and {} ({}, in {}); a kernel has one annotation: make them agree, or \
+                     annotate the kernel once, beside its definition",
+                    first.name,
+                    first.annotated_at,
+                    annotation_text(first),
+                    s.annotated_at,
+                    annotation_text(&s),
+                    p.display()
+                ),
             }
         }
     }
     Ok(order.into_iter().filter_map(|m| by_id.remove(&m)).collect())
+}
+
+/// Whether two specs of one kernel carry the same annotation (what the model and the
+/// runtime use of it: data parameters, dimensionality, grid formula, block constraints).
+fn same_annotation(a: &LinkSpec, b: &LinkSpec) -> bool {
+    a.data == b.data && a.dim == b.dim && a.grid == b.grid && a.block == b.block
+}
+
+/// Whether a mangled name is of internal linkage (`static`, an anonymous namespace): each
+/// translation unit's kernel of that name is its own.
+fn internal_linkage(mangled: &str) -> bool {
+    mangled.starts_with("_ZL") || mangled.contains("_GLOBAL__N_")
+}
+
+/// A spec's annotation, as a user wrote its clauses.
+fn annotation_text(s: &LinkSpec) -> String {
+    let mut t = format!(
+        "data({}) dim({}) grid({})",
+        s.data.join(", "),
+        s.dim,
+        s.grid.join(", ")
+    );
+    if !s.block.is_empty() {
+        let parts: Vec<&str> = s.block.iter().map(|b| unwrap_parens(b)).collect();
+        t.push_str(&format!(" block({})", parts.join(" && ")));
+    }
+    t
+}
+
+/// `e` without one pair of parentheses around the whole of it, as the spec prints each
+/// constraint (`(bx >= 64)`).
+fn unwrap_parens(e: &str) -> &str {
+    let Some(inner) = e.strip_prefix('(').and_then(|r| r.strip_suffix(')')) else {
+        return e;
+    };
+    let mut depth = 0i32;
+    for c in inner.chars() {
+        depth += match c {
+            '(' => 1,
+            ')' => -1,
+            _ => 0,
+        };
+        if depth < 0 {
+            return e; // `(a) && (b)`: the first and last parentheses are not a pair
+        }
+    }
+    inner
 }
 
 /// The hash that keys a kernel's profile: FNV-1a (64-bit) of the device code nvcc embedded in
