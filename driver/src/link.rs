@@ -424,29 +424,12 @@ pub fn manifests_object(
     let obj = dir.join("manifests.o");
     std::fs::write(&src, crate::linkspec::c_models_section(programs)?)
         .with_context(|| format!("writing {}", src.display()))?;
-    let cc = crate::toolchain::HostCc::from_env()?;
-    let mut cmd = cc.command();
-    cmd.args(["-std=c99", "-O2", "-fPIC", "-c"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj);
-    if verbose {
-        crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
-    }
-    let out = cmd.output().with_context(|| {
-        format!(
-            "cannot run the C compiler {} ({} or $CC chooses it)",
-            cc.display(),
-            crate::toolchain::HOST_CC_ENV
-        )
-    })?;
-    if !out.status.success() {
-        bail!(
-            "compiling {} failed:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    crate::toolchain::HostCc::from_env()?.compile(
+        &["-std=c99", "-O2", "-fPIC"],
+        &src,
+        &obj,
+        verbose,
+    )?;
     Ok(obj)
 }
 

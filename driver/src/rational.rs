@@ -1089,30 +1089,13 @@ pub fn compile(dir: &Path, files: &ProgramFiles, verbose: bool) -> Result<PathBu
     std::fs::write(inc.join("klaraptor.h"), crate::codegen::KLARAPTOR_H)?;
     let src = dir.join(&files.c_name);
     let obj = dir.join(files.c_name.replace(".c", ".o"));
-    let cc = crate::toolchain::HostCc::from_env()?;
-    let mut cmd = cc.command();
-    cmd.args(["-std=c99", "-O2", "-fPIC", "-ffp-contract=off", "-c", "-I"])
-        .arg(&inc)
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj);
-    if verbose {
-        crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
-    }
-    let out = cmd.output().with_context(|| {
-        format!(
-            "cannot run the C compiler {} ({} or $CC chooses it)",
-            cc.display(),
-            crate::toolchain::HOST_CC_ENV
-        )
-    })?;
-    if !out.status.success() {
-        bail!(
-            "compiling {} failed:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let include = format!("-I{}", inc.display());
+    crate::toolchain::HostCc::from_env()?.compile(
+        &["-std=c99", "-O2", "-fPIC", "-ffp-contract=off", &include],
+        &src,
+        &obj,
+        verbose,
+    )?;
     Ok(obj)
 }
 

@@ -233,6 +233,37 @@ impl HostCc {
         c
     }
 
+    /// Compiles the C file `src` to the object `obj` with `flags` (klaraptor's generated C:
+    /// rational programs, embedded manifests); the error names the compiler and shows its
+    /// diagnostics.
+    pub fn compile(
+        &self,
+        flags: &[&str],
+        src: &Path,
+        obj: &Path,
+        verbose: bool,
+    ) -> anyhow::Result<()> {
+        let mut cmd = self.command();
+        cmd.args(flags).arg("-c").arg(src).arg("-o").arg(obj);
+        if verbose {
+            crate::kl_eprintln!("klaraptor-cc: running {cmd:?}");
+        }
+        let out = anyhow::Context::with_context(cmd.output(), || {
+            format!(
+                "cannot run the C compiler {} ({HOST_CC_ENV} or $CC chooses it)",
+                self.display()
+            )
+        })?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "compiling {} failed:\n{}",
+                src.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     /// For messages: the program and its arguments.
     pub fn display(&self) -> String {
         std::iter::once(self.program.display().to_string())
