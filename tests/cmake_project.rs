@@ -48,19 +48,6 @@ fn need(tool: &str) {
     );
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap();
-        if p.is_dir() {
-            copy_dir(&p, &to.join(name));
-        } else if !name.to_string_lossy().starts_with(".lock") {
-            std::fs::copy(&p, to.join(name)).unwrap();
-        }
-    }
-}
-
 /// A scratch root: `src/` (the fixture), and with `profiles` a copy of the committed
 /// database as `klaraptor-profiles/` (klaraptor-cc finds it above the build directories).
 struct Scratch {

@@ -26,19 +26,6 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap();
-        if p.is_dir() {
-            copy_dir(&p, &to.join(name));
-        } else if !name.to_string_lossy().starts_with(".lock") {
-            std::fs::copy(&p, to.join(name)).unwrap();
-        }
-    }
-}
-
 /// `root/samples/matmul` (the sources only, not what a local build left there) and
 /// `root/samples/klaraptor-profiles`, in the repository's relative layout.
 fn copy_sample(root: &Path) -> PathBuf {

@@ -92,3 +92,18 @@ pub fn normalized(path: &Path) -> Vec<u8> {
     re.replace_all(&bytes, &b"tmpxft_XXXXXXXX_XXXXXXXX"[..])
         .into_owned()
 }
+
+/// Copies the directory `from` to `to`, recursively, without a profile database's lock files
+/// (`.lock*`).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(name));
+        } else if !name.to_string_lossy().starts_with(".lock") {
+            std::fs::copy(&p, to.join(name)).unwrap();
+        }
+    }
+}
