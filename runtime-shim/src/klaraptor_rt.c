@@ -1269,8 +1269,12 @@ static int rf_add(refine *r, const char *label, int program, const uint32_t b[3]
                   const uint32_t g[3]) {
   for (int i = 0; i < r->nc; i++)
     if (memcmp(r->c[i].block, b, 3 * sizeof b[0]) == 0 &&
-        memcmp(r->c[i].grid, g, 3 * sizeof g[0]) == 0)
+        memcmp(r->c[i].grid, g, 3 * sizeof g[0]) == 0) {
+      /* The program's own shape among the model's: that candidate is the program's too
+       * (tried first, left only for a shape measured faster: the incumbent rule). */
+      if (program) r->c[i].program = 1;
       return -1;
+    }
   if (r->nc >= RF_MAX_CANDS) return -1;
   rf_cand *c = &r->c[r->nc];
   memset(c, 0, sizeof *c);
@@ -1753,7 +1757,8 @@ static void rf_log_trying(const kentry *e, const int64_t *data, const refine *r,
   const rf_cand *prog = NULL;
   int n_model = 0;
   for (int i = 0; i < r->nc; i++) {
-    if (r->c[i].program) {
+    /* the program's own shape, unless it is one of the model's too (then listed with them) */
+    if (r->c[i].program && strcmp(r->c[i].label, "program") == 0) {
       prog = &r->c[i];
       continue;
     }

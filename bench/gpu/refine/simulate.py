@@ -60,8 +60,14 @@ def simulate(case, model_cands, walk=True):
 
     def add(b, program=False):
         b = tuple(b)
-        if b not in t or any(c[0] == b for c in cands):
+        if b not in t:
             return False
+        for c in cands:
+            if c[0] == b:
+                # the program's own shape among the model's: that candidate is the program's
+                # too (tried first, the incumbent rule), as the runtime's rf_add does
+                c[1] = c[1] or program
+                return False
         cands.append([b, program])
         return True
 
