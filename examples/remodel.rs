@@ -53,6 +53,7 @@ fn main() -> Result<()> {
 
 fn spec_of(p: &RationalProgram) -> LinkSpec {
     LinkSpec {
+        shmem: p.shmem.clone(),
         name: p.kernel.clone(),
         mangled: p.mangled.clone(),
         data: p.data.clone(),

@@ -21,6 +21,7 @@ fn entry(file: &str) -> Entry {
 
 fn spec(e: &Entry, grid: &[&str]) -> LinkSpec {
     LinkSpec {
+        shmem: None,
         name: e.kernel.name.clone(),
         mangled: e.kernel.mangled.clone(),
         data: e.kernel.data.clone(),

@@ -1,7 +1,8 @@
 //! The link's decision (driver/src/decide.rs) on kernels whose per-thread work follows the
 //! launched grid or block: profiles captured on an NVIDIA H100 80GB HBM3 on 2026-11-25
 //! (tests/fixtures/idioms-h100-2026-11-25/). The model mispredicts both at their own
-//! profiled sizes; the link must give their choice to the profile's fastest shape.
+//! profiled sizes; the link must give their choice to the profile's fastest shape. And a
+//! kernel template's two instances, profiled as two entries.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,7 @@ fn entry(file: &str) -> Entry {
 /// The spec as the annotation of samples/idioms/<program> gives it.
 fn spec(e: &Entry, grid: &str, block: &[&str]) -> LinkSpec {
     LinkSpec {
+        shmem: None,
         name: e.kernel.name.clone(),
         mangled: e.kernel.mangled.clone(),
         data: e.kernel.data.clone(),
@@ -116,4 +118,29 @@ fn a_grid_stride_kernel_is_chosen_by_its_profile() {
 #[test]
 fn a_block_stride_row_kernel_is_chosen_by_its_profile() {
     check("rowsum_block.toml", "M", &["1024 % bx == 0"]);
+}
+
+/// A kernel template instantiated twice (samples/idioms/template_scale: `stencil1d<3>` and
+/// `stencil1d<16>`, one annotation), profiled on the H100 as two entries: each instance gets
+/// its own rational program, in its own file, and both compile side by side.
+#[test]
+fn a_template_instantiated_twice_gets_two_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut names = Vec::new();
+    for f in ["stencil1d-3.toml", "stencil1d-16.toml"] {
+        let e = entry(f);
+        let s = spec(&e, "ceil(N, bx)", &[]);
+        let p = rational::build(&s, &e, Path::new("")).unwrap();
+        assert_eq!(p.mangled, e.kernel.mangled);
+        let files = p.write(dir.path()).unwrap();
+        rational::compile(dir.path(), &files, false).unwrap();
+        names.push(files.c_name);
+    }
+    assert_eq!(
+        names,
+        [
+            "stencil1d-3.nvidia-h100-80gb-hbm3.c",
+            "stencil1d-16.nvidia-h100-80gb-hbm3.c"
+        ]
+    );
 }

@@ -317,3 +317,134 @@ fn launches_in_a_function_with_cleanups_at_o2() {
         "{err}"
     );
 }
+
+/// Dynamic shared memory that follows the block: a kernel with `shmem(…)`, one whose launch
+/// the pass reads (`b * sizeof(float)` for a block of `b`), one it cannot read (a warning
+/// that asks for the clause; the launch keeps its own shape), and a launch whose amount comes
+/// from the data only. The objects carry the formulas to the link and the descriptors
+/// compute them.
+#[test]
+fn dynamic_shared_memory_that_follows_the_block() {
+    let src = r#"#pragma klaraptor kernel(detected) data(n)
+__global__ void detected(float *x, int n) { extern __shared__ float s[]; s[threadIdx.x] = x[n]; }
+#pragma klaraptor kernel(clause) data(n) shmem((bx + 1) * 8)
+__global__ void clause(float *x, int n) { extern __shared__ double t[]; t[threadIdx.x] = x[n]; }
+#pragma klaraptor kernel(unread) data(n)
+__global__ void unread(float *x, int n) { extern __shared__ float u[]; u[threadIdx.x] = x[n]; }
+int pick(int);
+void go(float *x, int n, int b) {
+  detected<<<(n + b - 1) / b, b, b * sizeof(float)>>>(x, n);
+  clause<<<(n + b - 1) / b, b, (b + 1) * sizeof(double)>>>(x, n);
+  unread<<<(n + b - 1) / b, b, pick(b) * sizeof(float)>>>(x, n);
+  unread<<<(n + 255) / 256, 256, n * sizeof(float)>>>(x, n);
+}
+"#;
+    let d = project(&[("k.cu", src)]);
+    let o = run(
+        d.path(),
+        &klaraptor_cc(),
+        &["-c", "k.cu", "-o", "k.o", "--kl-keep", "--kl-verbose"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "the dynamic shared memory of a launch of detected in _Z2goPfii follows the block: \
+             shmem((bx * 4))"
+        ),
+        "{err}"
+    );
+    let warning = err
+        .lines()
+        .find(|l| l.starts_with("klaraptor-cc: warning: k.cu: a launch of unread"))
+        .unwrap_or_else(|| panic!("no warning for unread:\n{err}"));
+    assert!(
+        warning.contains("keeps the program's own launch dims")
+            && warning.contains("add shmem(")
+            && warning.contains("to the annotation at k.cu:5:"),
+        "{warning}"
+    );
+    // The data-only launch of unread is instrumented as it is; the unreadable one is not.
+    assert!(
+        err.contains("instrumented a launch of _Z6unreadPfi in _Z2goPfii"),
+        "{err}"
+    );
+    let syms = symbols(&d.path().join("k.o"));
+    // The object carries the runtime (weak definitions), and its code calls both entry
+    // points (relocations against them).
+    assert!(syms.contains(" W klaraptor_launch_begin_shmem"), "{syms}");
+    assert!(syms.contains(" W klaraptor_launch_begin\n"), "{syms}");
+    let relocs = std::process::Command::new("readelf")
+        .arg("-rW")
+        .arg(d.path().join("k.o"))
+        .output()
+        .unwrap();
+    let relocs = String::from_utf8_lossy(&relocs.stdout);
+    for f in ["klaraptor_launch_begin_shmem", "klaraptor_launch_begin "] {
+        assert!(relocs.contains(f), "no call of {f}:\n{relocs}");
+    }
+
+    let specs = klaraptor::linkspec::scan_bytes(
+        &std::fs::read(d.path().join("k.o")).unwrap(),
+        Path::new("k.o"),
+    )
+    .unwrap();
+    let shmem_of = |name: &str| {
+        specs
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no spec of {name}"))
+            .shmem
+            .clone()
+    };
+    assert_eq!(shmem_of("detected").as_deref(), Some("(bx * 4)"));
+    assert_eq!(shmem_of("clause").as_deref(), Some("((bx + 1) * 8)"));
+    assert_eq!(shmem_of("unread"), None);
+
+    // The descriptors compute the amounts.
+    let kept = err
+        .lines()
+        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
+        .expect("kept dir");
+    let tu = Path::new(kept).join("tu0");
+    let harness = r#"#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+#include "klaraptor.h"
+static const klaraptor_kernel *K[8];
+static int n;
+void klaraptor_register(const klaraptor_kernel *k) { K[n++] = k; }
+int main(void) {
+  int64_t data[1] = { 1000 };
+  uint32_t b[3] = { 96, 1, 1 };
+  for (int i = 0; i < n; i++)
+    printf("%s %d %lld\n", K[i]->name, K[i]->abi_version,
+           K[i]->shmem ? (long long)K[i]->shmem(data, b) : -2LL);
+  return 0;
+}
+"#;
+    std::fs::write(tu.join("harness.c"), harness).unwrap();
+    let exe = tu.join("harness");
+    let cc = Command::new("cc")
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(tu.join("include"))
+        .arg(tu.join("kernels.c"))
+        .arg(tu.join("harness.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = Command::new(&exe).output().unwrap();
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, ["clause 2 776", "detected 2 384", "unread 2 -2"]);
+    let _ = std::fs::remove_dir_all(kept);
+}

@@ -578,6 +578,7 @@ fn generated_c_holds_the_l1_hit_rate_like_rust() {
         .filter_map(|s| s.counters.as_ref())
         .all(|c| c.gld_l1_hit_sectors.is_some()));
     let spec = LinkSpec {
+        shmem: None,
         name: "corr_matrix".into(),
         mangled: "_Z11corr_matrixPKfPfii".into(),
         data: vec!["M".into(), "N".into()],
@@ -610,6 +611,91 @@ fn generated_c_holds_the_l1_hit_rate_like_rust() {
     let mut state = 0x636f_7272_6d61_7472;
     let mut sizes: Vec<Vec<i64>> = vec![vec![64, 64], vec![256, 256], vec![257, 255]];
     while sizes.len() < 100 {
+        let m = 1 + (splitmix(&mut state) % 100_000) as i64;
+        let n = 1 + (splitmix(&mut state) % 100_000) as i64;
+        sizes.push(vec![m, n]);
+    }
+    select_matches_rank(&exe, &prog, &sizes);
+}
+
+/// Dynamic shared memory that follows the block (`shmem(…)`, or the formula the pass read):
+/// the rational program computes each candidate's amount, leaves out the shapes over the
+/// device's shared memory per block (48 KiB without opting in), and its occupancy uses the
+/// amount; the generated C does the same as the Rust ranking.
+#[test]
+fn shared_memory_that_follows_the_block_filters_the_candidates() {
+    let path = repo().join(
+        "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z11corr_matrixPKfPfii-ca133d4b67228db9.toml",
+    );
+    let entry: klaraptor_profiler::record::Entry =
+        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let spec = |shmem: Option<&str>| LinkSpec {
+        shmem: shmem.map(str::to_string),
+        name: "corr_matrix".into(),
+        mangled: "_Z11corr_matrixPKfPfii".into(),
+        data: vec!["M".into(), "N".into()],
+        dim: 1,
+        grid: vec!["ceil(M, bx)".into()],
+        block: vec![],
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: "ca133d4b67228db9".into(),
+        annotated_at: String::new(),
+        build_dir: Default::default(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let plain = rational::build(&spec(None), &entry, dir.path()).unwrap();
+    // 96 bytes per thread: 512 threads take 48 KiB, 544 more than the device allows.
+    let prog = rational::build(&spec(Some("bx * 96")), &entry, dir.path()).unwrap();
+    assert_eq!(prog.shmem.as_deref(), Some("bx * 96"));
+    let limit = prog.device.shared_memory.per_block;
+    assert_eq!(limit, 48 * 1024);
+    let base = prog.smem_per_block;
+    assert_eq!(prog.smem_at(&[1, 1], [256, 1, 1]), Some(base + 256 * 96));
+    let sizes: Vec<Vec<i64>> = vec![vec![64, 64], vec![4096, 256], vec![100_000, 3000]];
+    let mut dropped = 0;
+    for n in &sizes {
+        let all = plain.rank(n).unwrap();
+        let ranked = prog.rank(n).unwrap();
+        assert!(!ranked.is_empty());
+        for r in &ranked {
+            assert!(r.block[0] * 96 + base <= limit, "{:?} at {n:?}", r.block);
+        }
+        let over: Vec<[u32; 3]> = all
+            .iter()
+            .map(|r| r.block)
+            .filter(|b| b[0] * 96 + base > limit)
+            .collect();
+        assert!(
+            !over.is_empty(),
+            "the candidates include shapes over the limit"
+        );
+        assert_eq!(ranked.len() + over.len(), all.len(), "{n:?}");
+        dropped += over.len();
+    }
+    assert!(dropped > 0);
+    // A formula of the data too, and one that cannot be evaluated at a shape.
+    let by_data = rational::build(&spec(Some("bx * N")), &entry, dir.path()).unwrap();
+    assert_eq!(by_data.smem_at(&[10, 100], [32, 1, 1]), Some(base + 3200));
+    assert_eq!(by_data.smem_at(&[10, -1], [32, 1, 1]), None);
+    assert!(by_data
+        .rank(&[4096, 1024])
+        .unwrap()
+        .iter()
+        .all(|r| r.block[0] * 1024 + base <= limit));
+
+    let c_file = dir.path().join(&prog.c_name);
+    let text = prog.to_c().unwrap();
+    assert!(
+        text.contains("shmem(bx * 96)"),
+        "the C says where its amount comes from"
+    );
+    std::fs::write(&c_file, &text).unwrap();
+    let exe = dir.path().join("harness");
+    harness(&c_file, &exe);
+    let mut state = 0x7368_6d65_6d5f_6278;
+    let mut sizes = sizes;
+    while sizes.len() < 60 {
         let m = 1 + (splitmix(&mut state) % 100_000) as i64;
         let n = 1 + (splitmix(&mut state) % 100_000) as i64;
         sizes.push(vec![m, n]);
@@ -960,6 +1046,7 @@ fn a_two_dimensional_block_with_a_batch_on_the_grids_z_axis() {
     let entry: klaraptor_profiler::record::Entry =
         toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let spec = LinkSpec {
+        shmem: None,
         name: "gemm".into(),
         mangled: "_Z4gemmPKfS0_Pfffiii".into(),
         data: vec!["NI".into(), "NJ".into(), "NK".into()],

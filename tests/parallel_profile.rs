@@ -90,6 +90,7 @@ fn built() -> &'static (PathBuf, PathBuf) {
 /// The kernel of test_prof, profiled at n = 1000 and 5000 by `recipe` (`{n}` in it).
 fn vadd(code_hash: &str, recipe: &str, build_dir: &Path) -> LinkSpec {
     LinkSpec {
+        shmem: None,
         name: "vadd".into(),
         mangled: "_Z4vaddPfi".into(),
         data: vec!["n".into()],

@@ -20,6 +20,7 @@ fn kernel(
     sizes: &[&[i64]],
 ) -> LinkSpec {
     LinkSpec {
+        shmem: None,
         name: name.into(),
         mangled: mangled.into(),
         data: data.iter().map(|s| s.to_string()).collect(),

@@ -191,6 +191,7 @@ fn unit_cases() {
             "ok force_parse",
             "ok force",
             "ok limits",
+            "ok shmem",
             "ok model_fallbacks",
             "ok memo",
             "ok disable",
@@ -201,8 +202,8 @@ fn unit_cases() {
     );
     assert_eq!(
         text(&o.stderr),
-        "klaraptor: warning: ignoring the descriptor of kernel _Z4abi2v: ABI version 2, this \
-         runtime has 1\n"
+        "klaraptor: warning: ignoring the descriptor of kernel _Z4abi2v: ABI version 3, this \
+         runtime has 2\n"
     );
 }
 
@@ -887,6 +888,7 @@ fn refinement_cases() {
             "ok interleaved",
             "ok turns",
             "ok devices",
+            "ok shmem",
             "all refinement cases passed",
         ])
     );

@@ -61,7 +61,7 @@ static int grid(const int64_t *d, const uint32_t b[3], uint32_t g[3]) {
 }
 static const char *const names[] = {"N"};
 static const klaraptor_kernel mm = {KLARAPTOR_ABI_VERSION, "_Z2mmPKfS0_Pfi", "mm", 1, names,
-                                    2, grid, NULL, 32, 0, NULL, NULL};
+                                    2, grid, NULL, 32, 0, NULL, NULL, NULL};
 
 static double now_ns(void) {
   struct timespec t;

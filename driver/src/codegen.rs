@@ -44,7 +44,8 @@ pub fn descriptors(source: &str, specs: &[KernelSpec]) -> String {
         env!("CARGO_PKG_VERSION")
     );
     c.push_str(" * Kernel descriptors for the klaraptor runtime: grid formulas and block\n");
-    c.push_str(" * constraints from the annotations, in 64-bit integer arithmetic. */\n");
+    c.push_str(" * constraints from the annotations (and the dynamic shared memory of a block\n");
+    c.push_str(" * shape, shmem), in 64-bit integer arithmetic. */\n");
     c.push_str("#include <stdint.h>\n#include \"klaraptor.h\"\n\n");
     c.push_str(C_PRELUDE);
     let mut regs = Vec::new();
@@ -109,17 +110,35 @@ pub fn descriptors(source: &str, specs: &[KernelSpec]) -> String {
             c,
             "static int kl_allowed_{k}(const int64_t *data, const uint32_t block[3]) {{"
         );
-        c.push_str("  int err = 0;\n");
+        c.push_str("  int err = 0; (void)err;\n");
         bind(&mut c);
         let conds: Vec<String> = s.constraints.iter().map(|b| b.to_c(&var, "&err")).collect();
         for (b, text) in s.constraints.iter().zip(&conds) {
             let _ = writeln!(c, "  /* {b} */\n  if (!{text} || err) return 0;");
         }
         c.push_str("  return 1;\n}\n");
+        // Dynamic shared memory for a block shape (shmem(…)), -1 when it cannot be evaluated.
+        let shmem = match &s.shmem {
+            None => "0".to_string(),
+            Some(e) => {
+                let _ = writeln!(
+                    c,
+                    "/* shmem({e}) */\nstatic int64_t kl_shmem_{k}(const int64_t *data, const uint32_t block[3]) {{"
+                );
+                c.push_str("  int err = 0;\n");
+                bind(&mut c);
+                let _ = writeln!(
+                    c,
+                    "  const int64_t v = {};\n  return err || v < 0 ? -1 : v;\n}}",
+                    e.to_c(&var, "&err")
+                );
+                format!("kl_shmem_{k}")
+            }
+        };
         for (m, mangled) in s.mangled.iter().enumerate() {
             let _ = writeln!(
                 c,
-                "static const klaraptor_kernel kl_kernel_{k}_{m} = {{ KLARAPTOR_ABI_VERSION, {}, {}, {}, kl_data_names_{k}, {}, kl_grid_{k}, kl_allowed_{k}, -1, -1, 0, 0 }};",
+                "static const klaraptor_kernel kl_kernel_{k}_{m} = {{ KLARAPTOR_ABI_VERSION, {}, {}, {}, kl_data_names_{k}, {}, kl_grid_{k}, kl_allowed_{k}, -1, -1, 0, 0, {shmem} }};",
                 c_string(mangled),
                 c_string(&s.name),
                 s.data.len(),

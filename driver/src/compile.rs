@@ -768,6 +768,44 @@ impl Invocation {
                 l.reason
             );
         }
+        for l in &r.shmem_follows {
+            let Some(s) = a.specs.iter().find(|s| s.mangled.contains(&l.kernel)) else {
+                continue;
+            };
+            match crate::instrument::detected_shmem(s, r) {
+                Some(Ok(_)) => self.say(format!(
+                    "the dynamic shared memory of a launch of {} in {} follows the block: \
+                     shmem({}); the runtime passes the amount for the shape it chooses",
+                    s.name, l.function, l.detail
+                )),
+                Some(Err(why)) => crate::kl_eprintln!(
+                    "klaraptor-cc: warning: {}: the dynamic shared memory of a launch of {} in {} \
+                     reads as shmem({}), which klaraptor cannot use ({why}): the runtime passes \
+                     the launch's own amount with the shape it chooses; add shmem(…) to the \
+                     annotation at {}",
+                    l.at.clone().unwrap_or_else(|| src.display().to_string()),
+                    s.name,
+                    l.function,
+                    l.detail,
+                    s.annotated_at
+                ),
+                None => {}
+            }
+        }
+        for l in &r.shmem_unreadable {
+            let s = a.specs.iter().find(|s| s.mangled.contains(&l.kernel));
+            crate::kl_eprintln!(
+                "klaraptor-cc: warning: {}: a launch of {} in {} keeps the program's own launch \
+                 dims: {}; add shmem(<bytes for a block of bx x by x bz threads>) to the \
+                 annotation at {} (e.g. shmem(bx * 4) for one float per thread), and klaraptor \
+                 will choose its block and pass the amount for it",
+                l.at.clone().unwrap_or_else(|| src.display().to_string()),
+                s.map_or(l.kernel.as_str(), |s| s.name.as_str()),
+                l.function,
+                l.detail,
+                s.map_or("?".to_string(), |s| s.annotated_at.to_string()),
+            );
+        }
         for m in &r.missing {
             let s = a.specs.iter().find(|s| s.mangled.contains(m));
             crate::kl_eprintln!(
@@ -1272,6 +1310,9 @@ fn canonical_entry(t: &klaraptor_passes::config::TomlKernel) -> String {
     line.push_str(&format!(" grid({})", grid.join(", ")));
     for b in &a.constraints {
         line.push_str(&format!(" block({b})"));
+    }
+    if let Some(e) = &a.shmem {
+        line.push_str(&format!(" shmem({e})"));
     }
     if let Some(p) = &a.profile {
         let sizes: Vec<String> = p

@@ -37,6 +37,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use klaraptor_passes::frontend::Analysis;
 use klaraptor_passes::inject::{self, InjectReport, InjectTarget};
+use klaraptor_passes::spec::KernelSpec;
 
 use crate::codegen;
 use crate::nvcc_args::{Arg, ClangFlags, CommandLine, Role};
@@ -139,7 +140,47 @@ pub fn targets(a: &Analysis) -> Vec<InjectTarget> {
                 kernel: m.clone(),
                 id: m.clone(),
                 data_args: s.data.iter().map(|d| d.index).collect(),
+                shmem_clause: s.shmem.is_some(),
             })
+        })
+        .collect()
+}
+
+/// The formula the pass read for the dynamic shared memory of the launches of `spec`'s kernel
+/// (a kernel without `shmem(…)`; the first instantiation that has one), parsed and checked as
+/// the clause would be: `None` when the pass read none, `Err` with why it cannot be used.
+pub fn detected_shmem(
+    spec: &KernelSpec,
+    report: &InjectReport,
+) -> Option<std::result::Result<klaraptor_passes::expr::IntExpr, String>> {
+    if spec.shmem.is_some() {
+        return None;
+    }
+    let text = spec.mangled.iter().find_map(|m| report.shmem_formula(m))?;
+    let labels: Vec<&str> = spec.data.iter().map(|d| d.label.as_str()).collect();
+    Some(
+        klaraptor_passes::expr::parse_int(text, &labels)
+            .map_err(|e| e.message)
+            .and_then(|e| {
+                // Every block dimension may appear: the runtime's shapes have 1 beyond the
+                // kernel's dimensions, which is what the formula then gets.
+                klaraptor_passes::annotations::check_shmem(&e, 3)?;
+                Ok(e)
+            }),
+    )
+}
+
+/// The kernels' specs, with the shared-memory formulas the pass read ([`detected_shmem`]) for
+/// those without `shmem(…)`: what the descriptors and the link work from.
+pub fn specs_with_detected_shmem(specs: &[KernelSpec], report: &InjectReport) -> Vec<KernelSpec> {
+    specs
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            if let Some(Ok(e)) = detected_shmem(&s, report) {
+                s.shmem = Some(e);
+            }
+            s
         })
         .collect()
 }
@@ -265,9 +306,8 @@ fn finish_object(
     std::fs::write(inc.join("klaraptor.h"), codegen::KLARAPTOR_H)?;
     let desc_c = w.join("kernels.c");
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    let link_specs: Vec<_> = unit
-        .analysis
-        .specs
+    let specs = specs_with_detected_shmem(&unit.analysis.specs, report);
+    let link_specs: Vec<_> = specs
         .iter()
         .flat_map(|s| crate::linkspec::LinkSpec::from_spec(s, hash, &cwd))
         .collect();
@@ -275,7 +315,7 @@ fn finish_object(
         &desc_c,
         format!(
             "{}\n{}",
-            codegen::descriptors(&unit.source.display().to_string(), &unit.analysis.specs),
+            codegen::descriptors(&unit.source.display().to_string(), &specs),
             crate::linkspec::c_section(&link_specs)?
         ),
     )?;

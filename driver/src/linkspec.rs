@@ -34,6 +34,11 @@ pub struct LinkSpec {
     pub grid: Vec<String>,
     /// Block constraints, in the annotation language.
     pub block: Vec<String>,
+    /// The dynamic shared memory a launch needs for a block shape (`shmem(…)`, or the formula
+    /// the pass read from the launches), in the annotation language; `None`: the launch's own
+    /// amount, whatever the shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shmem: Option<String>,
     /// The profile recipe: a command line with `{LABEL}` placeholders, and the sizes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile_run: Option<String>,
@@ -91,6 +96,7 @@ impl LinkSpec {
                 dim: spec.dim,
                 grid: spec.grid.iter().map(|g| g.to_string()).collect(),
                 block: spec.constraints.iter().map(|c| c.to_string()).collect(),
+                shmem: spec.shmem.as_ref().map(|e| e.to_string()),
                 profile_run: spec.profile.as_ref().map(|p| p.run.clone()),
                 profile_sizes: spec
                     .profile
@@ -366,6 +372,7 @@ mod tests {
 
     fn spec(mangled: &str, run: Option<&str>) -> LinkSpec {
         LinkSpec {
+            shmem: None,
             name: "gemm".into(),
             mangled: mangled.into(),
             data: vec!["NI".into(), "NJ".into()],

@@ -736,6 +736,7 @@ mod tests {
     /// The link spec of a committed 2-D kernel whose grid is `ceil(N, bx) × ceil(N, by)`.
     fn square_grid_spec(name: &str, mangled: &str, data: &[&str], code_hash: &str) -> LinkSpec {
         LinkSpec {
+            shmem: None,
             name: name.into(),
             mangled: mangled.into(),
             data: data.iter().map(|d| d.to_string()).collect(),

@@ -1431,6 +1431,7 @@ mod tests {
 
     fn spec(data: &[&str], dim: u8, run: Option<&str>) -> LinkSpec {
         LinkSpec {
+            shmem: None,
             name: "k".into(),
             mangled: "_Z1kPfii".into(),
             data: data.iter().map(|s| s.to_string()).collect(),
@@ -1565,6 +1566,7 @@ mod tests {
     #[test]
     fn a_constrained_transpose_plans_exactly_its_allowed_shapes() {
         let t = LinkSpec {
+            shmem: None,
             name: "transpose".into(),
             mangled: "_Z9transposePfPKfii".into(),
             grid: vec!["ceil(W, bx)".into(), "ceil(H, by)".into()],

@@ -54,7 +54,15 @@ pub struct RationalProgram {
     pub block: Vec<String>,
     pub device: Device,
     pub regs_per_thread: u32,
+    /// The block's shared memory: static plus the dynamic amount the profile's launches
+    /// passed; with [`Self::shmem`], the static part only.
     pub smem_per_block: u32,
+    /// The dynamic shared memory a launch needs for a block shape (`shmem(…)` or the formula
+    /// the pass read), in the annotation language: added to [`Self::smem_per_block`] per
+    /// candidate, and a shape whose total exceeds the device's shared memory per block is
+    /// never chosen. `None` in manifests written before, and for kernels without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shmem: Option<String>,
     pub candidates: Vec<[u32; 3]>,
     /// Per-warp metrics ([`METRICS`]) as functions of (data…, bx[, by[, bz]]).
     pub metrics: BTreeMap<String, RationalFn>,
@@ -380,9 +388,18 @@ pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
         .map(|(_, c)| c.regs_per_thread)
         .max()
         .unwrap_or(0);
+    // With a formula for the dynamic part, the records' dynamic amount is the program's
+    // (what the launch passed), not the shape's: the program keeps the static part.
     let smem = usable
         .iter()
-        .map(|(_, c)| c.smem_static + c.smem_dynamic)
+        .map(|(_, c)| {
+            c.smem_static
+                + if spec.shmem.is_some() {
+                    0
+                } else {
+                    c.smem_dynamic
+                }
+        })
         .max()
         .unwrap_or(0);
     let c_name = format!(
@@ -401,6 +418,7 @@ pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
         device,
         regs_per_thread: regs,
         smem_per_block: smem,
+        shmem: spec.shmem.clone(),
         candidates: cands,
         metrics: fitted.functions,
         provenance: Provenance {
@@ -514,7 +532,9 @@ pub(crate) fn fit_time_with(
                     block: smp.block,
                     grid: smp.grid,
                     regs_per_thread: prog.regs_per_thread,
-                    smem_per_block: prog.smem_per_block,
+                    smem_per_block: prog
+                        .smem_at(&smp.sizes, smp.block)
+                        .unwrap_or(prog.smem_per_block),
                 };
                 let t = predict(&prog.device, &launch, &m).time_us;
                 (t, c.time_ms * 1000.0)
@@ -662,6 +682,25 @@ impl RationalProgram {
         Ok(ranked)
     }
 
+    /// The shared memory of a block of shape `b` at `data`: [`Self::smem_per_block`] plus
+    /// the [`Self::shmem`] formula's amount; `None` when the formula cannot be evaluated, is
+    /// negative or does not fit 32 bits.
+    pub fn smem_at(&self, data: &[i64], b: [u32; 3]) -> Option<u32> {
+        let Some(f) = &self.shmem else {
+            return Some(self.smem_per_block);
+        };
+        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
+        labels.extend(expr::BLOCK_VARS);
+        let e = expr::parse_int(f, &labels).ok()?;
+        let env = FullEnv {
+            labels: &self.data,
+            data,
+            block: b,
+        };
+        let v = e.eval(&env).ok().filter(|v| *v >= 0)?;
+        u32::try_from(v).ok()?.checked_add(self.smem_per_block)
+    }
+
     /// Whether the link's decision gives the choice to the profile's fastest shape.
     pub fn profile_chooses(&self) -> bool {
         self.decision
@@ -709,12 +748,21 @@ impl RationalProgram {
             if !ok {
                 continue;
             }
+            // Shared memory that follows the block: a shape over the device's limit per
+            // block (the default, without opting in) cannot launch.
+            // (A kernel's own amount is not checked: it may opt in to more.)
+            let Some(smem) = self
+                .smem_at(data, b)
+                .filter(|s| self.shmem.is_none() || *s <= self.device.shared_memory.per_block)
+            else {
+                continue;
+            };
             let m = self.metrics_in(data, b, g, domain);
             let launch = Launch {
                 block: b,
                 grid: g,
                 regs_per_thread: self.regs_per_thread,
-                smem_per_block: self.smem_per_block,
+                smem_per_block: smem,
             };
             let mut p = predict(&self.device, &launch, &m);
             if !p.time_us.is_finite() {
@@ -890,6 +938,26 @@ impl RationalProgram {
             );
         }
         c.push_str("  return 1;\n}\n\n");
+        // Shared memory that follows the block.
+        match &self.shmem {
+            None => c.push_str("/* The block's shared memory: the kernel's own, whatever the shape. */\nstatic int64_t kl_smem(const int64_t *data, const uint32_t block[3]) {\n  (void)data; (void)block;\n  return"),
+            Some(f) => {
+                let e = expr::parse_int(f, &labels)
+                    .with_context(|| format!("kernel {}: shmem({f})", self.kernel))?;
+                let _ = writeln!(
+                    c,
+                    "/* The block's shared memory: static plus shmem({f}); -1 when it cannot be evaluated. */\nstatic int64_t kl_smem(const int64_t *data, const uint32_t block[3]) {{\n  int err = 0;"
+                );
+                bind(&mut c);
+                let _ = writeln!(
+                    c,
+                    "  const int64_t dyn = {};\n  if (err || dyn < 0 || dyn > INT64_C(4294967295)) return -1;",
+                    e.to_c(&var, "&err")
+                );
+                c.push_str("  return dyn +");
+            }
+        }
+        let _ = writeln!(c, " INT64_C({});\n}}\n", self.smem_per_block);
         // Metrics at a shape.
         let nb = usize::from(self.dim.clamp(1, 3));
         let mut args: Vec<String> = (0..self.data.len())
@@ -973,10 +1041,17 @@ impl RationalProgram {
             c.push_str("  }\n");
         }
         c.push_str("}\n\n");
+        // Shared memory that follows the block: within the device's limit per block (the
+        // default, without opting in). A kernel's own amount is not checked: it may opt in.
+        let smem_filter = if self.shmem.is_some() {
+            "    /* shared memory within the device's limit per block (the default, without opting in) */\n    if (smem < 0 || smem > (int64_t)(dev && dev->smem_per_block > 0 ? (uint32_t)dev->smem_per_block : kl_dev.smem_per_block)) continue;\n"
+        } else {
+            "    if (smem < 0) continue;\n"
+        };
         let _ = writeln!(
             c,
-            "/* The model's k best distinct shapes for data on dev, best first, and their predicted\n * microseconds (klaraptor_model.rank: the runtime times them on the first launches). Each\n * place is filled by one scan in candidate order: a shape faster by more than a relative\n * 1e-9 replaces the best; one within it replaces it when it has more threads, then larger\n * bx, then larger by. Returns how many shapes the model may choose from. */\nstatic int kl_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3], double *predicted_us) {{\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  double ts[sizeof kl_candidates / sizeof kl_candidates[0]];\n  unsigned char ok[sizeof kl_candidates / sizeof kl_candidates[0]];\n  int total = 0;\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    ok[i] = 0;\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = {};\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double t = {:?} * p.time_us + {:?};\n    if (!(t == t) || t == INFINITY) continue;\n    ts[i] = t;\n    ok[i] = 1;\n    total++;\n  }}\n  for (int j = 0; j < k; j++) {{\n    double best = INFINITY;\n    int best_i = -1;\n    for (size_t i = 0; i < n; i++) {{\n      if (!ok[i]) continue;\n      const uint32_t *b = kl_candidates[i];\n      const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n      const double t = ts[i];\n      if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n      if (t <= best * (1.0 + 1e-9)) {{\n        /* A tie: more threads, then larger bx, then larger by. */\n        const uint32_t *o = kl_candidates[best_i];\n        const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n        if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n      }}\n    }}\n    if (best_i < 0) break;\n    ok[best_i] = 0;\n    blocks[j][0] = kl_candidates[best_i][0]; blocks[j][1] = kl_candidates[best_i][1]; blocks[j][2] = kl_candidates[best_i][2];\n    if (predicted_us) predicted_us[j] = best;\n  }}\n  return total;\n}}\n\n/* The entry point the runtime calls for the model's choice (klaraptor_model.select): the\n * first of kl_rank. */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  uint32_t b[1][3];\n  double t = 0;\n  if (kl_rank(data, dev, 1, b, &t) < 1) return 1;\n  block[0] = b[0][0]; block[1] = b[0][1]; block[2] = b[0][2];\n  if (predicted_us) *predicted_us = t;\n  return 0;\n}}\n",
-            self.regs_per_thread, self.smem_per_block, self.time_fit.scale, self.time_fit.overhead_us
+            "/* The model's k best distinct shapes for data on dev, best first, and their predicted\n * microseconds (klaraptor_model.rank: the runtime times them on the first launches). Each\n * place is filled by one scan in candidate order: a shape faster by more than a relative\n * 1e-9 replaces the best; one within it replaces it when it has more threads, then larger\n * bx, then larger by. Returns how many shapes the model may choose from. */\nstatic int kl_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3], double *predicted_us) {{\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  double ts[sizeof kl_candidates / sizeof kl_candidates[0]];\n  unsigned char ok[sizeof kl_candidates / sizeof kl_candidates[0]];\n  int total = 0;\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    ok[i] = 0;\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    const int64_t smem = kl_smem(data, b);\n{}    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = (uint32_t)smem;\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double t = {:?} * p.time_us + {:?};\n    if (!(t == t) || t == INFINITY) continue;\n    ts[i] = t;\n    ok[i] = 1;\n    total++;\n  }}\n  for (int j = 0; j < k; j++) {{\n    double best = INFINITY;\n    int best_i = -1;\n    for (size_t i = 0; i < n; i++) {{\n      if (!ok[i]) continue;\n      const uint32_t *b = kl_candidates[i];\n      const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n      const double t = ts[i];\n      if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n      if (t <= best * (1.0 + 1e-9)) {{\n        /* A tie: more threads, then larger bx, then larger by. */\n        const uint32_t *o = kl_candidates[best_i];\n        const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n        if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n      }}\n    }}\n    if (best_i < 0) break;\n    ok[best_i] = 0;\n    blocks[j][0] = kl_candidates[best_i][0]; blocks[j][1] = kl_candidates[best_i][1]; blocks[j][2] = kl_candidates[best_i][2];\n    if (predicted_us) predicted_us[j] = best;\n  }}\n  return total;\n}}\n\n/* The entry point the runtime calls for the model's choice (klaraptor_model.select): the\n * first of kl_rank. */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  uint32_t b[1][3];\n  double t = 0;\n  if (kl_rank(data, dev, 1, b, &t) < 1) return 1;\n  block[0] = b[0][0]; block[1] = b[0][1]; block[2] = b[0][2];\n  if (predicted_us) *predicted_us = t;\n  return 0;\n}}\n",
+            smem_filter, self.regs_per_thread, self.time_fit.scale, self.time_fit.overhead_us
         );
         if self.profile_chooses() {
             // The link's decision (crate::decide): the profiled best is ranked first where it

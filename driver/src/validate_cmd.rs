@@ -1252,6 +1252,7 @@ mod tests {
     #[test]
     fn exhaustive_plan() {
         let k = LinkSpec {
+            shmem: None,
             name: "k".into(),
             mangled: "_Z1kPfi".into(),
             data: vec!["N".into()],

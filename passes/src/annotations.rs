@@ -73,6 +73,10 @@ pub struct KernelAnnotation {
     pub grid: Vec<IntExpr>,
     /// All must hold for a block shape to be a candidate.
     pub constraints: Vec<BoolExpr>,
+    /// `shmem(…)`: the bytes of dynamic shared memory a launch needs for a block shape (a
+    /// formula of the data and the block); the runtime passes that amount with the shape it
+    /// chooses. `None`: the launch's own amount (see the IO-builder pass's detection).
+    pub shmem: Option<IntExpr>,
     pub profile: Option<ProfileRecipe>,
     pub loc: Location,
     pub style: Style,
@@ -552,6 +556,7 @@ fn merge_classic(items: Vec<Classic>) -> Result<Vec<KernelAnnotation>, Diagnosti
             dim: 1,
             grid: Vec::new(),
             constraints: Vec::new(),
+            shmem: None,
             profile: None,
             loc: c.loc.clone(),
             style: Style::Classic,
@@ -614,7 +619,7 @@ pub fn default_grid(data: &[DataParam], dim: u8) -> Vec<IntExpr> {
 // ---------------------------------------------------------------------------------------
 // `#pragma klaraptor …`
 
-const CLAUSES: &str = "kernel, data, dim, grid, block, profile";
+const CLAUSES: &str = "kernel, data, dim, grid, block, shmem, profile";
 const PRAGMA_EXAMPLE: &str =
     "#pragma klaraptor kernel(mm) data(N=3) dim(2) grid(ceil(N, bx), ceil(N, by))";
 
@@ -741,7 +746,7 @@ fn parse_klaraptor(
     let cls = clauses(rest, at)?;
     let seen = |name: &str| cls.iter().filter(|c| c.name == name).count();
     for c in &cls {
-        if !["kernel", "data", "dim", "grid", "block", "profile"].contains(&c.name) {
+        if !["kernel", "data", "dim", "grid", "block", "shmem", "profile"].contains(&c.name) {
             return Err(
                 Diagnostic::new(at(c.name_off), format!("unknown clause '{}'", c.name))
                     .help(format!("the clauses are {CLAUSES}")),
@@ -849,6 +854,16 @@ fn parse_klaraptor(
     for c in cls.iter().filter(|c| c.name == "block") {
         constraints.push(expr::parse_bool(c.args, &labels).map_err(|e| expr_err(c.args_off, e))?);
     }
+    let shmem = match get("shmem") {
+        None => None,
+        Some(c) => {
+            let e = expr::parse_int(c.args, &labels)
+                .map_err(|e| expr_err(c.args_off, e).help(SHMEM_HELP))?;
+            check_shmem(&e, dim)
+                .map_err(|m| Diagnostic::new(at(c.args_off), m).help(SHMEM_HELP))?;
+            Some(e)
+        }
+    };
     let profile = get("profile")
         .map(|c| parse_profile(c, &labels, at))
         .transpose()?;
@@ -858,10 +873,58 @@ fn parse_klaraptor(
         dim,
         grid,
         constraints,
+        shmem,
         profile,
         loc: at(k.name_off),
         style: Style::Pragma,
     })
+}
+
+/// What to write in `shmem(…)`.
+pub const SHMEM_HELP: &str = "shmem(…) gives the bytes of dynamic shared memory a launch needs \
+     for a block shape, as a formula of bx, by, bz and the data parameters, e.g. shmem(bx * 4) \
+     for one float per thread of x";
+
+/// Checks a `shmem(…)` formula beyond its syntax: it uses only the block dimensions the kernel
+/// has, and it is not negative at the kernel's smallest block (its value at every candidate
+/// shape is checked again when the runtime uses it).
+pub fn check_shmem(e: &IntExpr, dim: u8) -> Result<(), String> {
+    if let Some(v) = e
+        .vars()
+        .into_iter()
+        .find(|v| expr::BLOCK_VARS[dim as usize..].contains(v))
+    {
+        return Err(format!(
+            "shmem(…) uses '{v}', but the kernel has {dim} block dimension(s)"
+        ));
+    }
+    if e.vars().iter().all(|v| expr::BLOCK_VARS.contains(v)) {
+        // A formula of the block alone: its value at every candidate shape is known now.
+        for b in crate::spec::candidate_blocks(dim) {
+            let env = [
+                ("bx", i64::from(b[0])),
+                ("by", i64::from(b[1])),
+                ("bz", i64::from(b[2])),
+            ];
+            match e.eval(env.as_slice()) {
+                Ok(v) if v >= 0 => {}
+                Ok(v) => {
+                    return Err(format!(
+                        "shmem({e}) is {v} bytes at block {}x{}x{}: an amount of shared memory \
+                         is never negative",
+                        b[0], b[1], b[2]
+                    ))
+                }
+                Err(x) => {
+                    return Err(format!(
+                        "shmem({e}) cannot be evaluated at block {}x{}x{}: {x}",
+                        b[0], b[1], b[2]
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn parse_data(c: &Clause, at: &dyn Fn(usize) -> Location) -> Result<Vec<DataParam>, Diagnostic> {

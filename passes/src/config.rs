@@ -9,6 +9,7 @@
 //! dim = 2
 //! grid = ["ceil(NJ, bx)", "ceil(NI, by)"] # default: ceil(<data i>, b<i>)
 //! block = ["bx * by >= 32"]               # all must hold
+//! shmem = "bx * by * 4"                   # dynamic shared memory for a block shape (optional)
 //! profile = { run = "./gemm {NI} {NJ} {NK}", sizes = [64, 128, [256, 256, 128]] }
 //! ```
 
@@ -39,6 +40,7 @@ struct Entry {
     grid: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     block: Vec<Spanned<String>>,
+    shmem: Option<Spanned<String>>,
     profile: Option<Spanned<Profile>>,
 }
 
@@ -191,6 +193,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 ])
             })?);
         }
+        let shmem = match &e.shmem {
+            None => None,
+            Some(f) => {
+                let parsed = expr::parse_int(f.get_ref(), &labels).map_err(|x| {
+                    Diagnostics(vec![Diagnostic::new(at(inside(f, x.offset)), x.message)
+                        .help(crate::annotations::SHMEM_HELP)
+                        .with_source(text)])
+                })?;
+                crate::annotations::check_shmem(&parsed, dim)
+                    .map_err(|m| err(f.span(), m, crate::annotations::SHMEM_HELP))?;
+                Some(parsed)
+            }
+        };
         let profile = match e.profile {
             None => None,
             Some(p) => {
@@ -247,6 +262,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 dim,
                 grid,
                 constraints,
+                shmem,
                 profile,
                 loc: at(entry_span.start),
                 style: Style::Toml,

@@ -31,7 +31,8 @@
 //! ```
 //!
 //! then loads of the four (possibly rewritten) values, which become the push's first four
-//! operands. Shared memory and stream are left as they are.
+//! operands. Shared memory and stream are left as they are, unless the launch's dynamic
+//! shared memory follows its block (below).
 //!
 //! Where the pass can also place a call right after the launch (after the stub `call`, or
 //! at the top of an `invoke`'s normal destination when only the stub's block reaches it),
@@ -44,6 +45,27 @@
 //! …                                   ; the push, the test, the stub call
 //! call void @klaraptor_launch_end(i64 %t)
 //! ```
+//!
+//! # Dynamic shared memory that follows the block
+//!
+//! A launch whose dynamic shared memory is sized from its block (`k<<<g, b, b * 4>>>`) needs
+//! another amount for another block. For a kernel whose annotation has `shmem(…)`
+//! ([`InjectTarget::shmem_clause`]), and for a launch whose amount the pass reads as a formula
+//! of the block ([`ShmemUse::Follows`]), the pass stores the amount in a fifth slot and calls
+//! `klaraptor_select_shmem` / `klaraptor_launch_begin_shmem` instead, which take a pointer to
+//! it and write the amount for the shape they choose; its load becomes the push's shared
+//! memory operand. Which amount a launch passes, read from the unoptimised IR the driver
+//! gives the pass ([`shmem_use`]):
+//! - a constant, or a value computed from nothing the block is made of (the data): it stays
+//!   as written ([`ShmemUse::Fixed`]);
+//! - sums, differences, products and divisions by constants of the block's own dimensions
+//!   (the values its `dim3` was constructed from, read back from local variables written
+//!   once, or its fields: `block.x * block.y`) and constants: a formula in the annotation language (`(bx + 1) * by * 4`), which
+//!   the driver gives the kernel as if its annotation had said `shmem(…)`;
+//! - anything else computed from a value the block is made of (a call, a variable written
+//!   twice, a block the pass cannot trace): [`ShmemUse::Unreadable`]; the launch is left as
+//!   it was (the program's own shape and amount) and reported in
+//!   [`InjectReport::shmem_unreadable`], for a warning that asks for the clause.
 //!
 //! # Which kernel a launch is for
 //!
@@ -132,7 +154,11 @@ pub const BEGIN_FN: &str = "klaraptor_launch_begin";
 pub const END_FN: &str = "klaraptor_launch_end";
 /// Every runtime entry point an instrumented launch calls first (an object that calls one
 /// needs the runtime).
-pub const ENTRY_FNS: [&str; 2] = [SELECT_FN, BEGIN_FN];
+pub const ENTRY_FNS: [&str; 4] = [SELECT_FN, BEGIN_FN, SELECT_SHMEM_FN, BEGIN_SHMEM_FN];
+/// [`SELECT_FN`] that also writes the dynamic shared memory for the shape it chooses.
+pub const SELECT_SHMEM_FN: &str = "klaraptor_select_shmem";
+/// [`BEGIN_FN`] that also writes the dynamic shared memory for the shape it chooses.
+pub const BEGIN_SHMEM_FN: &str = "klaraptor_launch_begin_shmem";
 const PUSH_FN: &str = "__cudaPushCallConfiguration";
 const REGISTER_FN: &str = "__cudaRegisterFunction";
 
@@ -145,6 +171,34 @@ pub struct InjectTarget {
     pub id: String,
     /// 0-based indices of the kernel arguments that are data sizes.
     pub data_args: Vec<usize>,
+    /// The annotation says `shmem(…)`: every launch passes the amount the runtime computes
+    /// for the shape it chooses.
+    pub shmem_clause: bool,
+}
+
+/// How a launch's dynamic shared memory relates to its block ([`shmem_use`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShmemUse {
+    /// A constant, or computed from values the block is not made of: it stays as written.
+    Fixed,
+    /// A formula of the block's dimensions, in the annotation language (`bx * 4`).
+    Follows(String),
+    /// Computed from a value the block is made of, in a way the pass cannot write as a
+    /// formula (the reason).
+    Unreadable(String),
+}
+
+/// A launch whose dynamic shared memory follows its block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmemLaunch {
+    pub kernel: String,
+    /// The function containing the launch.
+    pub function: String,
+    /// `file:line` of the launch, when the IR has debug information.
+    pub at: Option<String>,
+    /// [`ShmemUse::Follows`]'s formula; for [`InjectReport::shmem_unreadable`], why the
+    /// pass could not read it.
+    pub detail: String,
 }
 
 /// A launch of an annotated kernel the pass left as it was.
@@ -173,6 +227,24 @@ pub struct InjectReport {
     /// `__cudaLaunchKernel` (with [`InjectOptions::clang_stubs_via_launch_entry`]), as
     /// (kernel, stub).
     pub rerouted: Vec<(String, String)>,
+    /// Instrumented launches, of kernels without `shmem(…)`, whose dynamic shared memory the
+    /// pass read as a formula of the block: the runtime passes the amount for its shape. The
+    /// first formula of a kernel is the kernel's ([`Self::shmem_formula`]).
+    pub shmem_follows: Vec<ShmemLaunch>,
+    /// Launches of kernels without `shmem(…)` left as they were because their dynamic shared
+    /// memory depends on the block in a way the pass cannot read (or in another way than the
+    /// kernel's formula): they keep the program's own shape. Not in [`Self::refused`].
+    pub shmem_unreadable: Vec<ShmemLaunch>,
+}
+
+impl InjectReport {
+    /// The formula the pass found for `kernel`'s dynamic shared memory, if any.
+    pub fn shmem_formula(&self, kernel: &str) -> Option<&str> {
+        self.shmem_follows
+            .iter()
+            .find(|l| l.kernel == kernel)
+            .map(|l| l.detail.as_str())
+    }
 }
 
 /// What the pass does besides inserting the selects.
@@ -308,8 +380,45 @@ pub fn instrument_module_with(
                     continue;
                 };
                 let function = fn_name(push_function(push));
-                match pass.instrument(&launch, target)? {
-                    Ok(()) => report.instrumented.push((target.kernel.clone(), function)),
+                let shmem = if target.shmem_clause {
+                    ShmemUse::Fixed
+                } else {
+                    shmem_use(push)
+                };
+                let at = debug_location(push);
+                let shmem = match shmem {
+                    ShmemUse::Follows(f) => match report.shmem_formula(&target.kernel) {
+                        Some(g) if g != f => ShmemUse::Unreadable(format!(
+                            "its dynamic shared memory follows the block as {f}, and another \
+                             launch's as {g}"
+                        )),
+                        _ => ShmemUse::Follows(f),
+                    },
+                    other => other,
+                };
+                if let ShmemUse::Unreadable(why) = &shmem {
+                    report.untouched_launches += 1;
+                    report.shmem_unreadable.push(ShmemLaunch {
+                        kernel: target.kernel.clone(),
+                        function,
+                        at,
+                        detail: why.clone(),
+                    });
+                    continue;
+                }
+                let from_runtime = target.shmem_clause || matches!(shmem, ShmemUse::Follows(_));
+                match pass.instrument(&launch, target, from_runtime)? {
+                    Ok(()) => {
+                        if let ShmemUse::Follows(f) = shmem {
+                            report.shmem_follows.push(ShmemLaunch {
+                                kernel: target.kernel.clone(),
+                                function: function.clone(),
+                                at,
+                                detail: f,
+                            });
+                        }
+                        report.instrumented.push((target.kernel.clone(), function))
+                    }
                     Err(reason) => {
                         report.untouched_launches += 1;
                         report.refused.push(RefusedLaunch {
@@ -375,6 +484,8 @@ struct Pass<'m, 'ctx> {
     ids: HashMap<String, GlobalValue<'ctx>>,
     select: Option<FunctionValue<'ctx>>,
     begin: Option<FunctionValue<'ctx>>,
+    select_shmem: Option<FunctionValue<'ctx>>,
+    begin_shmem: Option<FunctionValue<'ctx>>,
     end: Option<FunctionValue<'ctx>>,
 }
 
@@ -630,6 +741,8 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             ids: HashMap::new(),
             select: None,
             begin: None,
+            select_shmem: None,
+            begin_shmem: None,
             end: None,
         };
         pass.read_registrations();
@@ -877,12 +990,14 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         out
     }
 
-    /// Inserts the select call before the push. The outer error is fatal (bad
+    /// Inserts the select call before the push; with `shmem_from_runtime`, the form that
+    /// also rewrites the push's dynamic shared memory. The outer error is fatal (bad
     /// annotations, LLVM failures), the inner one a launch left untouched.
     fn instrument(
         &mut self,
         launch: &Launch<'ctx>,
         target: &InjectTarget,
+        shmem_from_runtime: bool,
     ) -> Result<Result<(), String>, InjectError> {
         let push = launch.push;
         let function = push_function(push).expect("push call in a function");
@@ -922,6 +1037,17 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             plan.push((index, v, width));
         }
 
+        let shmem_operand = match operand_value(push, 4) {
+            Some(BasicValueEnum::IntValue(v)) if v.get_type().get_bit_width() == 64 => Some(v),
+            _ => None,
+        };
+        if shmem_from_runtime && shmem_operand.is_none() {
+            return Ok(Err(
+                "its dynamic shared memory follows the block, but the push's shared-memory \
+                 operand is not an i64"
+                    .into(),
+            ));
+        }
         let timed = self.timing_point(launch);
         let id = self.kernel_id(&target.id);
         let i32t = self.ctx.i32_type();
@@ -943,6 +1069,11 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         } else {
             self.builder.build_alloca(data_ty, "klaraptor.data")?
         };
+        let shmem_slot = if shmem_from_runtime {
+            Some(self.builder.build_alloca(i64t, "klaraptor.shmem")?)
+        } else {
+            None
+        };
 
         // Before the push: stores, the data array, the call, the loads.
         self.builder.position_before(&push);
@@ -959,6 +1090,10 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             let v = operand_value(push, n as u32).expect("push operand");
             let st = self.builder.build_store(*slot, v)?;
             let _ = st.set_alignment(*align);
+        }
+        if let (Some(slot), Some(v)) = (shmem_slot, shmem_operand) {
+            let st = self.builder.build_store(slot, v)?;
+            let _ = st.set_alignment(8);
         }
         let mut memo = HashMap::new();
         for (slot, (index, v, width)) in plan.iter().enumerate() {
@@ -995,16 +1130,29 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             bxy.into(),
             bz.into(),
         ];
-        let ticket = match timed {
-            Some((shmem, stream, _)) => {
+        let ticket = match (timed, shmem_slot) {
+            (Some((shmem, stream, _)), None) => {
                 args.push(shmem.into());
                 args.push(stream.into());
                 let begin = self.begin_fn()?;
                 let call = self.builder.build_call(begin, &args, "klaraptor.ticket")?;
                 call.try_as_basic_value().basic()
             }
-            None => {
+            (Some((_, stream, _)), Some(slot)) => {
+                args.push(slot.into());
+                args.push(stream.into());
+                let begin = self.begin_shmem_fn()?;
+                let call = self.builder.build_call(begin, &args, "klaraptor.ticket")?;
+                call.try_as_basic_value().basic()
+            }
+            (None, None) => {
                 let select = self.select_fn()?;
+                self.builder.build_call(select, &args, "")?;
+                None
+            }
+            (None, Some(slot)) => {
+                args.push(slot.into());
+                let select = self.select_shmem_fn()?;
                 self.builder.build_call(select, &args, "")?;
                 None
             }
@@ -1021,6 +1169,13 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
                 let _ = i.set_alignment(*align);
             }
             push.set_operand(n as u32, v);
+        }
+        if let Some(slot) = shmem_slot {
+            let v = self.builder.build_load(i64t, slot, "klaraptor.shmem.v")?;
+            if let Some(i) = v.as_instruction_value() {
+                let _ = i.set_alignment(8);
+            }
+            push.set_operand(4, v);
         }
         if let (Some((_, _, at)), Some(ticket)) = (timed, ticket) {
             let end = self.end_fn()?;
@@ -1563,6 +1718,33 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         Ok(f)
     }
 
+    /// `void @klaraptor_select_shmem(ptr, i32, ptr, ptr, ptr, ptr, ptr, ptr)`.
+    fn select_shmem_fn(&mut self) -> Result<FunctionValue<'ctx>, InjectError> {
+        if let Some(f) = self.select_shmem {
+            return Ok(f);
+        }
+        let mut params = self.select_params();
+        params.push(self.ctx.ptr_type(AddressSpace::default()).into());
+        let ty = self.ctx.void_type().fn_type(&params, false);
+        let f = self.declare(SELECT_SHMEM_FN, ty)?;
+        self.select_shmem = Some(f);
+        Ok(f)
+    }
+
+    /// `i64 @klaraptor_launch_begin_shmem(ptr, i32, ptr, ptr, ptr, ptr, ptr, ptr, ptr)`.
+    fn begin_shmem_fn(&mut self) -> Result<FunctionValue<'ctx>, InjectError> {
+        if let Some(f) = self.begin_shmem {
+            return Ok(f);
+        }
+        let ptr = self.ctx.ptr_type(AddressSpace::default());
+        let mut params = self.select_params();
+        params.push(ptr.into());
+        params.push(ptr.into());
+        let f = self.declare(BEGIN_SHMEM_FN, self.ctx.i64_type().fn_type(&params, false))?;
+        self.begin_shmem = Some(f);
+        Ok(f)
+    }
+
     /// `void @klaraptor_launch_end(i64)`.
     fn end_fn(&mut self) -> Result<FunctionValue<'ctx>, InjectError> {
         if let Some(f) = self.end {
@@ -1686,6 +1868,417 @@ fn basic_value_of<'ctx>(
     // SAFETY: `copy` is a live instruction producing a first-class value of the same type
     // as `like`; `BasicValueEnum::new` classifies it by that type.
     unsafe { BasicValueEnum::new(copy.as_value_ref()) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dynamic shared memory
+
+/// `file:line` of `i`, when the module has debug information.
+fn debug_location(i: InstructionValue<'_>) -> Option<String> {
+    use inkwell::llvm_sys::debuginfo::{
+        LLVMDIFileGetFilename, LLVMDILocationGetLine, LLVMDILocationGetScope, LLVMDIScopeGetFile,
+        LLVMInstructionGetDebugLoc,
+    };
+    // SAFETY: `i` is a live instruction; each call takes the metadata the previous one
+    // returned (checked for null), and the file name is `len` bytes owned by the context.
+    unsafe {
+        let loc = LLVMInstructionGetDebugLoc(i.as_value_ref());
+        if loc.is_null() {
+            return None;
+        }
+        let line = LLVMDILocationGetLine(loc);
+        let scope = LLVMDILocationGetScope(loc);
+        if scope.is_null() {
+            return None;
+        }
+        let file = LLVMDIScopeGetFile(scope);
+        if file.is_null() {
+            return None;
+        }
+        let mut len = 0;
+        let name = LLVMDIFileGetFilename(file, &mut len);
+        if name.is_null() {
+            return None;
+        }
+        let bytes = std::slice::from_raw_parts(name.cast::<u8>(), len as usize);
+        Some(format!("{}:{line}", String::from_utf8_lossy(bytes)))
+    }
+}
+
+/// An identity for a value.
+fn value_id(v: BasicValueEnum<'_>) -> usize {
+    v.as_value_ref() as usize
+}
+
+/// `v` without integer casts (`zext`, `sext`, `trunc`): the amount `b * sizeof(float)` is
+/// `mul (sext b), 4`.
+fn strip_int_casts(v: BasicValueEnum<'_>) -> BasicValueEnum<'_> {
+    let mut v = v;
+    while let Some(i) = v.as_instruction_value() {
+        if !matches!(
+            i.get_opcode(),
+            InstructionOpcode::ZExt | InstructionOpcode::SExt | InstructionOpcode::Trunc
+        ) {
+            break;
+        }
+        match operand_value(i, 0) {
+            Some(x) => v = x,
+            None => break,
+        }
+    }
+    v
+}
+
+fn int_constant(v: BasicValueEnum<'_>) -> Option<i64> {
+    match v {
+        BasicValueEnum::IntValue(c) if c.is_const() => c.get_sign_extended_constant(),
+        _ => None,
+    }
+}
+
+/// The instructions that use the address `root` or a `getelementptr` of it, with the
+/// operand position of that address.
+fn address_users(root: BasicValueEnum<'_>) -> Vec<(InstructionValue<'_>, u32)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    let mut seen = BTreeSet::new();
+    while let Some(p) = stack.pop() {
+        if !seen.insert(value_id(p)) {
+            continue;
+        }
+        let mut u = p.get_first_use();
+        while let Some(use_) = u {
+            u = use_.get_next_use();
+            let Some(user) = as_instruction(use_.get_user()) else {
+                continue;
+            };
+            for n in 0..user.get_num_operands() {
+                if operand_value(user, n) != Some(p) {
+                    continue;
+                }
+                if user.get_opcode() == InstructionOpcode::GetElementPtr && n == 0 {
+                    if let Ok(g) = BasicValueEnum::try_from(user.as_any_value_enum()) {
+                        stack.push(g);
+                    }
+                } else {
+                    out.push((user, n));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether the call `i` only reads through its argument `n` (`readonly` or `readnone` on the
+/// callee's parameter or the call site's: the source of `llvm.memcpy`).
+fn param_read_only(i: InstructionValue<'_>, n: u32) -> bool {
+    let Some(site) = call_site(i) else {
+        return false;
+    };
+    if n >= site.count_arguments() {
+        return false;
+    }
+    let loc = AttributeLoc::Param(n);
+    ["readonly", "readnone"].into_iter().any(|a| {
+        let kind = Attribute::get_named_enum_kind_id(a);
+        site.get_enum_attribute(loc, kind).is_some()
+            || site
+                .get_called_fn_value()
+                .is_some_and(|f| f.get_enum_attribute(loc, kind).is_some())
+    })
+}
+
+/// The instructions that may write the memory of the alloca `root`: stores to it, and the
+/// calls it is given to (`llvm.memcpy`, a constructor), but not `llvm.lifetime.*`.
+fn writers(root: BasicValueEnum<'_>) -> Vec<InstructionValue<'_>> {
+    address_users(root)
+        .into_iter()
+        .filter(|&(i, n)| match i.get_opcode() {
+            InstructionOpcode::Store => n == 1,
+            InstructionOpcode::Call | InstructionOpcode::Invoke => {
+                !callee_name(i).is_some_and(|c| is_harmless_intrinsic(&c)) && !param_read_only(i, n)
+            }
+            _ => false,
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A local variable read by `load` that holds one value: the load reads an alloca (not
+/// through a `getelementptr`) whose address does not escape and which is stored to once. Two
+/// loads of such a variable read the same value (a parameter's spill at -O0, `int b = …;`).
+fn written_once(load: InstructionValue<'_>) -> Option<BasicValueEnum<'_>> {
+    if load.get_opcode() != InstructionOpcode::Load {
+        return None;
+    }
+    let addr = operand_value(load, 0)?;
+    if !is_alloca(addr) || address_escapes(addr) {
+        return None;
+    }
+    let w = writers(addr);
+    (w.len() == 1 && w[0].get_opcode() == InstructionOpcode::Store).then_some(addr)
+}
+
+/// What identifies the value of `v` for comparing a block dimension with a term of the
+/// shared memory: its local variable when it is read from one written once, else itself.
+fn value_key(v: BasicValueEnum<'_>) -> usize {
+    let v = strip_int_casts(v);
+    match v.as_instruction_value().and_then(written_once) {
+        Some(var) => value_id(var),
+        None => value_id(v),
+    }
+}
+
+/// Whether `v` is a constant other than a global variable (constants are uniqued: an `i32 1`
+/// of the block and one of the shared memory are the same value, and say nothing).
+fn is_plain_constant(v: BasicValueEnum<'_>) -> bool {
+    use inkwell::llvm_sys::core::{LLVMIsAConstant, LLVMIsAGlobalVariable};
+    // SAFETY: `v` is a live value; the two only inspect its kind.
+    unsafe {
+        !LLVMIsAConstant(v.as_value_ref()).is_null()
+            && LLVMIsAGlobalVariable(v.as_value_ref()).is_null()
+    }
+}
+
+/// The operands of `i` that are values computed before it: a call's arguments (not its
+/// callee), every operand of other instructions.
+fn value_operands(i: InstructionValue<'_>) -> Vec<BasicValueEnum<'_>> {
+    let n = match call_site(i) {
+        Some(site) => site.count_arguments(),
+        None => i.get_num_operands(),
+    };
+    (0..n).filter_map(|k| operand_value(i, k)).collect()
+}
+
+/// Everything `v` may be computed from, as identities (into `seen`): the function's
+/// arguments, global variables, local variables (allocas), and the instructions between,
+/// through operands, loads (to the memory they read) and what writes that memory (stores,
+/// calls given it). Constants say nothing and are left out.
+fn sources(v: BasicValueEnum<'_>, seen: &mut BTreeSet<usize>) {
+    if is_plain_constant(v) || !seen.insert(value_id(v)) {
+        return;
+    }
+    let Some(i) = v.as_instruction_value() else {
+        return;
+    };
+    if i.get_opcode() != InstructionOpcode::Alloca {
+        for x in value_operands(i) {
+            sources(x, seen);
+        }
+        return;
+    }
+    for w in writers(v) {
+        if w.get_opcode() == InstructionOpcode::Store {
+            if let Some(x) = operand_value(w, 0) {
+                sources(x, seen);
+            }
+            continue;
+        }
+        // A call given the variable (a constructor, a copy): what it is given.
+        seen.insert(w.as_value_ref() as usize);
+        for x in value_operands(w) {
+            sources(x, seen);
+        }
+    }
+}
+
+/// What the block of a launch is made of ([`block_dims`]).
+struct BlockDims<'ctx> {
+    /// The values its `dim3` was constructed from (x, y, z).
+    values: [BasicValueEnum<'ctx>; 3],
+    /// The `dim3` variables holding it (the constructed one and its copies), each written
+    /// once: a load of a field of one (`block.x`) is that dimension.
+    dim3s: Vec<BasicValueEnum<'ctx>>,
+}
+
+/// The dimension of the block `v` reads when it loads a field of one of `dim3s`
+/// (`block.x`: a load of the variable itself or of `getelementptr %struct.dim3, 0, k`).
+fn dim3_field(v: BasicValueEnum<'_>, dim3s: &[BasicValueEnum<'_>]) -> Option<usize> {
+    let load = v.as_instruction_value()?;
+    if load.get_opcode() != InstructionOpcode::Load || !v.is_int_value() {
+        return None;
+    }
+    let addr = operand_value(load, 0)?;
+    if dim3s.contains(&addr) {
+        return Some(0);
+    }
+    let gep = addr.as_instruction_value()?;
+    if gep.get_opcode() != InstructionOpcode::GetElementPtr
+        || !dim3s.contains(&operand_value(gep, 0)?)
+        || gep.get_num_operands() != 3
+        || int_constant(operand_value(gep, 1)?) != Some(0)
+    {
+        return None;
+    }
+    let k = int_constant(operand_value(gep, 2)?)?;
+    usize::try_from(k).ok().filter(|k| *k < 3)
+}
+
+/// The values the block of the launch pushed by `push` was constructed from (x, y, z): at
+/// -O0 the push's block operands are loaded from a temporary copied (`llvm.memcpy`, maybe
+/// through other copies) from a `dim3` built by its constructor. `None` when the block is
+/// made another way (a field written after the constructor, a `dim3` returned by a call).
+fn block_dims(push: InstructionValue<'_>) -> Option<BlockDims<'_>> {
+    let xy = operand_value(push, 2)?.as_instruction_value()?;
+    let z = operand_value(push, 3)?.as_instruction_value()?;
+    if xy.get_opcode() != InstructionOpcode::Load || z.get_opcode() != InstructionOpcode::Load {
+        return None;
+    }
+    let mut root = address_root(operand_value(xy, 0)?);
+    if address_root(operand_value(z, 0)?) != root || !is_alloca(root) {
+        return None;
+    }
+    // The `dim3` variables the block is copied from (not the `{i64, i32}` the push reads).
+    let mut dim3s = Vec::new();
+    for _ in 0..8 {
+        let w = writers(root);
+        let [only] = w.as_slice() else {
+            return None;
+        };
+        let name = callee_name(*only)?;
+        let site = call_site(*only)?;
+        let arg = |n: u32| operand_value(*only, n);
+        if name.starts_with("llvm.memcpy") || name.starts_with("llvm.memmove") {
+            if arg(0).map(address_root) != Some(root) {
+                return None;
+            }
+            root = address_root(arg(1)?);
+            if !is_alloca(root) {
+                return None;
+            }
+            dim3s.push(root);
+        } else if name.contains("4dim3C") && site.count_arguments() == 4 {
+            if arg(0) != Some(root) {
+                return None;
+            }
+            return Some(BlockDims {
+                values: [arg(1)?, arg(2)?, arg(3)?],
+                dim3s,
+            });
+        } else {
+            return None;
+        }
+    }
+    None
+}
+
+/// `v` as a formula of the block's dimensions, whose values are identified by `dims`
+/// ([`value_key`]; `None` for a constant dimension or one equal to another) or read from the
+/// fields of `dim3s` ([`dim3_field`]): constants, `+ - *`, shifts left and divisions by
+/// positive constants.
+fn shmem_formula(
+    v: BasicValueEnum<'_>,
+    dims: &[Option<usize>; 3],
+    dim3s: &[BasicValueEnum<'_>],
+    depth: usize,
+) -> Option<crate::expr::IntExpr> {
+    use crate::expr::{IntExpr, IntOp};
+    if depth > 32 {
+        return None;
+    }
+    let v = strip_int_casts(v);
+    if let Some(c) = int_constant(v) {
+        return Some(IntExpr::Lit(c));
+    }
+    let key = value_key(v);
+    if let Some(d) = dims
+        .iter()
+        .position(|d| *d == Some(key))
+        .or_else(|| dim3_field(v, dim3s))
+    {
+        return Some(IntExpr::Var(crate::expr::BLOCK_VARS[d].into()));
+    }
+    let i = v.as_instruction_value()?;
+    if let Some(var) = written_once(i) {
+        // `size_t shmem = b * sizeof(float); k<<<g, b, shmem>>>`: what the variable holds.
+        let store = writers(var).into_iter().next()?;
+        return shmem_formula(operand_value(store, 0)?, dims, dim3s, depth + 1);
+    }
+    let a = operand_value(i, 0)?;
+    let b = operand_value(i, 1)?;
+    let sub = |x| shmem_formula(x, dims, dim3s, depth + 1).map(Box::new);
+    let op = match i.get_opcode() {
+        InstructionOpcode::Add => IntOp::Add,
+        InstructionOpcode::Sub => IntOp::Sub,
+        InstructionOpcode::Mul => IntOp::Mul,
+        InstructionOpcode::Shl => {
+            let k = int_constant(b).filter(|k| (0..32).contains(k))?;
+            return Some(IntExpr::Bin(
+                IntOp::Mul,
+                sub(a)?,
+                Box::new(IntExpr::Lit(1 << k)),
+            ));
+        }
+        InstructionOpcode::UDiv | InstructionOpcode::SDiv => {
+            let k = int_constant(b).filter(|k| *k > 0)?;
+            return Some(IntExpr::Bin(
+                IntOp::FloorDiv,
+                sub(a)?,
+                Box::new(IntExpr::Lit(k)),
+            ));
+        }
+        _ => return None,
+    };
+    Some(IntExpr::Bin(op, sub(a)?, sub(b)?))
+}
+
+/// How the dynamic shared memory of the launch pushed by `push` relates to its block (see the
+/// module docs). Reads the unoptimised IR the driver gives the pass; on other IR it may
+/// answer [`ShmemUse::Unreadable`] where -O0 would have read a formula, never the other way.
+pub fn shmem_use(push: InstructionValue<'_>) -> ShmemUse {
+    let Some(shmem) = operand_value(push, 4) else {
+        return ShmemUse::Fixed;
+    };
+    if int_constant(shmem).is_some() {
+        return ShmemUse::Fixed;
+    }
+    let mut of_block = BTreeSet::new();
+    for n in [2, 3] {
+        if let Some(v) = operand_value(push, n) {
+            sources(v, &mut of_block);
+        }
+    }
+    let mut of_shmem = BTreeSet::new();
+    sources(shmem, &mut of_shmem);
+    // The shared memory's own value is not a source of the block's, but every value it is
+    // computed from counts.
+    of_shmem.remove(&value_id(shmem));
+    if of_shmem.is_disjoint(&of_block) {
+        return ShmemUse::Fixed;
+    }
+    let Some(dims) = block_dims(push) else {
+        return ShmemUse::Unreadable(
+            "its dynamic shared memory is computed from values the block is made of, and the \
+             pass cannot tell which of the block's dimensions they are"
+                .into(),
+        );
+    };
+    let mut keys: [Option<usize>; 3] = dims.values.map(|d| {
+        int_constant(strip_int_casts(d))
+            .is_none()
+            .then(|| value_key(d))
+    });
+    for a in 0..3 {
+        for b in 0..3 {
+            if a != b && keys[a].is_some() && keys[a] == keys[b] {
+                keys = [None; 3];
+            }
+        }
+    }
+    match shmem_formula(shmem, &keys, &dims.dim3s, 0) {
+        // A formula negative (or overflowing) at a candidate shape is no amount to pass.
+        Some(f) if !f.vars().is_empty() => match crate::annotations::check_shmem(&f, 3) {
+            Ok(()) => ShmemUse::Follows(f.to_string()),
+            Err(why) => ShmemUse::Unreadable(format!(
+                "its dynamic shared memory reads as {f}, which klaraptor cannot use: {why}"
+            )),
+        },
+        _ => ShmemUse::Unreadable(
+            "its dynamic shared memory is computed from values the block is made of, in a way \
+             the pass cannot write as a formula of the block's dimensions"
+                .into(),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,8 @@ pub struct KernelSpec {
     pub dim: u8,
     pub grid: Vec<IntExpr>,
     pub constraints: Vec<BoolExpr>,
+    /// `shmem(…)`: the dynamic shared memory a launch needs for a block shape, in bytes.
+    pub shmem: Option<IntExpr>,
     pub profile: Option<ProfileRecipe>,
     /// The annotation (pragma or TOML entry) this came from.
     pub annotated_at: crate::diag::Location,
@@ -154,6 +156,7 @@ pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, D
         dim: ann.dim,
         grid: ann.grid.clone(),
         constraints: ann.constraints.clone(),
+        shmem: ann.shmem.clone(),
         profile: ann.profile.clone(),
         annotated_at: ann.loc.clone(),
         style: ann.style,
@@ -199,6 +202,9 @@ impl KernelSpec {
             "block = {}\n",
             list(self.constraints.iter().map(|c| q(&c.to_string())).collect())
         );
+        if let Some(e) = &self.shmem {
+            s += &format!("shmem = {}\n", q(&e.to_string()));
+        }
         if let Some(p) = &self.profile {
             let sizes = p
                 .sizes

@@ -68,7 +68,7 @@ fn exact_messages_for_bad_pragmas() {
         ("#pragma kernel_info_dim_k = 2;", "a.cu:1:9: kernel 'k' has a dimensionality but no data-size argument | add '#pragma kernel_info_size_param_idx_k = <argument index>;'"),
         ("#pragma klaraptor data(n)", "a.cu:1:9: this klaraptor pragma names no kernel | start it with kernel(<name>), e.g. '#pragma klaraptor kernel(mm) data(N=3) dim(2) grid(ceil(N, bx), ceil(N, by))'"),
         ("#pragma klaraptor kernel(k)", "a.cu:1:19: kernel 'k' has no data(…) clause | say which kernel arguments are data sizes, e.g. data(N=3) for the 4th argument, or data(n) for the argument named n"),
-        ("#pragma klaraptor kernel(k) data(n) dims(2)", "a.cu:1:37: unknown clause 'dims' | the clauses are kernel, data, dim, grid, block, profile"),
+        ("#pragma klaraptor kernel(k) data(n) dims(2)", "a.cu:1:37: unknown clause 'dims' | the clauses are kernel, data, dim, grid, block, shmem, profile"),
         ("#pragma klaraptor kernel(k) data(n) dim(4)", "a.cu:1:41: expected 1, 2 or 3, found '4' | dim(…) is the number of block dimensions the kernel uses"),
         ("#pragma klaraptor kernel(k) data(n) dim(2) grid(n)", "a.cu:1:44: grid(…) gives 1 formula(s) but the kernel has 2 block dimension(s) | give one formula per grid axis, separated by commas: at least 2 (one per block dimension, or change dim(2)) and at most 3"),
         ("#pragma klaraptor kernel(k) data(n) grid(n, n, n, n)", "a.cu:1:37: grid(…) gives 4 formula(s) but the kernel has 1 block dimension(s) | give one formula per grid axis, separated by commas: at least 1 (one per block dimension, or change dim(1)) and at most 3"),
@@ -79,11 +79,29 @@ fn exact_messages_for_bad_pragmas() {
         ("#pragma klaraptor kernel(k) data(n) block(bx < 1", "a.cu:1:42: the '(' of 'block' is never closed | add the missing ')' (a pragma that spans lines needs a '\\' at the end of each line but the last)"),
         ("#pragma klaraptor kernel(k) data(N=n) profile(run=\"./a {N}\", sizes=[1, (2, 3)])", "a.cu:1:72: this size gives 2 values but the kernel has 1 data parameter(s) | write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters"),
         ("#pragma klaraptor kernel(k) data(N=n, M=m) profile(run=\"./a 100\", sizes=[1, 2])", "a.cu:1:44: profile(run=\"./a 100\") uses none of the data parameters ({N}, {M}): every size would run the same command | write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters"),
+        ("#pragma klaraptor kernel(k) data(n) shmem(bx * Q)", "a.cu:1:48: unknown name 'Q'; the names are bx, by, bz, n | shmem(…) gives the bytes of dynamic shared memory a launch needs for a block shape, as a formula of bx, by, bz and the data parameters, e.g. shmem(bx * 4) for one float per thread of x"),
+        ("#pragma klaraptor kernel(k) data(n) shmem(bx < 4)", "a.cu:1:43: expected an integer here, but a '<' expression is a truth value | shmem(…) gives the bytes of dynamic shared memory a launch needs for a block shape, as a formula of bx, by, bz and the data parameters, e.g. shmem(bx * 4) for one float per thread of x"),
+        ("#pragma klaraptor kernel(k) data(n) shmem(bx * by * 4)", "a.cu:1:43: shmem(…) uses 'by', but the kernel has 1 block dimension(s) | shmem(…) gives the bytes of dynamic shared memory a launch needs for a block shape, as a formula of bx, by, bz and the data parameters, e.g. shmem(bx * 4) for one float per thread of x"),
+        ("#pragma klaraptor kernel(k) data(n) shmem((bx - 64) * 4)", "a.cu:1:43: shmem(((bx - 64) * 4)) is -252 bytes at block 1x1x1: an amount of shared memory is never negative | shmem(…) gives the bytes of dynamic shared memory a launch needs for a block shape, as a formula of bx, by, bz and the data parameters, e.g. shmem(bx * 4) for one float per thread of x"),
+        ("#pragma klaraptor kernel(k) data(n) shmem(bx * 4) shmem(bx * 8)", "a.cu:1:51: 'shmem' is given twice | give each clause once (only 'block' may repeat; its conditions must all hold)"),
         ("#pragma klaraptor kernel(k) data(n)\n#pragma klaraptor kernel(k) data(m)", "a.cu:2:19: kernel 'k' is annotated twice | the first annotation is at a.cu:1:19; keep one"),
     ];
     for (src, want) in cases {
         assert_eq!(first_error(src), want, "for {src}");
     }
+}
+
+#[test]
+fn the_shmem_clause_is_a_formula_of_the_block_and_the_data() {
+    let src = "#pragma klaraptor kernel(k) data(N=n) dim(2) shmem((bx + 1) * by * 4 + N % 8)\n";
+    let s = scan(Path::new("a.cu"), src).unwrap();
+    let e = s.annotations[0].shmem.as_ref().expect("the clause");
+    assert_eq!(e.to_string(), "((((bx + 1) * by) * 4) + (N % 8))");
+    let env = [("bx", 32), ("by", 8), ("bz", 1), ("N", 13)];
+    assert_eq!(e.eval(env.as_slice()), Ok(33 * 8 * 4 + 5));
+    // Without the clause: none.
+    let s = scan(Path::new("a.cu"), "#pragma klaraptor kernel(k) data(n)\n").unwrap();
+    assert!(s.annotations[0].shmem.is_none());
 }
 
 #[test]
@@ -115,8 +133,17 @@ fn toml_entries_and_errors() {
         ["ceil(N, bx)", "ceil(m, by)"]
     );
 
+    let with_shmem = "[kernel.k]\ndata = [\"N=0\"]\ndim = 2\nshmem = \"(bx + 1) * by * 4\"\n";
+    let ks = config::parse(Path::new("d/klaraptor.toml"), with_shmem).unwrap();
+    assert_eq!(
+        ks[0].annotation.shmem.as_ref().map(|e| e.to_string()),
+        Some("(((bx + 1) * by) * 4)".to_string())
+    );
+
     let bad = [
-        ("[kernel.k]\ndata = [\"N=0\"]\ndimension = 2\n", "klaraptor.toml:3:1: unknown field `dimension`, expected one of `source`, `data`, `dim`, `grid`, `block`, `profile`"),
+        ("[kernel.k]\ndata = [\"N=0\"]\nshmem = \"bz * 4\"\n", "klaraptor.toml:3:9: shmem(…) uses 'bz', but the kernel has 1 block dimension(s)"),
+        ("[kernel.k]\ndata = [\"N=0\"]\nshmem = \"bx * M\"\n", "klaraptor.toml:3:15: unknown name 'M'; the names are bx, by, bz, N"),
+        ("[kernel.k]\ndata = [\"N=0\"]\ndimension = 2\n", "klaraptor.toml:3:1: unknown field `dimension`, expected one of `source`, `data`, `dim`, `grid`, `block`, `shmem`, `profile`"),
         ("[kernel.k]\ndata = [\"N=0\"]\ndim = 5\n", "klaraptor.toml:3:7: expected 1, 2 or 3, found 5"),
         ("[kernel.k]\ndata = [\"N=0\"]\nblock = [\"bx >= Q\"]\n", "klaraptor.toml:3:17: unknown name 'Q'; the names are bx, by, bz, N"),
         ("[kernel.k]\ndata = []\n", "klaraptor.toml:2:8: kernel 'k' has an empty data list"),

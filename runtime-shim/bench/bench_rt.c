@@ -55,7 +55,7 @@ static int sel(const int64_t *d, const klaraptor_device *dev, uint32_t b[3]) {
 }
 static const char *const names[] = {"m", "n", "k"};
 static const klaraptor_kernel mm = {KLARAPTOR_ABI_VERSION, "_Z2mmPKfS0_Pfiii", "mm", 3, names,
-                                    2, grid, NULL, 32, 0, sel, "NVIDIA H200"};
+                                    2, grid, NULL, 32, 0, sel, "NVIDIA H200", NULL};
 
 #define KEYS 16
 static int64_t g_data[KEYS][3];

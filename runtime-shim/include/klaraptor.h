@@ -20,7 +20,8 @@
 extern "C" {
 #endif
 
-#define KLARAPTOR_ABI_VERSION 1
+/* 2 adds klaraptor_kernel.shmem; the runtime still accepts descriptors of version 1. */
+#define KLARAPTOR_ABI_VERSION 2
 
 /* What the shim tells a rational program about the device current at the launch. */
 typedef struct klaraptor_device {
@@ -64,6 +65,10 @@ typedef struct klaraptor_kernel {
    * when no model was built (the launch keeps the program's own dims). */
   int (*select)(const int64_t *data, const klaraptor_device *dev, uint32_t block[3]);
   const char *model_device; /* the device name the model was made for; NULL without one */
+  /* Version 2. The bytes of dynamic shared memory a launch needs with this block shape (the
+   * annotation's shmem(...) clause, or the formula the pass read from the launch), or -1 when
+   * the formula cannot be evaluated. NULL: the launch's own amount, whatever the shape. */
+  int64_t (*shmem)(const int64_t *data, const uint32_t block[3]);
 } klaraptor_kernel;
 
 /* Called by generated constructors. A second registration of the same id is ignored. */
@@ -119,6 +124,18 @@ uint64_t klaraptor_launch_begin(const char *id, int32_t n_data, const int64_t *d
                                 uint64_t *grid_xy, uint32_t *grid_z, uint64_t *block_xy,
                                 uint32_t *block_z, uint64_t shmem, void *stream);
 void klaraptor_launch_end(uint64_t ticket);
+
+/* The two above, for a launch whose dynamic shared memory follows its block (the kernel's
+ * descriptor has shmem): *shmem holds the launch's own amount, and is replaced by the amount
+ * for the shape chosen when the runtime changes the shape. Shapes whose amount (plus the
+ * kernel's static shared memory) exceeds the device's shared memory per block are never
+ * chosen. */
+void klaraptor_select_shmem(const char *id, int32_t n_data, const int64_t *data,
+                            uint64_t *grid_xy, uint32_t *grid_z, uint64_t *block_xy,
+                            uint32_t *block_z, uint64_t *shmem);
+uint64_t klaraptor_launch_begin_shmem(const char *id, int32_t n_data, const int64_t *data,
+                                      uint64_t *grid_xy, uint32_t *grid_z, uint64_t *block_xy,
+                                      uint32_t *block_z, uint64_t *shmem, void *stream);
 
 #ifdef __cplusplus
 }

@@ -617,8 +617,14 @@ typedef struct launch_ctx {
 static int launch_shape(void *vctx, int i) {
   launch_ctx *c = vctx;
   const uint32_t *b = c->blocks + 3 * (c->base + i), *g = c->grids + 3 * (c->base + i);
+  /* Dynamic shared memory that follows the block: each shape gets its own amount. */
+  size_t shmem = c->shmem;
+  if (c->k->abi_version >= 2 && c->k->shmem) {
+    int64_t v = c->k->shmem(c->data, b);
+    if (v >= 0) shmem = (size_t)v;
+  }
   int rc = __real___cudaLaunchKernel(c->kernel, (uint64_t)g[0] | ((uint64_t)g[1] << 32), g[2],
-                              (uint64_t)b[0] | ((uint64_t)b[1] << 32), b[2], c->args, c->shmem,
+                              (uint64_t)b[0] | ((uint64_t)b[1] << 32), b[2], c->args, shmem,
                               c->stream);
   if (rc != 0) (void)cudaGetLastError(); /* the program's own error checks must not see it */
   if (c->log) {

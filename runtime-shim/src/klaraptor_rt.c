@@ -117,6 +117,12 @@ static inline uint64_t mix64(uint64_t x) {
 
 static const char *kname(const klaraptor_kernel *k) { return k->name ? k->name : k->id; }
 
+/* The kernel's shared-memory formula; NULL without one (and for descriptors of version 1,
+ * which end before the field). */
+static int64_t (*kshmem(const klaraptor_kernel *k))(const int64_t *, const uint32_t[3]) {
+  return k->abi_version >= 2 ? k->shmem : NULL;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Registry                                                                                 */
 
@@ -139,7 +145,7 @@ static kentry *registry_find(const char *id) {
 
 void klaraptor_register(const klaraptor_kernel *k) {
   if (!k) return;
-  if (k->abi_version != KLARAPTOR_ABI_VERSION) {
+  if (k->abi_version < 1 || k->abi_version > KLARAPTOR_ABI_VERSION) {
     warn("ignoring the descriptor of kernel %s: ABI version %d, this runtime has %d",
          k->id ? k->id : "(null)", k->abi_version, KLARAPTOR_ABI_VERSION);
     return;
@@ -616,9 +622,10 @@ void klaraptor__set_device_query(klaraptor_current_device_fn current,
 /* ---------------------------------------------------------------------------------------- */
 /* Shape checks                                                                             */
 
-/* 0 when the block shape can be launched with kernel k on dev; else a reason in sb. */
+/* 0 when the block shape can be launched with kernel k on dev for data; else a reason in
+ * sb. */
 static int check_block(const klaraptor_kernel *k, const klaraptor_device *dev,
-                       const uint32_t b[3], sbuf *why) {
+                       const int64_t *data, const uint32_t b[3], sbuf *why) {
   static const char axis[3] = {'x', 'y', 'z'};
   for (int i = 0; i < 3; i++) {
     if (b[i] == 0) {
@@ -658,6 +665,22 @@ static int check_block(const klaraptor_kernel *k, const klaraptor_device *dev,
     sb_printf(why, "%d bytes of static shared memory exceed the device's %d per block",
               k->static_smem, dev->smem_per_block);
     return -1;
+  }
+  /* Dynamic shared memory that follows the block: the amount for this shape, within the
+   * default limit per block (the opt-in limit needs cudaFuncSetAttribute, which a launch
+   * does not tell the runtime about). */
+  if (kshmem(k)) {
+    int64_t dyn = kshmem(k)(data, b);
+    if (dyn < 0) {
+      sb_printf(why, "its shared memory cannot be evaluated (the shmem formula)");
+      return -1;
+    }
+    int64_t total = dyn + (k->static_smem > 0 ? k->static_smem : 0);
+    if (dev->smem_per_block > 0 && total > dev->smem_per_block) {
+      sb_printf(why, "it needs %" PRId64 " bytes of shared memory, the device has %d per block",
+                total, dev->smem_per_block);
+      return -1;
+    }
   }
   return 0;
 }
@@ -853,7 +876,7 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
   const force_entry *f = forced_for(k);
   if (f) {
     uint32_t b[3] = {f->block[0], f->block[1], f->block[2]};
-    if (check_block(k, dev, b, &why) == 0 && compute_grid(k, dev, data, b, d->grid, &why) == 0) {
+    if (check_block(k, dev, data, b, &why) == 0 && compute_grid(k, dev, data, b, d->grid, &why) == 0) {
       d->keep = 0;
       memcpy(d->block, b, sizeof b);
       sb_printf(src, "forced");
@@ -886,7 +909,7 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
     sb_printf(src, "fallback: the model failed (returned %d)", rc);
     return;
   }
-  int ok = check_block(k, dev, b, &why) == 0;
+  int ok = check_block(k, dev, data, b, &why) == 0;
   if (ok && k->allowed && !k->allowed(data, b)) {
     sb_printf(&why, "it violates the kernel's constraints");
     ok = 0;
@@ -960,7 +983,7 @@ int klaraptor__shape_ok(const klaraptor_kernel *k, const int64_t *data, const ui
   }
   pthread_mutex_lock(&g_lock);
   const klaraptor_device *dev = device_locked(ordinal, why, whylen);
-  int ok = dev && check_block(k, dev, b, &w) == 0;
+  int ok = dev && check_block(k, dev, data, b, &w) == 0;
   if (ok && k->allowed && !k->allowed(data, b)) {
     sb_printf(&w, "it violates the kernel's constraints");
     ok = 0;
@@ -1290,7 +1313,7 @@ static int rf_shape_ok(const klaraptor_kernel *k, const klaraptor_device *dev,
                        const int64_t *data, const uint32_t b[3], uint32_t g[3]) {
   char wb[256];
   sbuf why = {wb, sizeof wb, 0};
-  if (check_block(k, dev, b, &why) != 0) return 0;
+  if (check_block(k, dev, data, b, &why) != 0) return 0;
   if (k->allowed && !k->allowed(data, b)) return 0;
   return compute_grid(k, dev, data, b, g, &why) == 0;
 }
@@ -2300,9 +2323,18 @@ static void unpack(const uint64_t *grid_xy, const uint32_t *grid_z, const uint64
   pg[2] = *grid_z;
 }
 
+/* The dynamic shared memory of a launch given the dims d (nothing when it keeps the
+ * program's: the program's amount is the one for its shape). */
+static inline void apply_shmem(const kentry *e, const int64_t *data, const decision *d,
+                               uint64_t *shmem) {
+  if (!shmem || d->keep || !kshmem(e->k)) return;
+  int64_t v = kshmem(e->k)(data, d->block);
+  if (v >= 0) *shmem = (uint64_t)v;
+}
+
 static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
-                       uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z, void *stream,
-                       int can_time) {
+                       uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z,
+                       uint64_t *shmem, void *stream, int can_time) {
   if (!id || !grid_xy || !grid_z || !block_xy || !block_z || n_data < 0 ||
       (n_data > 0 && !data))
     return 0;
@@ -2325,6 +2357,7 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
       memo_find(atomic_load_explicit(&g_memo, memory_order_acquire), h, e, ordinal, n_data, data);
   if (m && atomic_load_explicit(&m->settled, memory_order_acquire)) {
     apply(&m->d, grid_xy, grid_z, block_xy, block_z);
+    apply_shmem(e, data, &m->d, shmem);
     note_profile(e, data, grid_xy, grid_z, block_xy, block_z);
     return 0;
   }
@@ -2433,20 +2466,33 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
   }
   pthread_mutex_unlock(&g_lock);
   apply(&d, grid_xy, grid_z, block_xy, block_z);
+  apply_shmem(e, data, &d, shmem);
   note_profile(e, data, grid_xy, grid_z, block_xy, block_z);
   return (uint64_t)(uintptr_t)ticket;
 }
 
 void klaraptor_select(const char *id, int32_t n_data, const int64_t *data, uint64_t *grid_xy,
                       uint32_t *grid_z, uint64_t *block_xy, uint32_t *block_z) {
-  (void)launch(id, n_data, data, grid_xy, grid_z, block_xy, block_z, NULL, 0);
+  (void)launch(id, n_data, data, grid_xy, grid_z, block_xy, block_z, NULL, NULL, 0);
+}
+
+void klaraptor_select_shmem(const char *id, int32_t n_data, const int64_t *data,
+                            uint64_t *grid_xy, uint32_t *grid_z, uint64_t *block_xy,
+                            uint32_t *block_z, uint64_t *shmem) {
+  (void)launch(id, n_data, data, grid_xy, grid_z, block_xy, block_z, shmem, NULL, 0);
+}
+
+uint64_t klaraptor_launch_begin_shmem(const char *id, int32_t n_data, const int64_t *data,
+                                      uint64_t *grid_xy, uint32_t *grid_z, uint64_t *block_xy,
+                                      uint32_t *block_z, uint64_t *shmem, void *stream) {
+  return launch(id, n_data, data, grid_xy, grid_z, block_xy, block_z, shmem, stream, 1);
 }
 
 uint64_t klaraptor_launch_begin(const char *id, int32_t n_data, const int64_t *data,
                                 uint64_t *grid_xy, uint32_t *grid_z, uint64_t *block_xy,
                                 uint32_t *block_z, uint64_t shmem, void *stream) {
   (void)shmem;
-  return launch(id, n_data, data, grid_xy, grid_z, block_xy, block_z, stream, 1);
+  return launch(id, n_data, data, grid_xy, grid_z, block_xy, block_z, NULL, stream, 1);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -63,7 +63,7 @@ static int grid_1d(const int64_t *d, const uint32_t b[3], uint32_t g[3]) {
 static const char *const n_names[] = {"n"};
 static const klaraptor_kernel k_vadd = {
     KLARAPTOR_ABI_VERSION, "_Z4vaddPfi", "vadd", 1, n_names, 1, grid_1d, NULL, -1, -1, NULL,
-    NULL};
+    NULL, NULL};
 
 __attribute__((constructor)) static void register_kernels(void) { klaraptor_register(&k_vadd); }
 

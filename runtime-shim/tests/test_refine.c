@@ -70,7 +70,7 @@ static int st_allowed(const int64_t *d, const uint32_t b[3]) {
 static const char *const n_names[] = {"n"};
 #define ID "_Z7stencilPfi"
 static const klaraptor_kernel k_st = {KLARAPTOR_ABI_VERSION, ID, "stencil", 1, n_names, 1,
-                                      st_grid, st_allowed, 32, 0, NULL, NULL};
+                                      st_grid, st_allowed, 32, 0, NULL, NULL, NULL};
 
 /* The model ranks 256 > 128 > 512 > 64 > the other multiples of 32 up to 1024 (32 shapes). */
 static const uint32_t g_order[] = {256, 128, 512, 64};
@@ -103,7 +103,7 @@ static const klaraptor_model m_st = {KLARAPTOR_MODEL_ABI_VERSION, ID, "NVIDIA H2
  * 256 > 128 > 512; 64 (its program's shape) is its fastest. */
 #define ID2 "_Z5otherPfi"
 static const klaraptor_kernel k_ot = {KLARAPTOR_ABI_VERSION, ID2, "other", 1, n_names, 1,
-                                      st_grid, st_allowed, 32, 0, NULL, NULL};
+                                      st_grid, st_allowed, 32, 0, NULL, NULL, NULL};
 static const klaraptor_model m_ot = {KLARAPTOR_MODEL_ABI_VERSION, ID2, "NVIDIA H200", st_select,
                                      "other.NVIDIA_H200.c", st_rank, NULL, "00beef0000beef00", 0};
 
@@ -113,7 +113,7 @@ static const klaraptor_model m_ot = {KLARAPTOR_MODEL_ABI_VERSION, ID2, "NVIDIA H
  * 128, which is slower than 256 (the walk from 256 stops there). */
 #define ID3 "_Z9gs_updatePfi"
 static const klaraptor_kernel k_gs = {KLARAPTOR_ABI_VERSION, ID3, "gs_update", 1, n_names, 1,
-                                      st_grid, st_allowed, 32, 0, NULL, NULL};
+                                      st_grid, st_allowed, 32, 0, NULL, NULL, NULL};
 static int gs_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3],
                    double *us) {
   (void)data;
@@ -158,7 +158,7 @@ static double kernel_us(uint32_t bx);
  * not be taken for it. Devices 1 (A100) and 3 (an H100 80GB HBM3 of 114 SMs) have none. */
 #define ID4 "_Z5multiPfi"
 static const klaraptor_kernel k_md = {KLARAPTOR_ABI_VERSION, ID4, "multi", 1, n_names, 1,
-                                      st_grid, st_allowed, 32, 0, NULL, NULL};
+                                      st_grid, st_allowed, 32, 0, NULL, NULL, NULL};
 static int md_rank(const uint32_t *order, int k, uint32_t (*blocks)[3], double *us) {
   int n = 0;
   for (int i = 0; i < 4 && n < k; i++) blocks[n++][0] = order[i];
@@ -233,9 +233,24 @@ static uint32_t run_md(int device, void *stream, int64_t n) {
   return bx;
 }
 
+/* A third kernel, whose dynamic shared memory follows the block: 128 bytes per thread, so
+ * that 512 threads (64 KiB) exceed the 48 KiB a block may have; its model ranks as the
+ * first's. */
+#define ID5 "_Z6sharedPfi"
+static int64_t sh_shmem(const int64_t *d, const uint32_t b[3]) {
+  (void)d;
+  return (int64_t)b[0] * 128;
+}
+static const klaraptor_kernel k_sh = {KLARAPTOR_ABI_VERSION, ID5, "shared", 1, n_names, 1,
+                                      st_grid, st_allowed, 32, 0, NULL, NULL, sh_shmem};
+static const klaraptor_model m_sh = {KLARAPTOR_MODEL_ABI_VERSION, ID5, "NVIDIA H200", st_select,
+                                     "shared.NVIDIA_H200.c", st_rank, NULL, "00feed0000feed00", 0};
+
 __attribute__((constructor)) static void register_all(void) {
   klaraptor_register(&k_st);
   klaraptor_register_model(&m_st);
+  klaraptor_register(&k_sh);
+  klaraptor_register_model(&m_sh);
   klaraptor_register(&k_ot);
   klaraptor_register_model(&m_ot);
   klaraptor_register(&k_gs);
@@ -1054,6 +1069,36 @@ static void t_turns(void) {
   printf("ok turns\n");
 }
 
+/* Refinement of a kernel whose shared memory follows the block: the model's third shape
+ * (512 threads, 64 KiB) is never tried, and every launch gets the amount for its shape. */
+static void t_shmem(void) {
+  g_case = "shmem";
+  fresh(NULL, NULL);
+  int64_t n = 4096;
+  int wrong = 0;
+  for (int i = 0; i < 16; i++) {
+    uint32_t prog_bx = 64;
+    uint64_t gxy = (uint64_t)cdiv(n, prog_bx) | (1ull << 32), bxy = prog_bx | (1ull << 32);
+    uint32_t gz = 1, bz = 1;
+    uint64_t shmem = prog_bx * 128;
+    uint64_t t = klaraptor_launch_begin_shmem(ID5, 1, &n, &gxy, &gz, &bxy, &bz, &shmem, NULL);
+    uint32_t bx = (uint32_t)bxy;
+    if (bx == 512 || shmem != (uint64_t)bx * 128) {
+      fprintf(stderr, "launch %d: block %u with %" PRIu64 " bytes\n", i + 1, bx, shmem);
+      wrong++;
+    }
+    fake_cudart_kernel(NULL, kernel_us(bx));
+    klaraptor_launch_end(t);
+  }
+  CHECK(wrong == 0);
+  const char *log = log_text();
+  CHECK(strstr(log, "klaraptor: shared n=4096 refine: trying 2 of 32 shapes and the "
+                    "program's 64x1x1 (model#1=256x1x1 model#2=128x1x1) "
+                    "device=0:NVIDIA H200\n"));
+  CHECK(strstr(log, "klaraptor: shared n=4096 refine: settled on block=128x1x1"));
+  printf("ok shmem\n");
+}
+
 static int scenario_unit(void) {
   t_order();
   t_short();
@@ -1073,6 +1118,7 @@ static int scenario_unit(void) {
   t_interleaved();
   t_turns();
   t_devices();
+  t_shmem();
   if (!g_failures) printf("all refinement cases passed\n");
   return g_failures != 0;
 }

@@ -128,7 +128,7 @@ static int mm_select(const int64_t *d, const klaraptor_device *dev, uint32_t b[3
 }
 static const char *const n_names[] = {"n"};
 static const klaraptor_kernel k_mm = {KLARAPTOR_ABI_VERSION, "_Z2mmPKfS0_Pfi", "mm", 1, n_names,
-                                      2, grid_2d, mm_allowed, 32, 0, mm_select, "NVIDIA H200"};
+                                      2, grid_2d, mm_allowed, 32, 0, mm_select, "NVIDIA H200", NULL};
 
 static int saxpy_select(const int64_t *d, const klaraptor_device *dev, uint32_t b[3]) {
   (void)d;
@@ -139,7 +139,7 @@ static int saxpy_select(const int64_t *d, const klaraptor_device *dev, uint32_t 
 }
 static const klaraptor_kernel k_saxpy = {
     KLARAPTOR_ABI_VERSION, "_Z5saxpyfPKfPfi", "saxpy", 1, n_names, 1, grid_1d, NULL, -1, -1,
-    saxpy_select, "NVIDIA H200"};
+    saxpy_select, "NVIDIA H200", NULL};
 
 static const char *const nm_names[] = {"n", "m"};
 static const klaraptor_kernel k_nomodel = {KLARAPTOR_ABI_VERSION,
@@ -153,7 +153,7 @@ static const klaraptor_kernel k_nomodel = {KLARAPTOR_ABI_VERSION,
                                            255,
                                            50000,
                                            NULL,
-                                           NULL};
+                                           NULL, NULL};
 
 static int other_select(const int64_t *d, const klaraptor_device *dev, uint32_t b[3]) {
   (void)d;
@@ -164,7 +164,7 @@ static int other_select(const int64_t *d, const klaraptor_device *dev, uint32_t 
 }
 static const klaraptor_kernel k_other = {
     KLARAPTOR_ABI_VERSION, "_Z5otherPfi", "other", 1, n_names, 1, grid_1d, NULL, -1, -1,
-    other_select, "NVIDIA A100-SXM4-80GB"};
+    other_select, "NVIDIA A100-SXM4-80GB", NULL};
 
 static int big_select(const int64_t *d, const klaraptor_device *dev, uint32_t b[3]) {
   (void)dev;
@@ -174,20 +174,20 @@ static int big_select(const int64_t *d, const klaraptor_device *dev, uint32_t b[
 }
 static const klaraptor_kernel k_big = {
     KLARAPTOR_ABI_VERSION, "_Z3bigPfi", "big", 1, n_names, 1, grid_1d, NULL, -1, -1,
-    big_select, "NVIDIA H200"};
+    big_select, "NVIDIA H200", NULL};
 
 static const char *const tmpl_names[] = {"len", NULL};
 static const klaraptor_kernel k_tmpl = {
     KLARAPTOR_ABI_VERSION, "_Z4tmplIfLi2EEvPT_ii", "ns::tmpl<float, 2>", 2, tmpl_names, 1,
-    grid_1d, NULL, -1, -1, NULL, NULL};
+    grid_1d, NULL, -1, -1, NULL, NULL, NULL};
 
 /* A second descriptor with mm's id: ignored. */
 static const klaraptor_kernel k_mm_dup = {
     KLARAPTOR_ABI_VERSION, "_Z2mmPKfS0_Pfi", "mm_duplicate", 1, n_names, 2, grid_2d, NULL, 32,
-    0, saxpy_select, "NVIDIA H200"};
+    0, saxpy_select, "NVIDIA H200", NULL};
 /* A descriptor from another ABI: refused. */
 static const klaraptor_kernel k_abi2 = {
-    2, "_Z4abi2v", "abi2", 1, n_names, 1, grid_1d, NULL, -1, -1, saxpy_select, "NVIDIA H200"};
+    3, "_Z4abi2v", "abi2", 1, n_names, 1, grid_1d, NULL, -1, -1, saxpy_select, "NVIDIA H200", NULL};
 
 __attribute__((constructor)) static void register_kernels(void) {
   /* As generated code does: before main. */
@@ -443,6 +443,84 @@ static void force_case(const char *force, const char *id, int32_t n, const int64
   char *log = slurp(g_logpath);
   CHECK_STR(log, want_log);
   free(log);
+}
+
+/* reduce: 1-D, one 64-byte slot of dynamic shared memory per thread besides 1024 bytes of
+ * static shared memory; the model picks 1024 threads from n = 1000 (too much shared memory:
+ * 66560 bytes), 256 below. */
+static int reduce_select(const int64_t *d, const klaraptor_device *dev, uint32_t b[3]) {
+  (void)dev;
+  b[0] = d[0] >= 1000 ? 1024 : 256;
+  b[1] = b[2] = 1;
+  return 0;
+}
+static int64_t reduce_shmem(const int64_t *d, const uint32_t b[3]) {
+  return d[0] < 0 ? -1 : (int64_t)b[0] * 64;
+}
+static const klaraptor_kernel k_reduce = {
+    KLARAPTOR_ABI_VERSION, "_Z6reducePfi", "reduce", 1, n_names, 1, grid_1d, NULL, -1, 1024,
+    reduce_select, "NVIDIA H200", reduce_shmem};
+/* The same as a descriptor of version 1, which ends before shmem: the runtime never reads
+ * the field. */
+static const klaraptor_kernel k_reduce_v1 = {
+    1, "_Z9reduce_v1Pfi", "reduce_v1", 1, n_names, 1, grid_1d, NULL, -1, 1024,
+    reduce_select, "NVIDIA H200", reduce_shmem};
+
+/* A launch through klaraptor_select_shmem: "<dims> shmem=<bytes>". */
+static const char *launch_shmem(const char *id, int64_t n, dims in, uint64_t shmem) {
+  uint64_t gxy = in.g[0] | ((uint64_t)in.g[1] << 32), bxy = in.b[0] | ((uint64_t)in.b[1] << 32);
+  uint32_t gz = in.g[2], bz = in.b[2];
+  klaraptor_select_shmem(id, 1, &n, &gxy, &gz, &bxy, &bz, &shmem);
+  dims out = {{(uint32_t)gxy, (uint32_t)(gxy >> 32), gz}, {(uint32_t)bxy, (uint32_t)(bxy >> 32), bz}};
+  static char buf[4][128];
+  static int i;
+  char *b = buf[i++ % 4];
+  snprintf(b, 128, "%s shmem=%" PRIu64, fmt(out), shmem);
+  return b;
+}
+
+static void t_shmem(void) {
+  dims prog = D(8, 1, 1, 128, 1, 1);
+  /* The model's 256 threads get 256 x 64 bytes, not the program's 128 x 64. */
+  setup("shmem model", NULL, NULL, 1);
+  klaraptor_register(&k_reduce);
+  klaraptor_register(&k_reduce_v1);
+  CHECK_STR(launch_shmem("_Z6reducePfi", 500, prog, 8192), "block=256x1x1 grid=2x1x1 shmem=16384");
+  /* Memoized: the same amount on the fast path. */
+  CHECK_STR(launch_shmem("_Z6reducePfi", 500, prog, 8192), "block=256x1x1 grid=2x1x1 shmem=16384");
+  /* 1024 threads would need 65536 + 1024 bytes: the program's shape and amount. */
+  CHECK_STR(launch_shmem("_Z6reducePfi", 5000, prog, 8192), "block=128x1x1 grid=8x1x1 shmem=8192");
+  char *log = slurp(g_logpath);
+  CHECK_STR(log, "klaraptor: reduce n=500 block=256x1x1 grid=2x1x1 source=model "
+                 "device=0:NVIDIA H200\n"
+                 "klaraptor: reduce n=5000 block=128x1x1 grid=8x1x1 source=fallback: model block "
+                 "1024x1x1 rejected: it needs 66560 bytes of shared memory, the device has 49152 "
+                 "per block device=0:NVIDIA H200\n");
+  free(log);
+  /* A formula that cannot be evaluated: the shape is refused. */
+  CHECK_STR(launch_shmem("_Z6reducePfi", -1, prog, 8192), "block=128x1x1 grid=8x1x1 shmem=8192");
+  /* Forced shapes are checked the same way: 512 threads fit, 768 (49152 + 1024) do not. */
+  setup("shmem forced", "reduce:512", NULL, 0);
+  klaraptor_register(&k_reduce);
+  CHECK_STR(launch_shmem("_Z6reducePfi", 5000, prog, 8192), "block=512x1x1 grid=10x1x1 shmem=32768");
+  setup("shmem forced over", "reduce:768", NULL, 1);
+  klaraptor_register(&k_reduce);
+  CHECK_STR(launch_shmem("_Z6reducePfi", 5000, prog, 8192), "block=128x1x1 grid=8x1x1 shmem=8192");
+  log = slurp(g_logpath);
+  CHECK(strstr(log, "forced block 768x1x1 rejected: it needs 50176 bytes of shared memory, the "
+                    "device has 49152 per block") != NULL);
+  free(log);
+  /* Through klaraptor_select (the launch passes its own amount): the shape still fits. */
+  setup("shmem select", NULL, NULL, 0);
+  klaraptor_register(&k_reduce);
+  CHECK_STR(fmt(launch("_Z6reducePfi", 1, (const int64_t[]){5000}, prog)), "block=128x1x1 grid=8x1x1");
+  /* Version 1: no formula, the amount stays and the 1024-thread shape is taken. */
+  setup("shmem v1", NULL, NULL, 0);
+  klaraptor_register(&k_reduce_v1);
+  CHECK_STR(launch_shmem("_Z9reduce_v1Pfi", 5000, prog, 8192),
+            "block=1024x1x1 grid=5x1x1 shmem=8192");
+  g_case = "shmem";
+  ok();
 }
 
 static void t_limits(void) {
@@ -732,7 +810,7 @@ static int probe_select(const int64_t *d, const klaraptor_device *dev, uint32_t 
 }
 static const klaraptor_kernel k_probe = {
     KLARAPTOR_ABI_VERSION, "_Z5probev", "probe", 1, n_names, 1, grid_1d, NULL, -1, -1,
-    probe_select, "NVIDIA H200"};
+    probe_select, "NVIDIA H200", NULL};
 
 static int scenario_cudart(void) {
   klaraptor_register(&k_probe);
@@ -779,6 +857,7 @@ static int scenario_unit(void) {
   t_force_parse();
   t_force();
   t_limits();
+  t_shmem();
   t_model_fallbacks();
   t_memo();
   t_disable();

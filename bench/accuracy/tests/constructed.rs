@@ -29,6 +29,7 @@ fn env_txt(date: &str) -> String {
 
 fn spec(name: &str, mangled: &str, data: &[&str], dim: u8, grid: &[&str]) -> LinkSpec {
     LinkSpec {
+        shmem: None,
         name: name.into(),
         mangled: mangled.into(),
         data: data.iter().map(|s| s.to_string()).collect(),

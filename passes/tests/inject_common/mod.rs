@@ -47,6 +47,7 @@ pub fn target(kernel: &str, data_args: &[usize]) -> InjectTarget {
         kernel: kernel.into(),
         id: kernel.into(),
         data_args: data_args.to_vec(),
+        shmem_clause: false,
     }
 }
 
@@ -285,9 +286,12 @@ pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
             while let Some(x) = i {
                 match callee_name(x).as_deref() {
                     Some("__cudaPushCallConfiguration") => break,
-                    Some("klaraptor_select" | "klaraptor_launch_begin") => {
-                        selects.push(read_select(m, x))
-                    }
+                    Some(
+                        "klaraptor_select"
+                        | "klaraptor_launch_begin"
+                        | "klaraptor_select_shmem"
+                        | "klaraptor_launch_begin_shmem",
+                    ) => selects.push(read_select(m, x)),
                     _ => {}
                 }
                 i = x.get_previous_instruction();
@@ -341,17 +345,29 @@ pub fn launches<'c>(m: &Module<'c>) -> Vec<Launch<'c>> {
             // right after the stub call (or at the top of an invoke's normal destination),
             // and the begin call passes the push's shared memory and stream.
             for sel in &selects {
-                if callee_name(sel.call).as_deref() != Some("klaraptor_launch_begin") {
+                let name = callee_name(sel.call);
+                if name.as_deref() == Some("klaraptor_launch_begin_shmem") {
+                    // The shared memory goes through a slot the runtime may rewrite, which
+                    // the push then reads.
+                    let load = op(push, 4).as_instruction_value().expect("a load");
+                    assert_eq!(load.get_opcode(), InstructionOpcode::Load);
+                    assert_eq!(op(load, 0), op(sel.call, 7), "the push reads the slot");
+                    assert!(
+                        same_value(op(sel.call, 8), op(push, 5)),
+                        "begin passes the stream"
+                    );
+                } else if name.as_deref() != Some("klaraptor_launch_begin") {
                     continue;
+                } else {
+                    assert!(
+                        same_value(op(sel.call, 7), op(push, 4)),
+                        "begin passes the shmem"
+                    );
+                    assert!(
+                        same_value(op(sel.call, 8), op(push, 5)),
+                        "begin passes the stream"
+                    );
                 }
-                assert!(
-                    same_value(op(sel.call, 7), op(push, 4)),
-                    "begin passes the shmem"
-                );
-                assert!(
-                    same_value(op(sel.call, 8), op(push, 5)),
-                    "begin passes the stream"
-                );
                 let mut after = match stub_call.get_opcode() {
                     InstructionOpcode::Invoke => {
                         let normal = match stub_call.get_operand(stub_call.get_num_operands() - 3) {
