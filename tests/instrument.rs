@@ -176,22 +176,7 @@ int main(void) {
   return 0;
 }
 "#;
-    std::fs::write(tu.join("harness.c"), harness).unwrap();
-    let exe = tu.join("harness");
-    let cc = Command::new("cc")
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(tu.join("include"))
-        .arg(tu.join("kernels.c"))
-        .arg(tu.join("harness.c"))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let exe = build_harness(&tu, harness);
 
     let names = ["N", "M"];
     let grid = [
@@ -423,6 +408,20 @@ int main(void) {
   return 0;
 }
 "#;
+    let exe = build_harness(&tu, harness);
+    let out = Command::new(&exe).output().unwrap();
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, ["clause 2 776", "detected 2 384", "unread 2 -2"]);
+    let _ = std::fs::remove_dir_all(kept);
+}
+
+/// Compiles `harness` (C) with the descriptors klaraptor-cc generated in `tu` (kernels.c and
+/// its include directory), strictly; returns the executable.
+fn build_harness(tu: &Path, harness: &str) -> std::path::PathBuf {
     std::fs::write(tu.join("harness.c"), harness).unwrap();
     let exe = tu.join("harness");
     let cc = Command::new("cc")
@@ -439,12 +438,5 @@ int main(void) {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
-    let out = Command::new(&exe).output().unwrap();
-    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    lines.sort();
-    assert_eq!(lines, ["clause 2 776", "detected 2 384", "unread 2 -2"]);
-    let _ = std::fs::remove_dir_all(kept);
+    exe
 }

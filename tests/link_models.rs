@@ -577,20 +577,7 @@ fn generated_c_holds_the_l1_hit_rate_like_rust() {
         .iter()
         .filter_map(|s| s.counters.as_ref())
         .all(|c| c.gld_l1_hit_sectors.is_some()));
-    let spec = LinkSpec {
-        shmem: None,
-        name: "corr_matrix".into(),
-        mangled: "_Z11corr_matrixPKfPfii".into(),
-        data: vec!["M".into(), "N".into()],
-        dim: 1,
-        grid: vec!["ceil(M, bx)".into()],
-        block: vec![],
-        profile_run: None,
-        profile_sizes: vec![],
-        code_hash: "ca133d4b67228db9".into(),
-        annotated_at: String::new(),
-        build_dir: Default::default(),
-    };
+    let spec = corr_matrix_spec(None);
     let dir = tempfile::tempdir().unwrap();
     let prog = rational::build(&spec, &entry, dir.path()).unwrap();
     assert_eq!(prog.shares_held_at, [256.0, 256.0]);
@@ -629,20 +616,7 @@ fn shared_memory_that_follows_the_block_filters_the_candidates() {
     );
     let entry: klaraptor_profiler::record::Entry =
         toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let spec = |shmem: Option<&str>| LinkSpec {
-        shmem: shmem.map(str::to_string),
-        name: "corr_matrix".into(),
-        mangled: "_Z11corr_matrixPKfPfii".into(),
-        data: vec!["M".into(), "N".into()],
-        dim: 1,
-        grid: vec!["ceil(M, bx)".into()],
-        block: vec![],
-        profile_run: None,
-        profile_sizes: vec![],
-        code_hash: "ca133d4b67228db9".into(),
-        annotated_at: String::new(),
-        build_dir: Default::default(),
-    };
+    let spec = corr_matrix_spec;
     let dir = tempfile::tempdir().unwrap();
     let plain = rational::build(&spec(None), &entry, dir.path()).unwrap();
     // 96 bytes per thread: 512 threads take 48 KiB, 544 more than the device allows.
@@ -1076,4 +1050,23 @@ fn a_two_dimensional_block_with_a_batch_on_the_grids_z_axis() {
     }
     let c = prog.to_c().unwrap();
     assert!(c.contains("const int64_t g2 = INT64_C(7);"), "{c}");
+}
+
+/// The link spec of the committed H200 profile of corr's `corr_matrix` (its annotation's
+/// grid), with the dynamic shared memory formula `shmem`.
+fn corr_matrix_spec(shmem: Option<&str>) -> LinkSpec {
+    LinkSpec {
+        shmem: shmem.map(str::to_string),
+        name: "corr_matrix".into(),
+        mangled: "_Z11corr_matrixPKfPfii".into(),
+        data: vec!["M".into(), "N".into()],
+        dim: 1,
+        grid: vec!["ceil(M, bx)".into()],
+        block: vec![],
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: "ca133d4b67228db9".into(),
+        annotated_at: String::new(),
+        build_dir: Default::default(),
+    }
 }
