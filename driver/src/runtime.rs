@@ -5,16 +5,12 @@
 //! runtime, [`EMBEDDED`]): its symbols are weak and hidden, so that any number of such
 //! objects link with any linker (g++, clang++, nvcc; directly, from a static library, into
 //! a shared library) and the linker keeps one copy per executable or shared library
-//! (runtime-shim/src/klaraptor_embed.c says how). The archive ([`ARCHIVE`]) is the same
-//! runtime for programs that link it themselves (the shim's tests).
+//! (runtime-shim/src/klaraptor_embed.c says how).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-
-/// `libklaraptor_rt.a`, as build.rs compiled it.
-pub const ARCHIVE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libklaraptor_rt.a"));
 
 /// The runtime every instrumented object carries, as build.rs made it.
 pub const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/klaraptor_rt_embedded.o"));
@@ -27,13 +23,6 @@ pub const EMBEDDED_MARKER: &[u8] = b"KLARAPTOR-RT-EMBEDDED v1";
 /// runtime's `__cudaLaunchKernel` are renamed to it, so that the carried profiling runtime
 /// sees them when asked to profile (it passes every launch on otherwise).
 pub const LAUNCH_ENTRY: &str = "klaraptor__launch_kernel";
-
-/// Writes the runtime archive into `dir` and returns its path.
-pub fn archive(dir: &Path) -> Result<PathBuf> {
-    let p = dir.join("libklaraptor_rt.a");
-    std::fs::write(&p, ARCHIVE).with_context(|| format!("writing {}", p.display()))?;
-    Ok(p)
-}
 
 /// Writes the carried runtime object into `dir` and returns its path.
 pub fn embedded(dir: &Path) -> Result<PathBuf> {
