@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 mkdir -p corpus/pragma corpus/expr corpus/profile_entry
-for f in ../samples/polybench/*/*.cu ../samples/matmul/*.cu; do
+for f in ../samples/polybench/*/*.cu ../samples/matmul/*.cu ../samples/reduce/*.cu; do
   cp "$f" "corpus/pragma/$(basename "$(dirname "$f")")-$(basename "$f")"
 done
 for f in ../samples/polybench/*/klaraptor.toml; do

@@ -64,6 +64,36 @@ fn separate_compile_then_link_instruments_and_adds_the_runtime() {
     );
 }
 
+/// `--kl-keep` on a link of instrumented objects keeps the link's work directory (where a
+/// link that profiles leaves each recipe run's records).
+#[test]
+fn a_link_of_instrumented_objects_keeps_its_work_with_kl_keep() {
+    let src = "#pragma klaraptor kernel(k) data(n)\n__global__ void k(int n) {}\n\
+               int main() { k<<<1, 32>>>(3); return 0; }\n";
+    let d = project(&[("k.cu", src)]);
+    ok(&run(
+        d.path(),
+        &klaraptor_cc(),
+        &["-c", "k.cu", "-o", "k.o"],
+    ));
+    let mut cmd = Command::new(klaraptor_cc());
+    cmd.args(["k.o", "-o", "app", "--kl-keep"])
+        .current_dir(d.path())
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_PROFILE_DB", d.path().join("db"))
+        .env_remove("NVCC_PREPEND_FLAGS")
+        .env_remove("NVCC_APPEND_FLAGS");
+    let err = ok(&cmd.output().unwrap());
+    let kept = err
+        .lines()
+        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
+        .unwrap_or_else(|| panic!("no kept directory:\n{err}"));
+    assert!(Path::new(kept).is_dir(), "{kept}");
+    assert!(d.path().join("app").is_file());
+    std::fs::remove_dir_all(kept).unwrap();
+}
+
 #[test]
 fn one_step_compile_and_link() {
     let d = sample_project();
@@ -137,14 +167,14 @@ fn rdc_builds_with_a_warning_and_program_dims() {
     assert!(!symbols(&d.path().join("k.o")).contains("klaraptor_"));
 }
 
-/// The descriptors' C grid and constraint functions, compiled with `cc -Wall -Wextra
-/// -Werror`, against the Rust evaluation of the same expressions on many inputs (exact:
-/// both are 64-bit integer arithmetic with the same rounding; overflow and division by zero
-/// must be reported by both).
+/// The descriptors' C grid and constraint functions (`pow2` included), compiled with `cc
+/// -Wall -Wextra -Werror`, against the Rust evaluation of the same expressions on many
+/// inputs (exact: both are 64-bit integer arithmetic with the same rounding; overflow and
+/// division by zero must be reported by both).
 #[test]
 fn generated_grid_formulas_agree_with_the_expression_semantics() {
     let src = r#"
-#pragma klaraptor kernel(k) data(N=n, M=m) dim(3) grid(ceil(N, bx), (M - 7) / by + N % 5, max(1, min(N, M) - bz * 3)) block(bx * by * bz <= 1024 && (bx % 32 == 0 || by == 1)) block(!(bz > 4))
+#pragma klaraptor kernel(k) data(N=n, M=m) dim(3) grid(ceil(N, bx), (M - 7) / by + N % 5, max(1, min(N, M) - bz * 3)) block(bx * by * bz <= 1024 && (bx % 32 == 0 || by == 1)) block(!(bz > 4)) block(pow2(bx) || !pow2(by * bz - N % 3))
 __global__ void k(int n, long m) {}
 void go(int n, long m) { k<<<1, 1>>>(n, m); }
 "#;
@@ -187,6 +217,7 @@ int main(void) {
     let allowed = [
         expr::parse_bool("bx * by * bz <= 1024 && (bx % 32 == 0 || by == 1)", &names).unwrap(),
         expr::parse_bool("!(bz > 4)", &names).unwrap(),
+        expr::parse_bool("pow2(bx) || !pow2(by * bz - N % 3)", &names).unwrap(),
     ];
     let mut input = String::new();
     let mut cases = Vec::new();

@@ -9,20 +9,13 @@
 #   CARGO_TARGET_DIR=<dir> cargo build --release -p klaraptor -p klaraptor-collector
 #
 # What goes into <out dir>/bundle.tar.xz (xz -9):
-#   bin/      klaraptor-cc, klaraptor, libklaraptor_collector.so (the link looks for the
-#             collector beside klaraptor-cc; the runtime archive and klaraptor.h travel inside
-#             klaraptor-cc)
-#   libs/     what klaraptor-cc needs that Ubuntu 24.04 never has: libLLVM.so.19.1, libz3.so.4
-#   fallback/ libraries of libLLVM's that a minimal Ubuntu 24.04 image may lack (libxml2 and
-#             the ICU 72 it was built with, libedit, libffi, libtinfo, libbsd, libmd);
-#             device.sh puts one on the library path only when ldd says the system lacks it
+#   bin/, libs/, fallback/  klaraptor-cc, klaraptor, the collector and the libraries
+#             klaraptor-cc needs that the device may lack (bench/linkprof/stage.sh says which)
 #   objs/     samples/matmul's objects, compiled here by this klaraptor-cc (-c, nvcc backend,
 #             sm_90). The compile needs clang-19 and LLVM's tools, which the GPU machine does
 #             not have. The objects record their build directory, where the link runs the
 #             profile recipe (`./matmul {N}`): BUILD_DIR below, which device.sh recreates.
 #   BUILD-INFO  commit, dates, versions, sizes, the compile commands
-# libc, libm, libstdc++, libgcc_s, libz, libzstd, liblzma are not shipped: the device's own
-# (newer) ones are used.
 set -euo pipefail
 
 # Must equal BUILD_DIR in device.sh.
@@ -37,51 +30,17 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 target=$(cd "$1" 2>/dev/null && pwd) || die "no such target dir: $1"
 out=${2:-$repo/.dev/linkprof}
 rel=$target/release
-for f in klaraptor-cc klaraptor libklaraptor_collector.so; do
-  [ -f "$rel/$f" ] || die "$rel/$f is missing: run CARGO_TARGET_DIR=$target cargo build --release -p klaraptor -p klaraptor-collector"
-done
 nvcc=${KLARAPTOR_NVCC:-$repo/.toolchain/cuda/bin/nvcc}
 [ -x "$nvcc" ] || die "no nvcc at $nvcc: run scripts/setup or set KLARAPTOR_NVCC"
 command -v xz >/dev/null || die "xz is not installed (apt-get install xz-utils)"
+. "$repo/bench/linkprof/stage.sh"
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/klaraptor-linkprof-stage.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage"/{bin,libs,fallback,objs}
+mkdir -p "$stage/objs"
 
-# --- binaries -------------------------------------------------------------------------
-cp "$rel/klaraptor-cc" "$rel/klaraptor" "$rel/libklaraptor_collector.so" "$stage/bin/"
-strip --strip-unneeded "$stage/bin/"* 2>/dev/null || true
-
-# --- shared libraries: resolved the way the loader resolves them here -------------------
-# soname -> path, from ldd of klaraptor-cc (the whole dependency closure).
-declare -A where
-while read -r name _ path _; do
-  [ -n "${path:-}" ] && [ "${path:0:1}" = / ] && where[$name]=$path
-done < <(ldd "$rel/klaraptor-cc")
-if ldd "$rel/klaraptor-cc" | grep -q "not found"; then
-  die "$rel/klaraptor-cc has unresolved libraries here: $(ldd "$rel/klaraptor-cc" | grep 'not found' | tr -s ' \t' ' ')"
-fi
-ship() { # ship <dir> <soname>...
-  local dir=$1; shift
-  for so in "$@"; do
-    [ -n "${where[$so]:-}" ] || die "klaraptor-cc does not load $so here (ldd): update the lists in bundle.sh"
-    cp -L "${where[$so]}" "$stage/$dir/$so"
-  done
-}
-ship libs libLLVM.so.19.1 libz3.so.4
-ship fallback libxml2.so.2 libicuuc.so.72 libicudata.so.72 libedit.so.2 libffi.so.8 \
-  libtinfo.so.6 libbsd.so.0 libmd.so.0
-# Anything else klaraptor-cc loads must be a library every Linux system has.
-for so in "${!where[@]}"; do
-  case $so in
-    libLLVM.so.19.1|libz3.so.4|libxml2.so.2|libicuuc.so.72|libicudata.so.72|libedit.so.2|\
-    libffi.so.8|libtinfo.so.6|libbsd.so.0|libmd.so.0) ;;
-    libc.so.6|libm.so.6|libstdc++.so.6|libgcc_s.so.1|libz.so.1|libzstd.so.1|liblzma.so.5|\
-    /lib64/ld-linux-x86-64.so.2|ld-linux-x86-64.so.2) ;;
-    *) die "klaraptor-cc loads $so (${where[$so]}), which bundle.sh neither ships nor expects on the device: add it to a list above" ;;
-  esac
-done
-strip --strip-unneeded "$stage"/libs/* "$stage"/fallback/* 2>/dev/null || true
+# --- binaries and shared libraries (bench/linkprof/stage.sh) -----------------------------
+stage_tools "$rel" "$stage"
 
 # --- the sample's objects, compiled with this klaraptor-cc ------------------------------
 rm -rf "$BUILD_DIR"
@@ -119,12 +78,7 @@ dirty=$(git -C "$repo" status --porcelain --untracked-files=no -- driver model p
 } > "$stage/BUILD-INFO"
 
 # --- pack ---------------------------------------------------------------------------------
-mkdir -p "$out"
-tmp=$out/bundle.tar.xz.tmp
-tar -C "$stage" -cf - BUILD-INFO bin libs fallback objs | xz -9 -T2 -c > "$tmp"
-mv "$tmp" "$out/bundle.tar.xz"
-cp "$stage/BUILD-INFO" "$out/BUILD-INFO"
+pack_bundle "$stage" "$out" BUILD-INFO bin libs fallback objs
 size=$(stat -c %s "$out/bundle.tar.xz")
-echo "compressed: $size bytes ($(awk "BEGIN{printf \"%.1f\", $size/1048576}") MiB)" >> "$out/BUILD-INFO"
 cat "$out/BUILD-INFO"
 echo "bundle.sh: wrote $out/bundle.tar.xz ($(awk "BEGIN{printf \"%.1f\", $size/1048576}") MiB); carry '${out#"$repo"/}' in the device call"

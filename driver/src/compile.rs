@@ -151,7 +151,17 @@ impl Invocation {
                 self.say("linking instrumented objects: adding rational programs and the runtime");
                 let dir = crate::interrupt::Scratch::new("klaraptor-")?;
                 let inputs: Vec<PathBuf> = self.view.inputs().map(Path::to_path_buf).collect();
-                return self.link(args, inputs, dir.path());
+                let code = self.link(args, inputs, dir.path());
+                if self.cl.has_kl(&KlOption::Keep) {
+                    // The link's work: the rational programs it generated and, when it
+                    // profiled, each recipe run's records (profile/run-<n>/).
+                    let kept = dir.keep();
+                    crate::kl_eprintln!(
+                        "klaraptor-cc: kept intermediate files in {}",
+                        kept.display()
+                    );
+                }
+                return code;
             }
             let tomls = self.tomls_to_record(dry_run);
             let generation = self.generation_to_record(dry_run);

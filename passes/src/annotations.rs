@@ -949,7 +949,7 @@ fn parse_data(c: &Clause, at: &dyn Fn(usize) -> Location) -> Result<Vec<DataPara
                 format!("'{label}' is not a name")
             }));
         }
-        if expr::BLOCK_VARS.contains(&label) || ["ceil", "floor", "min", "max"].contains(&label) {
+        if expr::BLOCK_VARS.contains(&label) || expr::FUNCTIONS.contains(&label) {
             return Err(bad(format!(
                 "'{label}' is reserved (block dimensions and functions); choose another label"
             )));

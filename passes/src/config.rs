@@ -116,7 +116,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 .next()
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !expr::BLOCK_VARS.contains(&label);
+                && !expr::BLOCK_VARS.contains(&label)
+                && !expr::FUNCTIONS.contains(&label);
             if !ok_label || matches!(&arg, ArgRef::Name(a) if a.is_empty()) {
                 return Err(err(d.span(), format!("'{t}' is not a data parameter"), "write \"LABEL=INDEX\", \"LABEL=ARGUMENT\" or \"ARGUMENT\", e.g. data = [\"N=3\"]"));
             }

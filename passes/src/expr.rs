@@ -13,9 +13,10 @@
 //!
 //! Names are the block dimensions `bx`, `by`, `bz` and the kernel's data parameters. The
 //! functions are `ceil(a, b)` and `floor(a, b)` (division rounding up and down), `min(…)`
-//! and `max(…)`. `/` is `floor`, `%` its remainder. Every value is a 64-bit integer; a
-//! comparison, `&&`, `||` and `!` give a truth value, and the two kinds never mix: the type
-//! checker rejects `bx + (by < 2)` and a grid formula that is a comparison.
+//! and `max(…)`, and `pow2(a)`, a truth value: `a` is a positive power of two (1, 2, 4, …).
+//! `/` is `floor`, `%` its remainder. Every value is a 64-bit integer; a comparison,
+//! `pow2`, `&&`, `||` and `!` give a truth value, and the two kinds never mix: the type
+//! checker rejects `bx + (by < 2)`, `pow2(bx) * 2` and a grid formula that is a comparison.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -52,6 +53,8 @@ pub enum BoolExpr {
     And(Box<BoolExpr>, Box<BoolExpr>),
     Or(Box<BoolExpr>, Box<BoolExpr>),
     Not(Box<BoolExpr>),
+    /// `pow2(a)`: `a` is a positive power of two.
+    Pow2(IntExpr),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,7 +424,8 @@ impl<'a> Parser<'a> {
                     return Err(ExprError {
                         offset: at,
                         message: format!(
-                            "unknown function '{name}'; the functions are ceil, floor, min, max"
+                            "unknown function '{name}'; the functions are {}",
+                            FUNCTIONS.join(", ")
                         ),
                     });
                 }
@@ -471,7 +475,8 @@ impl<'a> Parser<'a> {
     }
 }
 
-const FUNCTIONS: [&str; 4] = ["ceil", "floor", "min", "max"];
+/// The functions of the language (names a data label may not take).
+pub const FUNCTIONS: [&str; 5] = ["ceil", "floor", "min", "max", "pow2"];
 
 fn describe(t: &Tok) -> String {
     match t {
@@ -514,6 +519,7 @@ impl Typed for (Node, usize) {
                 };
                 IntExpr::Bin(op, Box::new(a.into_int()?), Box::new(b.into_int()?))
             }
+            Node::Call(f, _) if f == "pow2" => return Err(not_int("'pow2(…)'")),
             Node::Call(f, args) => {
                 let n = args.len();
                 let args = args
@@ -575,6 +581,20 @@ impl Typed for (Node, usize) {
                     _ => return Err(not_bool()),
                 };
                 BoolExpr::Cmp(op, a.into_int()?, b.into_int()?)
+            }
+            Node::Call(f, args) if f == "pow2" => {
+                if args.len() != 1 {
+                    return Err(ExprError {
+                        offset: at,
+                        message: format!(
+                            "'pow2' takes one argument, pow2(a) = a is a positive power of two; \
+                             it was given {}",
+                            args.len()
+                        ),
+                    });
+                }
+                let a = args.into_iter().next().unwrap_or((Node::Int(0), at));
+                BoolExpr::Pow2(a.into_int()?)
             }
             _ => return Err(not_bool()),
         })
@@ -686,6 +706,11 @@ fn fold(
     Ok(acc)
 }
 
+/// Whether `v` is a positive power of two (`pow2(v)`).
+pub fn is_pow2(v: i64) -> bool {
+    v > 0 && v & (v - 1) == 0
+}
+
 impl BoolExpr {
     pub fn eval(&self, env: &(impl Env + ?Sized)) -> Result<bool, EvalError> {
         Ok(match self {
@@ -703,6 +728,7 @@ impl BoolExpr {
             BoolExpr::And(a, b) => a.eval(env)? && b.eval(env)?,
             BoolExpr::Or(a, b) => a.eval(env)? || b.eval(env)?,
             BoolExpr::Not(a) => !a.eval(env)?,
+            BoolExpr::Pow2(a) => is_pow2(a.eval(env)?),
         })
     }
 }
@@ -756,6 +782,7 @@ impl fmt::Display for BoolExpr {
             BoolExpr::And(a, b) => write!(f, "({a} && {b})"),
             BoolExpr::Or(a, b) => write!(f, "({a} || {b})"),
             BoolExpr::Not(a) => write!(f, "!{a}"),
+            BoolExpr::Pow2(a) => write!(f, "pow2({a})"),
         }
     }
 }
@@ -776,6 +803,8 @@ static inline int64_t kl_ceildiv(int64_t a, int64_t b, int *err) { if (b == 0 ||
 static inline int64_t kl_mod(int64_t a, int64_t b, int *err) { int64_t q = kl_floordiv(a, b, err); return *err ? 0 : a - q * b; }
 static inline int64_t kl_imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t kl_imax(int64_t a, int64_t b) { return a > b ? a : b; }
+/* pow2(a): a is a positive power of two. */
+static inline int kl_pow2(int64_t a) { return a > 0 && (a & (a - 1)) == 0; }
 "#;
 
 impl IntExpr {
@@ -823,6 +852,7 @@ impl BoolExpr {
             BoolExpr::And(a, b) => format!("({} && {})", a.to_c(var, err), b.to_c(var, err)),
             BoolExpr::Or(a, b) => format!("({} || {})", a.to_c(var, err), b.to_c(var, err)),
             BoolExpr::Not(a) => format!("!{}", a.to_c(var, err)),
+            BoolExpr::Pow2(a) => format!("kl_pow2({})", a.to_c(var, err)),
         }
     }
 }
@@ -948,6 +978,80 @@ mod tests {
         let e = parse_int("N * N", &["N"]).unwrap();
         assert_eq!(e.eval(&[("N", i64::MAX)]), Err(EvalError::Overflow));
         assert_eq!(e.eval(&[("M", 1)]), Err(EvalError::Unbound("N".into())));
+    }
+
+    #[test]
+    fn pow2_is_a_truth_value_of_one_integer() {
+        let c = parse_bool("pow2(bx) && bx >= 32", &[]).unwrap();
+        assert_eq!(
+            c,
+            BoolExpr::And(
+                Box::new(BoolExpr::Pow2(IntExpr::Var("bx".into()))),
+                Box::new(BoolExpr::Cmp(
+                    CmpOp::Ge,
+                    IntExpr::Var("bx".into()),
+                    IntExpr::Lit(32)
+                ))
+            )
+        );
+        let allowed: Vec<i64> = (0..=1100)
+            .filter(|&bx| c.eval(&[("bx", bx)]).unwrap())
+            .collect();
+        assert_eq!(allowed, [32, 64, 128, 256, 512, 1024]);
+        // Every power of two of 64 bits, and nothing else: zero, negatives, i64::MIN.
+        let p = parse_bool("pow2(N)", &["N"]).unwrap();
+        for k in 0..63 {
+            assert_eq!(p.eval(&[("N", 1i64 << k)]), Ok(true), "2^{k}");
+            assert_eq!(p.eval(&[("N", -(1i64 << k))]), Ok(false), "-2^{k}");
+        }
+        for v in [0, 3, 6, 12, 96, 1023, 1025, i64::MAX, i64::MIN] {
+            assert_eq!(p.eval(&[("N", v)]), Ok(false), "{v}");
+        }
+        // Its argument is any integer expression; evaluation errors are the argument's.
+        let q = parse_bool("!pow2(bx * by) || pow2(N / (bz - 1))", &["N"]).unwrap();
+        let env = |bx, by, bz| [("bx", bx), ("by", by), ("bz", bz), ("N", 64)];
+        assert_eq!(q.eval(&env(3, 4, 1)), Ok(true));
+        assert_eq!(q.eval(&env(4, 4, 3)), Ok(true));
+        assert_eq!(q.eval(&env(4, 4, 4)), Ok(false));
+        assert_eq!(q.eval(&env(4, 4, 1)), Err(EvalError::DivisionByZero));
+        // Printing round-trips.
+        for b in [&c, &p, &q] {
+            assert_eq!(parse_bool(&b.to_string(), &["N"]).unwrap(), *b);
+        }
+        assert_eq!(q.to_string(), "(!pow2((bx * by)) || pow2((N / (bz - 1))))");
+    }
+
+    #[test]
+    fn pow2_errors() {
+        // A truth value, not an integer.
+        let e = parse_int("ceil(N, 2) + pow2(N)", &["N"]).unwrap_err();
+        assert_eq!(e.offset, 13);
+        assert!(e.message.contains("'pow2(…)' is a truth value"), "{e}");
+        assert!(parse_bool("pow2(bx) * 2 > 1", &[]).is_err());
+        assert!(parse_bool("pow2(bx) == 1", &[]).is_err());
+        // One integer argument.
+        let e = parse_bool("pow2(bx, by)", &[]).unwrap_err();
+        assert!(e.message.contains("'pow2' takes one argument"), "{e}");
+        assert_eq!(e.offset, 0);
+        assert!(parse_bool("pow2(bx > 2)", &[])
+            .unwrap_err()
+            .message
+            .contains("integer"));
+        assert!(parse_bool("pow2()", &[]).is_err());
+        // Listed with the other functions.
+        let e = parse_bool("ispow2(bx)", &[]).unwrap_err();
+        assert_eq!(
+            e.message,
+            "unknown function 'ispow2'; the functions are ceil, floor, min, max, pow2"
+        );
+    }
+
+    #[test]
+    fn pow2_in_c() {
+        let c = parse_bool("pow2(bx) && !pow2(N - bx)", &["N"]).unwrap();
+        let text = c.to_c(&|v| format!("v_{v}"), "&err");
+        assert_eq!(text, "(kl_pow2(v_bx) && !kl_pow2(kl_sub(v_N, v_bx, &err)))");
+        assert!(C_PRELUDE.contains("static inline int kl_pow2(int64_t a)"));
     }
 
     #[test]
