@@ -2,7 +2,10 @@
 //! the pass reads reduce_detect's dynamic shared memory from its launch (`b *
 //! sizeof(float)`, no shmem clause and no warning), reduce_clause's launch (an amount the
 //! pass cannot read) takes the clause, and the sampling plan of each kernel, whose
-//! annotation says `pow2(bx)`, holds only powers of two.
+//! annotation says `pow2(bx)`, holds only powers of two. And with the profile captured on
+//! an H200 (tests/fixtures/reduce-h200-2026-11-26: reduce_static's blocks of 512 and 1024
+//! threads write past its 256-float shared array and faulted there), the build links every
+//! kernel's rational program, and reduce_static's never chooses a shape that faulted.
 
 mod common;
 use common::*;
@@ -26,23 +29,29 @@ fn sample_copy() -> tempfile::TempDir {
     tmp
 }
 
+/// `make NVCC="klaraptor-cc --kl-verbose"` in the copy's samples/reduce, no GPU, against
+/// the profile database `db`.
+fn make(tmp: &Path, db: &Path) -> std::process::Output {
+    Command::new("make")
+        .current_dir(tmp.join("samples/reduce"))
+        .arg(format!("NVCC={} --kl-verbose", klaraptor_cc().display()))
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_PROFILE_DB", db)
+        .env("XDG_CACHE_HOME", tmp.join(".cache"))
+        .env_remove("NVCC_PREPEND_FLAGS")
+        .env_remove("NVCC_APPEND_FLAGS")
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn the_reduce_sample_builds_and_its_plans_hold_powers_of_two() {
     let tmp = sample_copy();
     let dir = tmp.path().join("samples/reduce");
     let db = tmp.path().join("empty-db");
     std::fs::create_dir_all(&db).unwrap();
-    let o = Command::new("make")
-        .current_dir(&dir)
-        .arg(format!("NVCC={} --kl-verbose", klaraptor_cc().display()))
-        .env("KLARAPTOR_NVCC", nvcc())
-        .env("KLARAPTOR_NO_GPU", "1")
-        .env("KLARAPTOR_PROFILE_DB", &db)
-        .env("XDG_CACHE_HOME", tmp.path().join(".cache"))
-        .env_remove("NVCC_PREPEND_FLAGS")
-        .env_remove("NVCC_APPEND_FLAGS")
-        .output()
-        .unwrap();
+    let o = make(tmp.path(), &db);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(dir.join("reduce").is_file());
@@ -117,4 +126,50 @@ fn the_reduce_sample_builds_and_its_plans_hold_powers_of_two() {
     assert_eq!(plan("_Z13reduce_detectPKfPfi"), pow2_shapes(32), "{out}");
     assert_eq!(plan("_Z13reduce_clausePKfPfi"), pow2_shapes(32), "{out}");
     assert_eq!(plan("_Z13reduce_staticPKfPfi"), pow2_shapes(1), "{out}");
+}
+
+#[test]
+fn the_h200_profile_with_faulted_shapes_links_and_they_are_never_chosen() {
+    let tmp = sample_copy();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let db = tmp.path().join("db");
+    copy_dir(&repo.join("tests/fixtures/reduce-h200-2026-11-26"), &db);
+    let o = make(tmp.path(), &db);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    // The entry holds the faults as the profiler stored them: 8 failed samples, each an
+    // illegal address at 512 or 1024 threads.
+    let entry = klaraptor_profiler::db::ProfileDb::read_file(
+        &db.join("v1/nvidia-h200-2803d38c/_Z13reduce_staticPKfPfi-ef7e01bc92375e1d.toml"),
+    )
+    .unwrap();
+    let failed: Vec<_> = entry.samples.iter().filter(|s| s.error.is_some()).collect();
+    assert_eq!(failed.len(), 8);
+    for s in &failed {
+        assert!(s.block[0] >= 512, "{s:?}");
+        assert!(
+            s.error
+                .as_deref()
+                .unwrap()
+                .contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            "{s:?}"
+        );
+    }
+    let o = Command::new(klaraptor())
+        .arg("inspect")
+        .arg(tmp.path().join("samples/reduce/reduce"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    for k in ["reduce_detect", "reduce_clause", "reduce_static"] {
+        assert!(out.contains(&format!("kernel {k} (")), "{k}:\n{out}");
+    }
+    let s = out.split("kernel reduce_static (").nth(1).unwrap();
+    let s = s.split("\nkernel ").next().unwrap();
+    assert!(
+        s.contains("faulted in the profile, never chosen: 512x1x1, 1024x1x1"),
+        "{s}"
+    );
+    assert!(s.contains("device: NVIDIA H200"), "{s}");
 }
