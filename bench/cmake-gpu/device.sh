@@ -23,12 +23,7 @@ nvcc=${CMAKE_GPU_NVCC:-/usr/local/cuda/bin/nvcc}
 mkdir -p "$OUT"
 summary=$OUT/summary.txt
 : > "$summary"
-fails=0
-say() { echo "$*" | tee -a "$summary"; }
-check() { if [ "$2" = 1 ]; then say "PASS  $1: $3"; else say "FAIL  $1: $3"; fails=$((fails + 1)); fi; }
-die() { say "FAIL  $*"; say "RESULT: FAIL (stopped early)"; exit 1; }
-now() { date +%s.%N; }
-secs() { awk "BEGIN{printf \"%.2f\", $2 - $1}"; }
+. "$repo/bench/linkprof/checks.sh"
 
 case $STEP in profile) tarball=first ;; run) tarball=again ;; *) die "set STEP=profile or run" ;; esac
 [ -f "$repo/.dev/cmake-gpu/$tarball.tar.xz" ] || die "no .dev/cmake-gpu/$tarball.tar.xz: run bench/cmake-gpu/build.sh on the build machine and carry .dev/cmake-gpu"

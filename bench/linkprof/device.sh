@@ -36,18 +36,7 @@ case $nvcc in /*) ;; *) nvcc=$repo/$nvcc ;; esac
 mkdir -p "$OUT"
 summary=$OUT/summary.txt
 : > "$summary"
-fails=0
-say() { echo "$*" | tee -a "$summary"; }
-check() { # check <name> <ok?> <detail>
-  if [ "$2" = 1 ]; then say "PASS  $1: $3"; else say "FAIL  $1: $3"; fails=$((fails + 1)); fi
-}
-die() {
-  say "FAIL  $*"
-  say "RESULT: FAIL (stopped early)"
-  exit 1
-}
-now() { date +%s.%N; }
-secs() { awk "BEGIN{printf \"%.2f\", $2 - $1}"; }
+. "$repo/bench/linkprof/checks.sh"
 
 say "== klaraptor link-time profiling check ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname))"
 [ -f "$bundle" ] || die "bundle: no $bundle: run bench/linkprof/bundle.sh <target dir> on the build machine and carry .dev/linkprof"

@@ -42,18 +42,7 @@ case $nvcc in /*) ;; *) nvcc=$repo/$nvcc ;; esac
 mkdir -p "$OUT"
 summary=$OUT/summary.txt
 : > "$summary"
-fails=0
-say() { echo "$*" | tee -a "$summary"; }
-check() { # check <name> <ok?> <detail>
-  if [ "$2" = 1 ]; then say "PASS  $1: $3"; else say "FAIL  $1: $3"; fails=$((fails + 1)); fi
-}
-die() {
-  say "FAIL  $*"
-  say "RESULT: FAIL (stopped early)"
-  exit 1
-}
-now() { date +%s.%N; }
-secs() { awk "BEGIN{printf \"%.2f\", $2 - $1}"; }
+. "$repo/bench/linkprof/checks.sh"
 # The seconds a step may take: its own bound, within what is left of the budget.
 bound() {
   local left=$((BUDGET - SECONDS))
