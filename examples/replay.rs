@@ -13,7 +13,9 @@
 //! choice), the model alone and profiled_best, and lists the kernels below 0.95 × their
 //! profiled_best. `KL_REPLAY_DUMP=<file>` appends one line per case (program, kernel,
 //! sizes, the model's ratio, profiled_best's, the model's predicted time of profiled_best
-//! over its choice's, the in-sample and held-out model scores) for trying rules offline.
+//! over its choice's, the in-sample and held-out model scores, the held-out profiled best's
+//! score, how still the profile's fastest shape stands ([`stationary`]), the mangled name)
+//! for trying rules offline.
 //!
 //! `KL_REPLAY_RANKS=<file>` appends one JSON line per case (the ranking, profiled best, the
 //! program's shape and the sweep's times) for `bench/gpu/refine/simulate.py`.
@@ -210,13 +212,15 @@ fn main() -> Result<()> {
                             validate::stats(&v).map_or(f64::NAN, |s| s.geomean)
                         });
                         let ho = prog.decision.as_ref().and_then(|d| d.model_score);
+                        let ho_pb = prog.decision.as_ref().and_then(|d| d.profiled_score);
+                        let still = profile.as_ref().ok().and_then(|p| stationary(&p.samples));
                         let mut f = std::fs::OpenOptions::new()
                             .create(true)
                             .append(true)
                             .open(path)?;
                         writeln!(
                             f,
-                            "{}\t{}\t{:?}\t{}\t{}\t{}\t{}\t{}",
+                            "{}\t{}\t{:?}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                             name,
                             prog.kernel,
                             size,
@@ -224,7 +228,10 @@ fn main() -> Result<()> {
                             profiled.and_then(|p| p.1).unwrap_or(f64::NAN),
                             gap.unwrap_or(f64::NAN),
                             ins.unwrap_or(f64::NAN),
-                            ho.unwrap_or(f64::NAN)
+                            ho.unwrap_or(f64::NAN),
+                            ho_pb.unwrap_or(f64::NAN),
+                            still.unwrap_or(f64::NAN),
+                            prog.mangled
                         )?;
                     }
                     if let Ok(path) = std::env::var("KL_REPLAY_RANKS") {
@@ -420,4 +427,23 @@ fn shape(b: [u32; 3]) -> String {
     } else {
         format!("{}x{}", b[0], b[1])
     }
+}
+
+/// How still the profile's fastest shape stands over its sizes: the shape fastest at the
+/// largest profiled size, timed at every profiled size, as the worst of (fastest time there /
+/// its time there). 1 when one shape was fastest at every size.
+fn stationary(samples: &[validate::ProfileSample]) -> Option<f64> {
+    let mut by: BTreeMap<&[i64], BTreeMap<[u32; 3], f64>> = BTreeMap::new();
+    for (sz, b, t) in samples {
+        by.entry(sz.as_slice()).or_default().insert(*b, *t);
+    }
+    let work = |s: &[i64]| s.iter().map(|&v| v.max(1) as f64).product::<f64>();
+    let (_, last) = by.iter().max_by(|a, b| work(a.0).total_cmp(&work(b.0)))?;
+    let (&top, _) = last.iter().min_by(|a, b| a.1.total_cmp(b.1))?;
+    by.values()
+        .map(|m| {
+            let best = m.values().cloned().fold(f64::INFINITY, f64::min);
+            m.get(&top).map_or(0.0, |t| best / t)
+        })
+        .reduce(f64::min)
 }

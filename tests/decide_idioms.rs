@@ -120,6 +120,55 @@ fn a_block_stride_row_kernel_is_chosen_by_its_profile() {
     check("rowsum_block.toml", "M", &["1024 % bx == 0"]);
 }
 
+/// One block per row whose threads walk the row with a block-stride loop and reduce with
+/// warp shuffles (samples/idioms/softmax_rows, `grid(M)`): the held-out gap (the profiled best
+/// about 1.8 times faster than the model's choice) is below the general factor of 2, but the
+/// profile's launches show that the launched threads do not follow the data, so the smaller
+/// factor for such kernels applies. The test fails without that rule.
+#[test]
+fn a_row_kernel_whose_threads_do_not_follow_the_data_is_chosen_by_its_profile() {
+    check("softmax_rows.toml", "M", &["bx % 32 == 0"]);
+    let e = entry("softmax_rows.toml");
+    let s = spec(&e, "M", &["bx % 32 == 0"]);
+    let excess = klaraptor::metrics::coverage_excess(&s, &e).unwrap();
+    assert!(excess > decide::LOOP_EXCESS, "{excess}");
+    let folds = decide::held_out(&s, &e, &DecisionRule::default());
+    let d = DecisionRule::default().apply_with(folds.clone(), Some(excess));
+    assert_eq!(d.chosen_by, ChosenBy::ProfiledBest, "{}", d.why);
+    assert!(d.why.contains("do not follow its data"), "{}", d.why);
+    let (m, p) = (d.model_score.unwrap(), d.profiled_score.unwrap());
+    assert!(
+        p < decide::DEMOTE_FACTOR * m && p >= decide::LOOP_FACTOR * m,
+        "{m} {p}"
+    );
+    // The general factor alone keeps the model.
+    let general = DecisionRule {
+        loop_factor: decide::DEMOTE_FACTOR,
+        ..DecisionRule::default()
+    };
+    assert_eq!(
+        general.apply_with(folds, Some(excess)).chosen_by,
+        ChosenBy::Model
+    );
+}
+
+/// The launches of a kernel whose grid follows its block (`ceil(N, bx)`) cover its domain
+/// once, those of a grid-stride kernel under a capped grid and of a block-per-row kernel do
+/// not ([`klaraptor::metrics::coverage_excess`]).
+#[test]
+fn coverage_excess_tells_grids_that_follow_the_block_from_those_that_do_not() {
+    let e = entry("stencil1d-3.toml");
+    let x = klaraptor::metrics::coverage_excess(&spec(&e, "ceil(N, bx)", &[]), &e).unwrap();
+    assert!(x <= 1.0 + 1e-9, "{x}");
+    let e = entry("saxpy_gs.toml");
+    let x =
+        klaraptor::metrics::coverage_excess(&spec(&e, "min(ceil(N, bx), 1056)", &[]), &e).unwrap();
+    assert!(x > decide::LOOP_EXCESS, "{x}");
+    let e = entry("rowsum_block.toml");
+    let x = klaraptor::metrics::coverage_excess(&spec(&e, "M", &["1024 % bx == 0"]), &e).unwrap();
+    assert!(x > decide::LOOP_EXCESS, "{x}");
+}
+
 /// A kernel template instantiated twice (samples/idioms/template_scale: `stencil1d<3>` and
 /// `stencil1d<16>`, one annotation), profiled on the H100 as two entries: each instance gets
 /// its own rational program, in its own file, and both compile side by side.

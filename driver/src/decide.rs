@@ -29,6 +29,14 @@
 //! model beats the profiled best by 0.06–0.27 at the study's sizes. Without a fold (too
 //! few profiled sizes) the model chooses.
 //!
+//! A kernel whose launched threads do not follow its data (the profile's own launches say
+//! so: [`metrics::coverage_excess`] above [`LOOP_EXCESS`]; one block per row, a grid-stride
+//! loop under a capped grid, a tile walked by fewer rows of threads) needs only
+//! [`LOOP_FACTOR`] (1.1, above the profile's run-to-run spread): its threads loop over a
+//! share of the data that the launch's shape decides, the mechanism the model is known to
+//! get wrong (docs/model.md), so the profile's evidence counts as soon as it is more than
+//! noise.
+//!
 //! # Stability
 //!
 //! The profile's times enter the model through the time calibration only
@@ -65,6 +73,18 @@ pub const STABLE_WITHIN: f64 = 0.03;
 /// How many times faster than the model's choices the profiled best's must have been
 /// measured at the held-out sizes for the profiled best to choose (docs/model.md).
 pub const DEMOTE_FACTOR: f64 = 2.0;
+
+/// The same factor for a kernel whose launched threads do not follow its data
+/// ([`LOOP_EXCESS`]): above the run-to-run spread of the profile's times (2–7 % a sample).
+pub const LOOP_FACTOR: f64 = 1.1;
+
+/// How far the profile's launches ran beyond covering the domain once
+/// ([`metrics::coverage_excess`]) above which a kernel's launched threads do not follow its
+/// data: its grid does not grow as its block shrinks, so each thread loops over a share of
+/// the data that depends on the launch's shape. A grid that follows the block gives at most
+/// 1; one that does not, about the block's size (here more than 2 threads a thread of the
+/// domain on some axis).
+pub const LOOP_EXCESS: f64 = 2.0;
 
 /// Who chooses a kernel's launch shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -167,9 +187,14 @@ pub struct Decision {
     pub model_score: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profiled_score: Option<f64>,
-    /// How many times faster the profiled best had to be ([`DEMOTE_FACTOR`]).
+    /// How many times faster the profiled best had to be ([`DEMOTE_FACTOR`], or
+    /// [`LOOP_FACTOR`] for a kernel whose launched threads do not follow its data).
     #[serde(default)]
     pub factor: f64,
+    /// How far the profile's launches ran beyond covering the domain once
+    /// ([`metrics::coverage_excess`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_excess: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stability: Option<Stability>,
     /// The shipped model's own choices at the profiled sizes, timed by the profile
@@ -312,6 +337,9 @@ pub struct DecisionRule {
     /// How many times faster than the model's choices the profiled best's must have been
     /// measured at the held-out sizes ([`DEMOTE_FACTOR`]).
     pub factor: f64,
+    /// The same for a kernel whose launched threads do not follow its data
+    /// ([`LOOP_FACTOR`], [`LOOP_EXCESS`]).
+    pub loop_factor: f64,
 }
 
 impl Default for DecisionRule {
@@ -319,6 +347,7 @@ impl Default for DecisionRule {
         DecisionRule {
             min_fold_sizes: MIN_FOLD_SIZES,
             factor: DEMOTE_FACTOR,
+            loop_factor: LOOP_FACTOR,
         }
     }
 }
@@ -333,8 +362,26 @@ fn geomean(v: impl Iterator<Item = f64>) -> Option<f64> {
 }
 
 impl DecisionRule {
-    /// The decision from the folds.
+    /// The decision from the folds, for a kernel whose launched threads follow its data.
     pub fn apply(&self, held_out: Vec<HeldOut>) -> Decision {
+        self.apply_with(held_out, None)
+    }
+
+    /// The decision from the folds and how far the profile's launches ran beyond covering
+    /// the domain once ([`metrics::coverage_excess`]): above [`LOOP_EXCESS`], the kernel's
+    /// launched threads do not follow its data and the smaller
+    /// [`DecisionRule::loop_factor`] applies.
+    pub fn apply_with(&self, held_out: Vec<HeldOut>, coverage_excess: Option<f64>) -> Decision {
+        let loops = coverage_excess.is_some_and(|x| x > LOOP_EXCESS);
+        let factor = if loops { self.loop_factor } else { self.factor };
+        let because = if loops {
+            format!(
+                " (its launched threads do not follow its data: the profile's launches ran                  {:.0} times more threads per thread of the domain at one shape than at                  another, so a thread's work depends on the shape)",
+                coverage_excess.unwrap_or(f64::NAN)
+            )
+        } else {
+            String::new()
+        };
         let both: Vec<(f64, f64)> = held_out
             .iter()
             .filter_map(|f| Some((f.model_ratio()?, f.profiled_ratio()?)))
@@ -343,14 +390,13 @@ impl DecisionRule {
         let profiled_score = geomean(both.iter().map(|p| p.1));
         let n = both.len();
         let (chosen_by, why) = match (model_score, profiled_score) {
-            (Some(m), Some(p)) if p >= m * self.factor => (
+            (Some(m), Some(p)) if p >= m * factor => (
                 ChosenBy::ProfiledBest,
                 format!(
                     "fitted without the profiled size(s) it was asked about ({n}), the model's \
                      choice there was measured at {m:.3} of the fastest shape, the profiled best \
-                     of the smaller sizes at {p:.3}: at least {:.1} times faster, so the model \
-                     mispredicts this kernel",
-                    self.factor
+                     of the smaller sizes at {p:.3}: at least {factor:.1} times faster{because}, \
+                     so the model mispredicts this kernel"
                 ),
             ),
             (Some(m), Some(p)) => (
@@ -358,8 +404,7 @@ impl DecisionRule {
                 format!(
                     "fitted without the profiled size(s) it was asked about ({n}), the model's \
                      choice there was measured at {m:.3} of the fastest shape, the profiled best \
-                     of the smaller sizes at {p:.3}: not {:.1} times faster",
-                    self.factor
+                     of the smaller sizes at {p:.3}: not {factor:.1} times faster{because}"
                 ),
             ),
             _ => (
@@ -377,7 +422,8 @@ impl DecisionRule {
             held_out,
             model_score,
             profiled_score,
-            factor: self.factor,
+            factor,
+            coverage_excess,
             stability: None,
             in_sample: Vec::new(),
         }
@@ -388,7 +434,7 @@ impl DecisionRule {
 /// the stability check, which may change `prog`'s calibration (module documentation).
 pub fn decide(spec: &LinkSpec, entry: &Entry, prog: &mut RationalProgram) -> Decision {
     let folds = held_out(spec, entry, &DecisionRule::default());
-    let mut d = DecisionRule::default().apply(folds);
+    let mut d = DecisionRule::default().apply_with(folds, metrics::coverage_excess(spec, entry));
     let st = stability(
         spec,
         entry,

@@ -238,6 +238,47 @@ pub fn overhang(spec: &LinkSpec, grid: &[IntExpr], s: &Sample) -> Option<f64> {
     Some(launched_threads(s.block, s.grid) / domain)
 }
 
+/// How far the profile's launches ran beyond covering the kernel's domain once, per axis: the
+/// largest, over the usable samples of `entry` and the grid's axes, of the threads a launch
+/// ran on an axis (its recorded grid × block there) over the threads a grid that follows the
+/// block would run there at most (the axis's grid formula at a block of one thread, `d`, plus
+/// the block's rounding, `d + b - 1`). At most 1 when every launch covers the domain once
+/// (a formula such as `ceil(N, bx)` or a batch count `B` on an axis of one-thread blocks);
+/// about the block's size when the grid does not grow as the block shrinks (one block per row,
+/// `grid(M)`; a grid-stride loop under a capped grid, `min(ceil(N, bx), 1056)`; a tile of 32
+/// rows walked by `by` rows of threads, `ceil(R, 32)`): the launched threads then do not
+/// follow the data, and each thread loops over a share of it that the launch's shape decides.
+/// `None` when no sample's grid formula can be evaluated.
+pub fn coverage_excess(spec: &LinkSpec, entry: &Entry) -> Option<f64> {
+    let grid = spec_grid(spec);
+    if grid.is_empty() {
+        return None;
+    }
+    let mut worst: Option<f64> = None;
+    for (s, _) in usable(spec, entry) {
+        let mut env: Vec<(&str, i64)> = spec
+            .data
+            .iter()
+            .map(String::as_str)
+            .zip(s.sizes.iter().copied())
+            .collect();
+        env.extend([("bx", 1), ("by", 1), ("bz", 1)]);
+        for (a, e) in grid.iter().take(3).enumerate() {
+            let Ok(d) = e.eval(env.as_slice()) else {
+                continue;
+            };
+            if d < 1 {
+                continue;
+            }
+            let b = f64::from(s.block[a]);
+            let ran = f64::from(s.grid[a]) * b;
+            let x = ran / (d as f64 + b - 1.0);
+            worst = Some(worst.map_or(x, |w| w.max(x)));
+        }
+    }
+    worst
+}
+
 /// The share of a launch's threads inside the domain (`domain` threads, [`domain_threads`]):
 /// the warps of blocks that overhang it test a bound and exit, so the launch's work belongs
 /// to the others. 1 when the domain is unknown; at least 1e-6.
