@@ -5,6 +5,13 @@
 //! new programs (`accuracy-report report` without a choice phase uses the manifests), which
 //! replays a recorded exhaustive sweep against a changed model without a GPU.
 //!
+//! With `KL_REMODEL_FROM=<device name>`, each program is rebuilt instead from the entry of
+//! the same kernel on that other device, relabelled as the manifest's device (its name, UUID,
+//! compute capability and SM count, from the manifest's own entry): the counters and times of
+//! one GPU with the description and calibration of another, a transferred model (issue 22).
+//! The programs are written beside the others with the manifest's device, so `replay
+//! --device` measures them against that device's sweep.
+//!
 //! cargo run --release --example remodel -- <study dir> <profile db>
 
 use std::path::PathBuf;
@@ -21,6 +28,7 @@ fn main() -> Result<()> {
         _ => anyhow::bail!("usage: remodel <study dir> <profile db>"),
     };
     let db = ProfileDb::open(&db)?;
+    let from = std::env::var("KL_REMODEL_FROM").ok();
     let mut n = 0;
     for prog_dir in std::fs::read_dir(&study)? {
         let models = prog_dir?.path().join("models");
@@ -29,9 +37,19 @@ fn main() -> Result<()> {
         }
         for (path, old) in rational::load_dir(&models)? {
             let spec = spec_of(&old);
-            let entry = db
+            let own = db
                 .get(&old.mangled, &old.provenance.code_hash, &old.device.name)?
                 .with_context(|| format!("{}: no profile entry", path.display()))?;
+            let entry = match &from {
+                Some(f) if f != &old.device.name => {
+                    let mut e = db
+                        .get(&old.mangled, &old.provenance.code_hash, f)?
+                        .with_context(|| format!("{}: no profile entry on {f}", path.display()))?;
+                    e.device = own.device.clone();
+                    e
+                }
+                _ => own,
+            };
             let new = rational::build(&spec, &entry, &models)
                 .with_context(|| format!("rebuilding {}", path.display()))?;
             new.write(&models)?;
