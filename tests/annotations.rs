@@ -523,6 +523,7 @@ fn compile_no_gpu(
         .args(args)
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("XDG_CACHE_HOME", cache)
         .env_remove("KLARAPTOR_PROFILE_DB")
         .output()

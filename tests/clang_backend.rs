@@ -129,6 +129,7 @@ fn kcc(dir: &Path, args: &[&str]) -> Output {
         .current_dir(dir)
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("KLARAPTOR_PROFILE_DB", dir.join("profiles"))
         .env_remove("NVCC_PREPEND_FLAGS")
         .env_remove("NVCC_APPEND_FLAGS")
@@ -185,6 +186,7 @@ fn matmul_sample_through_make() {
         .current_dir(d.path())
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("KLARAPTOR_PROFILE_DB", d.path().join("profiles"))
         .output()
         .unwrap();

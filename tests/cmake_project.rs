@@ -81,6 +81,7 @@ impl Scratch {
         let mut c = Command::new(prog);
         c.current_dir(self.path())
             .env("KLARAPTOR_NO_GPU", "1")
+            .env("KLARAPTOR_TRANSFER", "off")
             .env("XDG_CACHE_HOME", self.path().join("cache"))
             .env("TMPDIR", self.path().join("tmp"))
             .env("CCACHE_DIR", self.path().join("ccache"))

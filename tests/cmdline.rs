@@ -42,6 +42,7 @@ impl Scratch {
         c.current_dir(dir)
             .env("KLARAPTOR_NVCC", nvcc())
             .env("KLARAPTOR_NO_GPU", "1")
+            .env("KLARAPTOR_TRANSFER", "off")
             .env("XDG_CACHE_HOME", self.root.path().join("cache"))
             .env("TMPDIR", self.tmp())
             .env_remove("KLARAPTOR_PROFILE_DB")

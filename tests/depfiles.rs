@@ -55,6 +55,7 @@ impl Scratch {
         c.current_dir(cwd)
             .env("KLARAPTOR_NVCC", nvcc())
             .env("KLARAPTOR_NO_GPU", "1")
+            .env("KLARAPTOR_TRANSFER", "off")
             .env("XDG_CACHE_HOME", self.root.path().join("cache"))
             .env("TMPDIR", self.root.path().join("tmp"))
             .env_remove("KLARAPTOR_PROFILE_DB")

@@ -29,6 +29,7 @@ fn the_idioms_suite_builds_through_klaraptor() {
         .arg(format!("NVCC={}", klaraptor_cc().display()))
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("KLARAPTOR_PROFILE_DB", &db)
         .env("XDG_CACHE_HOME", tmp.path().join(".cache"))
         .env_remove("NVCC_PREPEND_FLAGS")

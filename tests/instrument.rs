@@ -81,6 +81,7 @@ fn a_link_of_instrumented_objects_keeps_its_work_with_kl_keep() {
         .current_dir(d.path())
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("KLARAPTOR_PROFILE_DB", d.path().join("db"))
         .env_remove("NVCC_PREPEND_FLAGS")
         .env_remove("NVCC_APPEND_FLAGS");

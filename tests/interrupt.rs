@@ -27,6 +27,7 @@ fn interrupted_compile(sig: libc::c_int) {
         .args(["-O2", "-arch=sm_90", "-c", "mm.cu", "-o", "mm.o"])
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("TMPDIR", &tmp)
         .env("XDG_CACHE_HOME", root.path().join("cache"))
         .env_remove("KLARAPTOR_PROFILE_DB")

@@ -49,6 +49,7 @@ fn command(dir: &Path, prog: &Path) -> Command {
     c.current_dir(dir)
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("XDG_CACHE_HOME", dir.join(".test-cache"))
         .env_remove("KLARAPTOR_PROFILE_DB")
         .env_remove("KLARAPTOR_COLLECTOR")
@@ -1069,4 +1070,75 @@ fn corr_matrix_spec(shmem: Option<&str>) -> LinkSpec {
         annotated_at: String::new(),
         build_dir: Default::default(),
     }
+}
+
+/// A GPU of the profiled GPU's architecture with a description but no profile (the shipped
+/// H100 description; the committed profiles are the H200's) gets a transferred program: fitted
+/// on the H200's profile, generated for the H100's description, said so in its manifest and by
+/// `klaraptor inspect`; the H200's own programs are unchanged. `KLARAPTOR_TRANSFER=off` (what
+/// the other tests set) builds none.
+#[test]
+fn a_gpu_without_a_profile_gets_programs_transferred_from_one_of_its_architecture() {
+    let root = tempfile::tempdir().unwrap();
+    let sample = copy_sample(root.path());
+    let mut c = command(&sample, Path::new("make"));
+    c.arg(format!("NVCC={}", klaraptor_cc().display()))
+        .env_remove("KLARAPTOR_TRANSFER");
+    ok(&c.output().unwrap());
+    let progs = programs(&sample);
+    let mut devices: Vec<(String, String, Option<String>)> = progs
+        .iter()
+        .map(|(_, p)| {
+            (
+                p.kernel.clone(),
+                p.device.name.clone(),
+                p.transferred_from.clone(),
+            )
+        })
+        .collect();
+    devices.sort();
+    let h100 = "NVIDIA H100 80GB HBM3".to_string();
+    let h200 = "NVIDIA H200".to_string();
+    assert_eq!(
+        devices,
+        [
+            ("mm".into(), h100.clone(), Some(h200.clone())),
+            ("mm".into(), h200.clone(), None),
+            ("saxpy".into(), h100.clone(), Some(h200.clone())),
+            ("saxpy".into(), h200.clone(), None),
+        ]
+    );
+    // The transferred program is the H200 profile's, with the H100's description.
+    let (_, mm100) = progs
+        .iter()
+        .find(|(_, p)| p.kernel == "mm" && p.device.name == h100)
+        .unwrap();
+    let (_, mm200) = progs
+        .iter()
+        .find(|(_, p)| p.kernel == "mm" && p.device.name == h200)
+        .unwrap();
+    assert_eq!(mm100.provenance.captured_at, mm200.provenance.captured_at);
+    assert_eq!(mm100.provenance.samples, mm200.provenance.samples);
+    assert_ne!(mm100.device.memory_clock_mhz, mm200.device.memory_clock_mhz);
+    let o = command(&sample, &klaraptor())
+        .args(["inspect", "matmul"])
+        .output()
+        .unwrap();
+    let out = ok_stdout(&o);
+    assert_eq!(
+        out.matches("transferred from NVIDIA H200").count(),
+        2,
+        "{out}"
+    );
+    // And the programs the same link builds with transfers off: the H200's alone, the same.
+    let other = tempfile::tempdir().unwrap();
+    let plain = copy_sample(other.path());
+    ok(&make(&plain, "", &[], &[]));
+    let plain_progs = programs(&plain);
+    assert_eq!(plain_progs.len(), 2);
+    let (_, p200) = plain_progs.iter().find(|(_, p)| p.kernel == "mm").unwrap();
+    assert_eq!(
+        p200.rank(&[4096]).unwrap()[0].block,
+        mm200.rank(&[4096]).unwrap()[0].block
+    );
 }

@@ -37,6 +37,7 @@ fn the_polybench_suite_builds_with_its_rational_programs() {
         .arg(format!("NVCC={}", klaraptor_cc().display()))
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("XDG_CACHE_HOME", tmp.path().join(".cache"))
         .env_remove("KLARAPTOR_PROFILE_DB")
         .env_remove("NVCC_PREPEND_FLAGS")

@@ -49,6 +49,7 @@ fn variant() -> &'static Path {
             .current_dir(&dir)
             .env("KLARAPTOR_NVCC", nvcc())
             .env("KLARAPTOR_NO_GPU", "1")
+            .env("KLARAPTOR_TRANSFER", "off")
             .env("KLARAPTOR_PROFILE_DB", dir.join("empty-db"))
             .env("XDG_CACHE_HOME", dir.join("cache"))
             .env_remove("NVCC_PREPEND_FLAGS")

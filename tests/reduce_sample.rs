@@ -37,6 +37,7 @@ fn make(tmp: &Path, db: &Path) -> std::process::Output {
         .arg(format!("NVCC={} --kl-verbose", klaraptor_cc().display()))
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .env("KLARAPTOR_PROFILE_DB", db)
         .env("XDG_CACHE_HOME", tmp.join(".cache"))
         .env_remove("NVCC_PREPEND_FLAGS")

@@ -57,6 +57,7 @@ fn built() -> &'static Path {
                 ))
                 .env("KLARAPTOR_NVCC", nvcc())
                 .env("KLARAPTOR_NO_GPU", "1")
+                .env("KLARAPTOR_TRANSFER", "off")
                 .env("XDG_CACHE_HOME", root.join(".cache"))
                 .env_remove("KLARAPTOR_PROFILE_DB")
                 .env_remove("NVCC_PREPEND_FLAGS")
@@ -598,6 +599,7 @@ fn errors_say_what_to_do() {
         .args(["validate", "--sizes", "100 100 100"])
         .arg(binary("gemm"))
         .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
         .output()
         .unwrap();
     fails_with(&o, "no GPU on this machine");

@@ -646,7 +646,8 @@ impl Invocation {
         }
         let mut objects = Vec::new();
         let mut programs = Vec::new();
-        for built in crate::link::build_programs(&wanted, dir, self.verbose()) {
+        let transferred = crate::transfer::expand(&mut wanted);
+        for built in crate::link::build_programs(&wanted, &transferred, dir, self.verbose()) {
             match built {
                 Ok(b) => {
                     self.say(format!(

@@ -157,6 +157,13 @@ pub fn inspect(target: &Path) -> Result<()> {
             pr.collector,
             pr.captured_at
         );
+        if let Some(from) = &p.transferred_from {
+            outln!(
+                "  transferred from {from}: this GPU has no profile of its own; the program is \
+                 fitted on that GPU's profile (same architecture) and generated for this GPU's \
+                 description"
+            );
+        }
         let tf = &p.time_fit;
         outln!(
             "  time calibration: {:.4} x model + {:.3} µs per launch (median error on {} profiled launches {} -> {})",

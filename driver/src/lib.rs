@@ -28,6 +28,7 @@ pub mod profiling;
 pub mod rational;
 pub mod runtime;
 pub mod toolchain;
+pub mod transfer;
 pub mod validate;
 pub mod validate_cmd;
 

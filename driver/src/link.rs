@@ -185,6 +185,8 @@ pub fn link(job: &LinkJob) -> Result<i32> {
     for w in db.take_damaged() {
         crate::kl_eprintln!("klaraptor-cc: warning: {w}");
     }
+    // GPUs of a profiled kernel's architecture without a profile of their own.
+    let transferred = crate::transfer::expand(&mut entries);
     let mut unmodelled = Vec::new();
     for (s, e) in &entries {
         if e.is_empty() {
@@ -265,13 +267,17 @@ pub fn link(job: &LinkJob) -> Result<i32> {
     }
     let mut objects = Vec::new();
     let mut programs = Vec::new();
-    for built in build_programs(&wanted, &staging, job.verbose) {
+    for built in build_programs(&wanted, &transferred, &staging, job.verbose) {
         match built {
             Ok(b) => {
                 job.say(format!(
-                    "rational program of {} for {}: {}",
+                    "rational program of {} for {}{}: {}",
                     b.spec.name,
                     b.program.device.name,
+                    b.program
+                        .transferred_from
+                        .as_ref()
+                        .map_or(String::new(), |f| format!(" (transferred from {f})")),
                     models_dir.join(&b.program.c_name).display()
                 ));
                 objects.push(b.object);
@@ -379,13 +385,16 @@ impl NotBuilt {
 /// an `Err`: the caller says why, and the kernel keeps the program's own launch.
 pub fn build_programs(
     wanted: &[(LinkSpec, Vec<Entry>)],
+    transferred: &crate::transfer::Transferred,
     staging: &Path,
     verbose: bool,
 ) -> Vec<std::result::Result<BuiltProgram, NotBuilt>> {
     let mut out = Vec::new();
     for (s, es) in wanted {
         for e in es {
-            let built = rational::build(s, e, staging).and_then(|prog| {
+            let from = transferred.get(&(s.mangled.clone(), e.device.name.clone()));
+            let built = rational::build(s, e, staging).and_then(|mut prog| {
+                prog.transferred_from = from.cloned();
                 let files = prog.write(staging)?;
                 let obj = rational::compile(staging, &files, verbose)?;
                 Ok((prog, files, obj))

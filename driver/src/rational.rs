@@ -109,6 +109,10 @@ pub struct RationalProgram {
     /// in manifests written before, and in the programs the check itself fits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<crate::decide::Decision>,
+    /// For a GPU without its own profile: the GPU whose profile the program was fitted on
+    /// (the same architecture; [`crate::transfer`]). `None`: this GPU's own profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transferred_from: Option<String>,
 }
 
 /// The profile's fastest shape at one profiled size.
@@ -447,6 +451,7 @@ pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
         faulted,
         left_out_after_faults,
         decision: None,
+        transferred_from: None,
     };
     prog.time_fit = fit_time(&prog, &usable);
     prog.profiled = profiled_table(entry, spec.data.len());
