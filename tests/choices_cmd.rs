@@ -571,3 +571,47 @@ fn keys_still_being_measured_are_listed_and_pruned() {
     assert!(!files(p).contains(&f.to_string()), "{:?}", files(p));
     assert!(files(p).contains(&F_AXPY.to_string()));
 }
+
+/// Two instances of a kernel template, as a build with instance names leaves them: the
+/// runtime names each file and `name` after the instance (`stencil1d<3>`; the file name keeps
+/// letters and digits only). `list` shows which is which, `--kernel` takes an instance's
+/// name, or the template's for both.
+#[test]
+fn template_instances_are_listed_by_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    let choice = |mangled: &str, name: &str, block: &str| {
+        MM_2048
+            .replace("_Z2mmPKfS0_Pfi", mangled)
+            .replace("name = mm", &format!("name = {name}"))
+            .replace("data = n=2048 m=100", "data = N=1048576")
+            .replace("block = 128x2x1", &format!("block = {block}"))
+    };
+    let f3 = "stencil1d_3_-0123456789abcdef.choice";
+    let f16 = "stencil1d_16_-fedcba9876543210.choice";
+    std::fs::write(
+        p.join(f3),
+        choice("_Z9stencil1dILi3EEvPKfPfi", "stencil1d<3>", "224x1x1"),
+    )
+    .unwrap();
+    std::fs::write(
+        p.join(f16),
+        choice("_Z9stencil1dILi16EEvPKfPfi", "stencil1d<16>", "64x1x1"),
+    )
+    .unwrap();
+    let l3 = format!(
+        "stencil1d<3> N=1048576 block=224x1x1 candidate=model#2 launches=8 device=NVIDIA H200 {f3}\n"
+    );
+    let l16 = format!(
+        "stencil1d<16> N=1048576 block=64x1x1 candidate=model#2 launches=8 device=NVIDIA H200 {f16}\n"
+    );
+    let d = p.display();
+    let o = in_dir(p, &["list", "--kernel", "stencil1d<3>"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), format!("{l3}1 choice in {d}\n"));
+    let o = in_dir(p, &["list", "--kernel", "_Z9stencil1dILi16EEvPKfPfi"]);
+    assert_eq!(stdout(&o), format!("{l16}1 choice in {d}\n"));
+    let o = in_dir(p, &["list", "--kernel", "stencil1d"]);
+    let out = stdout(&o);
+    assert!(out.contains(&l3) && out.contains(&l16), "{out}");
+}

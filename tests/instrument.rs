@@ -472,3 +472,160 @@ fn build_harness(tu: &Path, harness: &str) -> std::path::PathBuf {
     );
     exe
 }
+
+/// A kernel template with two instances under one annotation: each instance's descriptor
+/// gives the runtime a name of its own (`scale<3>`, `scale<16>`; driver/src/names.rs), so
+/// that their `klaraptor: <name> …` log lines, choices-cache files and KLARAPTOR_FORCE
+/// entries are told apart; a plain kernel keeps its source name. The names are one word
+/// (no blank) and the ids stay the mangled names.
+#[test]
+fn template_instances_get_a_runtime_name_each() {
+    let src = r#"#pragma klaraptor kernel(scale) data(n)
+template <int R> __global__ void scale(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= (float)R;
+}
+#pragma klaraptor kernel(plain) data(n)
+__global__ void plain(float *x, int n) { x[n] = 0; }
+void go(float *x, int n) {
+  scale<3><<<(n + 255) / 256, 256>>>(x, n);
+  scale<16><<<(n + 127) / 128, 128>>>(x, n);
+  plain<<<1, 1>>>(x, n);
+}
+"#;
+    let d = project(&[("t.cu", src)]);
+    let o = run(
+        d.path(),
+        &klaraptor_cc(),
+        &["-c", "t.cu", "-o", "t.o", "--kl-keep", "--kl-verbose"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let kept = err
+        .lines()
+        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
+        .expect("kept dir");
+    let tu = Path::new(kept).join("tu0");
+    let harness = r#"#include <stdio.h>
+#include <stdint.h>
+#include "klaraptor.h"
+void klaraptor_register(const klaraptor_kernel *k) { printf("%s %s\n", k->id, k->name); }
+int main(void) { return 0; }
+"#;
+    let exe = build_harness(&tu, harness);
+    let out = Command::new(&exe).output().unwrap();
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "_Z5plainPfi plain",
+            "_Z5scaleILi16EEvPfi scale<16>",
+            "_Z5scaleILi3EEvPfi scale<3>",
+        ]
+    );
+    // The link specs keep the source name (the profile database and the rational programs
+    // are keyed by the mangled one), and the name the tools show follows from them.
+    let specs = klaraptor::linkspec::scan_bytes(
+        &std::fs::read(d.path().join("t.o")).unwrap(),
+        Path::new("t.o"),
+    )
+    .unwrap();
+    let mut names: Vec<String> = specs
+        .iter()
+        .map(|s| klaraptor::names::instance_name(&s.name, &s.mangled))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["plain", "scale<16>", "scale<3>"]);
+
+    // With the runtime (and the fake CUDA runtime of tests/runtime_shim.rs): the log names
+    // each instance, KLARAPTOR_FORCE takes an instance's name, and `klaraptor validate`'s
+    // parser gives each line to its instance.
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-shim");
+    std::fs::write(
+        tu.join("launch.c"),
+        r#"#include <stdint.h>
+#include "klaraptor.h"
+int main(void) {
+  const char *ids[2] = { "_Z5scaleILi3EEvPfi", "_Z5scaleILi16EEvPfi" };
+  int64_t n = 1000;
+  for (int i = 0; i < 2; i++) {
+    uint64_t gxy = 4 | (UINT64_C(1) << 32), bxy = 256 | (UINT64_C(1) << 32); /* x | y << 32 */
+    uint32_t gz = 1, bz = 1;
+    klaraptor_select(ids[i], 1, &n, &gxy, &gz, &bxy, &bz);
+  }
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = tu.join("launch");
+    let cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(tu.join("include"))
+        .arg("-I")
+        .arg(shim.join("src"))
+        .arg("-I")
+        .arg(env!("KLARAPTOR_RT_CUDA_INCLUDE"))
+        .arg(tu.join("kernels.c"))
+        .arg(tu.join("launch.c"))
+        .arg(shim.join("src/klaraptor_rt.c"))
+        .arg(shim.join("tests/fake_cudart.c"))
+        .arg("-lpthread")
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let mut cmd = Command::new(&exe);
+    for v in [
+        "KLARAPTOR_DISABLE",
+        "KLARAPTOR_REFINE",
+        "KLARAPTOR_REFINE_WALK",
+        "KLARAPTOR_REFINE_SPAN",
+        "KLARAPTOR_REFINE_BUDGET",
+    ] {
+        cmd.env_remove(v);
+    }
+    let o = cmd
+        .env("KLARAPTOR_LOG", "1")
+        .env("KLARAPTOR_CHOICES", "off")
+        .env("KLARAPTOR_FORCE", "scale<16>:64")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{log}");
+    let decisions: Vec<klaraptor::validate::Decision> = log
+        .lines()
+        .filter_map(klaraptor::validate::parse_decision)
+        .map(|d| d.unwrap())
+        .collect();
+    assert_eq!(decisions.len(), 2, "{log}");
+    let all = specs
+        .iter()
+        .map(|s| (s.name.as_str(), s.mangled.as_str()))
+        .collect::<Vec<_>>();
+    for (mangled, name, block, source) in [
+        ("_Z5scaleILi3EEvPfi", "scale<3>", 256, "program"),
+        ("_Z5scaleILi16EEvPfi", "scale<16>", 64, "forced"),
+    ] {
+        let k = klaraptor::validate::KernelName::new("scale", mangled, all.iter().copied());
+        let mine: Vec<_> = decisions.iter().filter(|d| k.matches(&d.kernel)).collect();
+        assert_eq!(mine.len(), 1, "{name}: {log}");
+        assert_eq!(mine[0].kernel, name, "{log}");
+        assert_eq!(mine[0].block, [block, 1, 1], "{log}");
+        assert!(mine[0].source.starts_with(source), "{log}");
+        assert!(
+            log.contains(&format!("klaraptor: {name} n=1000 block={block}x1x1 ")),
+            "{log}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(kept);
+}

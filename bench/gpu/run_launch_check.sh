@@ -14,8 +14,8 @@ done
 KLARAPTOR_LOG=1 "$D/inst" check 777 $T/l.bin > /dev/null 2> $T/log.txt
 echo "--- KLARAPTOR_LOG=1:"; cat $T/log.txt
 [ "$(grep -c '^klaraptor: ' $T/log.txt)" -ge 6 ] && ok "every decision logged" || bad "log lines missing"
-KLARAPTOR_FORCE='scale:128,axpy:96,rowsum:16x4' KLARAPTOR_LOG=$T/force.log "$D/inst" check 777 $T/f.bin > $T/f.txt
-echo "--- KLARAPTOR_FORCE=scale:128,axpy:96,rowsum:16x4:"; cat $T/f.txt; cat $T/force.log
+KLARAPTOR_FORCE='scale:128,axpy<float>:96,axpy<double>:96,rowsum:16x4' KLARAPTOR_LOG=$T/force.log "$D/inst" check 777 $T/f.bin > $T/f.txt
+echo "--- KLARAPTOR_FORCE=scale:128,axpy<float>:96,axpy<double>:96,rowsum:16x4:"; cat $T/f.txt; cat $T/force.log
 cmp -s $T/p777.bin $T/f.bin && ok "forced shapes compute the same result" || bad "forced result differs"
 grep -q '^scale blockDim=128x1x1' $T/f.txt && grep -q '^axpy<float> blockDim=96x1x1' $T/f.txt && grep -q '^axpy<double> blockDim=96x1x1' $T/f.txt \
   && grep -q '^rowsum blockDim=16x4x1' $T/f.txt && grep -q '^unannotated blockDim=64x1x1' $T/f.txt \

@@ -135,12 +135,15 @@ pub fn descriptors(source: &str, specs: &[KernelSpec]) -> String {
                 format!("kl_shmem_{k}")
             }
         };
-        for (m, mangled) in s.mangled.iter().enumerate() {
+        // The name the runtime logs and keys its choices by: one per instance of a template
+        // (`stencil1d<3>`), the source name for a plain kernel (crate::names).
+        let run_names = crate::names::instance_names(&s.name, &s.mangled);
+        for (m, (mangled, run_name)) in s.mangled.iter().zip(&run_names).enumerate() {
             let _ = writeln!(
                 c,
                 "static const klaraptor_kernel kl_kernel_{k}_{m} = {{ KLARAPTOR_ABI_VERSION, {}, {}, {}, kl_data_names_{k}, {}, kl_grid_{k}, kl_allowed_{k}, -1, -1, 0, 0, {shmem} }};",
                 c_string(mangled),
-                c_string(&s.name),
+                c_string(run_name),
                 s.data.len(),
                 s.dim
             );

@@ -634,7 +634,7 @@ fn run_resuming(
 /// `spec`'s recipe stopped at (`dir`: its records).
 fn describe_fault(spec: &LinkSpec, dir: &Path, stop: &profiling::Stopped) -> String {
     let name = if stop.id == spec.mangled {
-        spec.name.clone()
+        crate::names::instance_name(&spec.name, &spec.mangled)
     } else {
         std::fs::read_to_string(dir.join("kernels.tsv"))
             .unwrap_or_default()

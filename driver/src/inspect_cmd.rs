@@ -105,11 +105,17 @@ fn pct(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v))
 }
 
+/// The name a rational program's kernel goes by at run time (in the logs, the choices
+/// cache): `stencil1d<3>` for an instance of a template ([`crate::names`]).
+fn run_name(p: &RationalProgram) -> String {
+    crate::names::instance_name(&p.kernel, &p.mangled)
+}
+
 /// `klaraptor inspect <binary or dir>`.
 pub fn inspect(target: &Path) -> Result<()> {
     let progs = programs(target)?;
     for (path, p) in &progs {
-        outln!("kernel {} ({})", p.kernel, p.mangled);
+        outln!("kernel {} ({})", run_name(p), p.mangled);
         outln!("  rational program: {}", path.with_extension("c").display());
         outln!(
             "  device: {} (sm_{}{}, {} SMs)",
@@ -194,18 +200,20 @@ pub fn inspect(target: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `klaraptor explain <binary or dir> <kernel> --size N[,M…]`.
+/// `klaraptor explain <binary or dir> <kernel> --size N[,M…]`: `kernel` is the source name
+/// (every instance of a template), an instance's run-time name (`stencil1d<3>`) or a mangled
+/// name.
 pub fn explain(target: &Path, kernel: &str, sizes: &[i64], device: Option<&str>) -> Result<()> {
     let progs = programs(target)?;
     let matching: Vec<&(PathBuf, RationalProgram)> = progs
         .iter()
-        .filter(|(_, p)| p.kernel == kernel || p.mangled == kernel)
+        .filter(|(_, p)| p.kernel == kernel || p.mangled == kernel || run_name(p) == kernel)
         .filter(|(_, p)| device.is_none_or(|d| p.device.name.contains(d)))
         .collect();
     if matching.is_empty() {
         let names: Vec<String> = progs
             .iter()
-            .map(|(_, p)| format!("{} ({})", p.kernel, p.device.name))
+            .map(|(_, p)| format!("{} ({})", run_name(p), p.device.name))
             .collect();
         bail!(
             "no rational program for kernel {kernel}{}; there are: {}",
@@ -217,7 +225,7 @@ pub fn explain(target: &Path, kernel: &str, sizes: &[i64], device: Option<&str>)
         let ranked = p.rank(sizes)?;
         outln!(
             "{} on {} at {} ({}):",
-            p.kernel,
+            run_name(p),
             p.device.name,
             p.data
                 .iter()

@@ -22,6 +22,7 @@ pub mod interrupt;
 pub mod link;
 pub mod linkspec;
 pub mod metrics;
+pub mod names;
 pub mod nvcc_args;
 pub mod profile_cmd;
 pub mod profiling;

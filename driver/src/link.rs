@@ -199,7 +199,7 @@ pub fn link(job: &LinkJob) -> Result<i32> {
             .map(|s| {
                 format!(
                     "{} (annotated at {}: {})",
-                    s.name,
+                    crate::names::instance_name(&s.name, &s.mangled),
                     s.annotated_at,
                     why_no_profile(s, job.no_profile, collector_missing, &tried)
                 )
@@ -272,7 +272,7 @@ pub fn link(job: &LinkJob) -> Result<i32> {
             Ok(b) => {
                 job.say(format!(
                     "rational program of {} for {}{}: {}",
-                    b.spec.name,
+                    crate::names::instance_name(&b.spec.name, &b.spec.mangled),
                     b.program.device.name,
                     b.program
                         .transferred_from
@@ -411,7 +411,9 @@ pub fn build_programs(
                     device: e.device.name.clone(),
                     how: format!(
                         "no rational program of {} (annotated at {}) for {}: {err:#}",
-                        s.name, s.annotated_at, e.device.name
+                        crate::names::instance_name(&s.name, &s.mangled),
+                        s.annotated_at,
+                        e.device.name
                     ),
                 }),
             });

@@ -856,9 +856,13 @@ impl PlainProgress {
 }
 
 /// The sizes of `kernel` in a progress line: with the spec's labels when it is the spec's
-/// kernel (a run may profile other kernels too), else the values.
+/// kernel (a run may profile other kernels too; the runtime names a template instance
+/// `stencil1d<3>`), else the values.
 fn progress_sizes(spec: &LinkSpec, kernel: &str, sizes: &[i64]) -> String {
-    if kernel == spec.name && sizes.len() == spec.data.len() {
+    let mine = kernel == spec.name
+        || kernel == spec.mangled
+        || kernel == crate::names::instance_name(&spec.name, &spec.mangled);
+    if mine && sizes.len() == spec.data.len() {
         fmt_size(&spec.data, sizes)
     } else {
         sizes

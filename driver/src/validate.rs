@@ -33,7 +33,8 @@
 //! Also here: the readers of what a sweep and a run leave (the profiling runtime's records,
 //! the runtime's decision and refinement log lines) and the JSON records and summaries both
 //! tools write. Every method's shape is looked up in the same sweep; a record names the
-//! kernel by its source name and its mangled name (template instances share the first).
+//! kernel instance by its run-time name ([`KernelName`]: `stencil1d<3>`, as its log lines
+//! do) and its mangled name.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -128,8 +129,8 @@ pub struct Pick {
 #[derive(Debug, Clone, Default)]
 pub struct Case {
     pub program: String,
-    /// The kernel's name in the source, and its mangled name (which tells template
-    /// instances apart).
+    /// The kernel instance's run-time name ([`KernelName::instance`]: the source name of a
+    /// plain kernel, `stencil1d<3>` for a template instance), and its mangled name.
     pub kernel: String,
     pub mangled: String,
     /// The run it came from: the study's job id (`<program>/x<k>`), validate's `run<i>`.
@@ -821,7 +822,8 @@ pub fn summaries(cases: &[Case]) -> Vec<MethodSummary> {
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
     pub program: String,
-    /// The kernel's source name and mangled name (template instances share the first).
+    /// The kernel instance's run-time name (`stencil1d<3>` for a template instance, the
+    /// source name of a plain kernel: what its log lines say) and its mangled name.
     pub kernel: String,
     pub mangled: String,
     /// Data parameter → value (the kernel's annotation labels).
@@ -911,6 +913,64 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
         }
     }
     out
+}
+
+/// How the runtime's log lines (and the choices cache) name one annotated kernel instance:
+/// its run-time name ([`crate::names`]: the source name of a plain kernel, `stencil1d<3>` for
+/// an instance of a template), which its descriptor gives the runtime, or its mangled name.
+/// Lines are attributed to an instance by these, never by the template's bare name where
+/// the program has more than one instance of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelName {
+    /// The run-time name: what tables and records show.
+    pub instance: String,
+    pub mangled: String,
+    /// The source name too, where a line naming it can only mean this instance (the
+    /// program has no other annotated instance of that name): logs written before instances
+    /// had names of their own.
+    pub source: Option<String>,
+}
+
+impl KernelName {
+    /// The kernel `name` (source) / `mangled` of a program whose annotated kernels are `all`
+    /// (source name, mangled name); as the generated descriptors name it
+    /// ([`crate::names::instance_names`] over the instances of that name).
+    pub fn new<'a>(
+        name: &str,
+        mangled: &str,
+        all: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> KernelName {
+        let mut siblings: Vec<String> = Vec::new();
+        for (n, m) in all {
+            if n == name && !siblings.iter().any(|s| s == m) {
+                siblings.push(m.to_string());
+            }
+        }
+        if !siblings.iter().any(|s| s == mangled) {
+            siblings.push(mangled.to_string());
+        }
+        let names = crate::names::instance_names(name, &siblings);
+        let at = siblings.iter().position(|s| s == mangled).unwrap_or(0);
+        let instance = names[at].clone();
+        let source = (siblings.len() == 1 && instance != name).then(|| name.to_string());
+        KernelName {
+            instance,
+            mangled: mangled.to_string(),
+            source,
+        }
+    }
+
+    /// Whether a log line's kernel name `logged` is this instance.
+    pub fn matches(&self, logged: &str) -> bool {
+        logged == self.instance || logged == self.mangled || self.source.as_deref() == Some(logged)
+    }
+
+    /// Every name a log line may give this instance.
+    pub fn names(&self) -> Vec<&str> {
+        let mut v = vec![self.instance.as_str(), self.mangled.as_str()];
+        v.extend(self.source.as_deref());
+        v
+    }
 }
 
 /// `AxBxC`, `AxB` or `A` as a block.
@@ -2096,5 +2156,78 @@ mod tests {
         assert!(e.contains("abc.jsonl:1"), "{e}");
         std::fs::write(dir.path().join("kernels.tsv"), "abc\n").unwrap();
         assert!(read_records(dir.path()).is_err());
+    }
+
+    /// Two instances of one kernel template at the same data size (template_scale on the
+    /// H200, 2026-11-26): each line goes to the instance it names, and the template's bare
+    /// name (a log from before instances had names of their own) to neither.
+    #[test]
+    fn template_instances_are_told_apart_in_the_log() {
+        let all = [
+            ("stencil1d", "_Z9stencil1dILi3EEvPKfPfi"),
+            ("stencil1d", "_Z9stencil1dILi16EEvPKfPfi"),
+        ];
+        let r3 = KernelName::new("stencil1d", all[0].1, all);
+        let r16 = KernelName::new("stencil1d", all[1].1, all);
+        assert_eq!(r3.instance, "stencil1d<3>");
+        assert_eq!(r16.instance, "stencil1d<16>");
+        let lines = [
+            "klaraptor: stencil1d<3> N=1048576 block=224x1x1 grid=4682x1x1 source=model \
+             predicted_us=5.18 device=0:NVIDIA H200 program_block=256x1x1",
+            "klaraptor: stencil1d<16> N=1048576 block=64x1x1 grid=16384x1x1 source=model \
+             predicted_us=13.5 device=0:NVIDIA H200 program_block=256x1x1",
+        ];
+        let d: Vec<Decision> = lines
+            .iter()
+            .map(|l| parse_decision(l).unwrap().unwrap())
+            .collect();
+        assert_eq!(d[0].kernel, "stencil1d<3>");
+        assert_eq!(d[0].data, [("N".to_string(), 1048576)]);
+        let of = |k: &KernelName| {
+            d.iter()
+                .filter(|x| k.matches(&x.kernel))
+                .map(|x| x.block)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of(&r3), [[224, 1, 1]]);
+        assert_eq!(of(&r16), [[64, 1, 1]]);
+        // By the mangled name too.
+        assert!(r16.matches("_Z9stencil1dILi16EEvPKfPfi"));
+        // The bare name is ambiguous with two instances: neither takes it.
+        assert!(!r3.matches("stencil1d") && !r16.matches("stencil1d"));
+        // With one instance in the program, an old log's bare name is that instance's.
+        let only = KernelName::new("stencil1d", all[1].1, [all[1]]);
+        assert!(only.matches("stencil1d") && only.matches("stencil1d<16>"));
+        // A plain kernel is its source name.
+        let plain = KernelName::new("saxpy", "_Z5saxpyfPKfPfi", [("saxpy", "_Z5saxpyfPKfPfi")]);
+        assert_eq!((plain.instance.as_str(), plain.source), ("saxpy", None));
+
+        // Refinement lines, the same way.
+        let refines = Refines {
+            settled: [
+                "klaraptor: stencil1d<3> N=1048576 refine: not settled at exit after \
+                 launches=1: launching block=224x1x1 grid=4682x1x1 (candidate=model#1, 0 of 4 \
+                 candidates timed, extra_us=0.0 of 0.0) device=0:NVIDIA H200",
+                "klaraptor: stencil1d<16> N=1048576 refine: settled on block=64x1x1 \
+                 grid=16384x1x1 after launches=6, 1.00 of the model's first choice's time \
+                 (candidate=model#1 extra_us=3.1) device=0:NVIDIA H200",
+            ]
+            .iter()
+            .map(|l| parse_refine(l).unwrap().unwrap())
+            .collect(),
+            trying: vec![parse_refine_trying(
+                "klaraptor: stencil1d<16> N=1048576 refine: trying 3 of 37 shapes and the \
+                 program's 256x1x1 (model#1=64x1x1 model#6=320x1x1 profiled=512x1x1) \
+                 device=0:NVIDIA H200",
+            )
+            .unwrap()
+            .unwrap()],
+        };
+        let (s3, t3) = refines.of(&r3.names(), &[1048576]);
+        let (s16, t16) = refines.of(&r16.names(), &[1048576]);
+        assert_eq!(s3.map(|r| (r.block, r.settled)), Some(([224, 1, 1], false)));
+        assert!(t3.is_none());
+        assert_eq!(s16.map(|r| (r.block, r.settled)), Some(([64, 1, 1], true)));
+        assert_eq!(t16.map(|t| t.tried), Some(3));
     }
 }

@@ -76,7 +76,8 @@ pub struct ValidateArgs {
     /// libklaraptor_collector.so beside this executable).
     #[arg(long, value_name = "LIB")]
     pub collector: Option<PathBuf>,
-    /// Only this kernel (name in the source or mangled name); repeatable. Default: every
+    /// Only this kernel (name in the source: every instance of a template; an instance's
+    /// run-time name, e.g. `stencil1d<3>`; or its mangled name); repeatable. Default: every
     /// annotated kernel.
     #[arg(long = "kernel", value_name = "KERNEL")]
     pub kernels: Vec<String>,
@@ -224,6 +225,12 @@ pub fn binary_specs(binary: &Path) -> Result<Vec<LinkSpec>> {
     Ok(specs)
 }
 
+/// Whether `--kernel w` names `s`: its source name (every instance of a template), its
+/// run-time name (`stencil1d<3>`) or its mangled name.
+fn names_spec(w: &str, s: &LinkSpec, specs: &[LinkSpec]) -> bool {
+    w == s.name || w == s.mangled || w == kernel_name(s, specs).instance
+}
+
 /// The specs of the kernels `wanted` names (all when empty).
 pub fn select_kernels(specs: &[LinkSpec], wanted: &[String]) -> Result<Vec<LinkSpec>> {
     let mut out: Vec<LinkSpec> = Vec::new();
@@ -231,13 +238,18 @@ pub fn select_kernels(specs: &[LinkSpec], wanted: &[String]) -> Result<Vec<LinkS
         if out.iter().any(|o| o.mangled == s.mangled) {
             continue;
         }
-        if wanted.is_empty() || wanted.iter().any(|w| *w == s.name || *w == s.mangled) {
+        if wanted.is_empty() || wanted.iter().any(|w| names_spec(w, s, specs)) {
             out.push(s.clone());
         }
     }
     for w in wanted {
-        if !specs.iter().any(|s| *w == s.name || *w == s.mangled) {
-            let known: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        if !specs.iter().any(|s| names_spec(w, s, specs)) {
+            let mut known: Vec<String> = specs
+                .iter()
+                .map(|s| kernel_name(s, specs).instance)
+                .collect();
+            known.sort();
+            known.dedup();
             bail!(
                 "--kernel {w}: the binary has no annotated kernel of that name (it has {})",
                 known.join(", ")
@@ -315,12 +327,12 @@ pub fn find_variant(binary: &Path, given: Option<&Path>, kernels: &[LinkSpec]) -
                  binary: relink both from the same objects (klaraptor-cc … \
                  --kl-profiling-variant=<path>)",
                 path.display(),
-                k.name
+                kernel_name(k, kernels).instance
             ),
             None => bail!(
                 "the profiling variant {} has no kernel {}: it is not a variant of this binary",
                 path.display(),
-                k.name
+                kernel_name(k, kernels).instance
             ),
         }
     }
@@ -489,7 +501,10 @@ fn sweep_runs(
     let plan = out.join("plan");
     std::fs::write(&plan, plan_text(kernels))?;
     let timeout = (args.timeout > 0).then(|| Duration::from_secs(args.timeout));
-    let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+    let names: Vec<String> = kernels
+        .iter()
+        .map(|k| kernel_name(k, kernels).instance)
+        .collect();
     let n = args.sizes.len();
     for (i, sizes) in args.sizes.iter().enumerate() {
         let argv = split_args(sizes).with_context(|| format!("--sizes {sizes:?}"))?;
@@ -661,6 +676,7 @@ fn run_dirs(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
 /// logged, else the one `device` names, else the only one.
 fn manifest_for<'a>(
     k: &LinkSpec,
+    name: &str,
     manifests: &'a [RationalProgram],
     logged: Option<&str>,
     device: Option<&str>,
@@ -671,8 +687,7 @@ fn manifest_for<'a>(
         .collect();
     if mine.is_empty() {
         return Err(format!(
-            "{} has no rational program (no profile when the binary was linked)",
-            k.name
+            "{name} has no rational program (no profile when the binary was linked)"
         ));
     }
     let names = || {
@@ -688,8 +703,7 @@ fn manifest_for<'a>(
             .copied()
             .ok_or_else(|| {
                 format!(
-                    "{}: no rational program for --device {d} (only for {})",
-                    k.name,
+                    "{name}: no rational program for --device {d} (only for {})",
                     names()
                 )
             });
@@ -701,9 +715,8 @@ fn manifest_for<'a>(
             .copied()
             .ok_or_else(|| {
                 format!(
-                    "{}: the runs used {d}, for which the binary has no rational program (only \
-                     for {})",
-                    k.name,
+                    "{name}: the runs used {d}, for which the binary has no rational program \
+                     (only for {})",
                     names()
                 )
             });
@@ -712,11 +725,20 @@ fn manifest_for<'a>(
         return Ok(mine[0]);
     }
     Err(format!(
-        "{}: the logs do not say which GPU ran and the binary has rational programs for {}: \
-         pass --device",
-        k.name,
+        "{name}: the logs do not say which GPU ran and the binary has rational programs for \
+         {}: pass --device",
         names()
     ))
+}
+
+/// How the logs name kernel `k` of a binary whose annotated kernels are `known`
+/// ([`validate::KernelName`]).
+pub fn kernel_name(k: &LinkSpec, known: &[LinkSpec]) -> validate::KernelName {
+    validate::KernelName::new(
+        &k.name,
+        &k.mangled,
+        known.iter().map(|s| (s.name.as_str(), s.mangled.as_str())),
+    )
 }
 
 /// Reads the runs kept in `dir` and compares, per kernel × data size, klaraptor's choice,
@@ -768,13 +790,16 @@ pub fn analyze(
             }
         }
         for k in kernels {
-            let mine = |d: &&Decision| d.kernel == k.name || d.kernel == k.mangled;
+            // The lines of this instance: by its run-time name or mangled name, never by a
+            // template's name that another instance shares.
+            let kn = kernel_name(k, known);
+            let mine = |d: &&Decision| kn.matches(&d.kernel);
             let logged = chose
                 .iter()
                 .chain(&own)
                 .find(mine)
                 .map(|d| d.device_name().to_string());
-            let manifest = manifest_for(k, manifests, logged.as_deref(), device);
+            let manifest = manifest_for(k, &kn.instance, manifests, logged.as_deref(), device);
             if let Err(why) = &manifest {
                 let note = format!("{why}: klaraptor's pick is the binary's logged launch only");
                 if !v.notes.contains(&note) {
@@ -791,7 +816,7 @@ pub fn analyze(
                 v.notes.push(format!(
                     "{id} (`{args}`): {} was not swept (the program did not launch it, or the \
                      profiling variant failed: see {})",
-                    k.name,
+                    kn.instance,
                     rdir.join("variant.err").display()
                 ));
                 continue;
@@ -814,7 +839,7 @@ pub fn analyze(
                 v.notes.push(format!(
                     "{id}: the binary launched {} at {} data sizes; the sweep timed {} of them \
                      (the first --max-sizes)",
-                    k.name,
+                    kn.instance,
                     launched.len(),
                     launched.len() - missed
                 ));
@@ -822,7 +847,7 @@ pub fn analyze(
             for (sizes, samples) in by_size {
                 let mut case = Case {
                     program: program.to_string(),
-                    kernel: k.name.clone(),
+                    kernel: kn.instance.clone(),
                     mangled: k.mangled.clone(),
                     job: id.clone(),
                     dim: k.dim,
@@ -862,7 +887,7 @@ pub fn analyze(
                     },
                 }
                 case.picks.insert(Method::Klaraptor, kp);
-                let (settled, trying) = refines.of(&[&k.name, &k.mangled], &case.sizes);
+                let (settled, trying) = refines.of(&kn.names(), &case.sizes);
                 case.picks.insert(
                     Method::Settled,
                     validate::settled_pick(settled, trying, "the binary's run"),
@@ -910,7 +935,7 @@ pub fn analyze(
                     v.notes.push(format!(
                         "{id}: the sweep of {} at {} is incomplete ({} of {} shapes; the run was \
                          stopped?): its optimum is over those only",
-                        k.name,
+                        kn.instance,
                         case.sizes_text(),
                         case.measured.len() + case.failed.len(),
                         case.candidates

@@ -50,7 +50,9 @@ typedef struct klaraptor_device {
 typedef struct klaraptor_kernel {
   int abi_version;          /* KLARAPTOR_ABI_VERSION */
   const char *id;           /* the kernel's mangled name: the id the pass passes */
-  const char *name;         /* the name in the source (for logs and KLARAPTOR_FORCE) */
+  const char *name;         /* for logs, KLARAPTOR_FORCE and the choices cache: the name in
+                             * the source; for a template instance, klaraptor-cc gives it
+                             * its template arguments, stencil1d<3> (driver/src/names.rs) */
   int n_data;               /* number of data parameters */
   const char *const *data_names; /* their labels, n_data of them */
   int dim;                  /* 1, 2 or 3 */

@@ -212,8 +212,19 @@ impl Study {
             let model_out = read_opt_timing(&cdir.join("model.out"))?;
             let default_out = read_opt_timing(&cdir.join("default.out"))?;
             let variant_out = read_opt_timing(&xdir.join("stdout.txt"))?;
+            // The program's kernels; a sweep is a kernel's by its mangled name (the records
+            // name a template instance `stencil1d<3>`, the sizes file the template).
+            let of_sweep = |s: &inputs::Sweep| {
+                st.kernels
+                    .iter()
+                    .find(|x| &x.program == p && x.mangled == s.id)
+                    .cloned()
+            };
             for k in &nj.job.sweep {
-                let found: Vec<&inputs::Sweep> = sweeps.iter().filter(|s| &s.name == k).collect();
+                let found: Vec<&inputs::Sweep> = sweeps
+                    .iter()
+                    .filter(|s| &s.name == k || of_sweep(s).is_some_and(|x| &x.name == k))
+                    .collect();
                 if found.is_empty() {
                     let rc = st
                         .summaries
@@ -225,20 +236,35 @@ impl Study {
                         .push(format!("{}: no sweep of {k} recorded{rc}", nj.id));
                     continue;
                 }
-                let Some(kernel) = st
-                    .kernels
-                    .iter()
-                    .find(|x| &x.program == p && &x.name == k)
-                    .cloned()
-                else {
+                if !st.kernels.iter().any(|x| &x.program == p && &x.name == k) {
                     st.warnings.push(format!(
                         "{}: {k} is not in {}/{p}/kernels.tsv",
                         nj.id,
                         paths.study.display()
                     ));
                     continue;
-                };
+                }
+                let all: Vec<(String, String)> = st
+                    .kernels
+                    .iter()
+                    .filter(|x| &x.program == p)
+                    .map(|x| (x.name.clone(), x.mangled.clone()))
+                    .collect();
                 for sw in found {
+                    // Each instance of a template with its own manifest and log lines.
+                    let Some(kernel) = of_sweep(sw).or_else(|| {
+                        st.kernels
+                            .iter()
+                            .find(|x| &x.program == p && &x.name == k)
+                            .cloned()
+                    }) else {
+                        continue;
+                    };
+                    let log_name = kv::KernelName::new(
+                        &kernel.name,
+                        &kernel.mangled,
+                        all.iter().map(|(n, m)| (n.as_str(), m.as_str())),
+                    );
                     for n in sw
                         .samples
                         .iter()
@@ -255,6 +281,7 @@ impl Study {
                     for (size, samples) in by_size {
                         let case = build_case(
                             &kernel,
+                            &log_name,
                             &nj.id,
                             size,
                             &samples,
@@ -414,6 +441,7 @@ fn default_block(dim: u8) -> [u32; 3] {
 
 fn build_case(
     kernel: &Kernel,
+    log_name: &kv::KernelName,
     job: &str,
     sizes: Vec<i64>,
     samples: &[&klaraptor_profiler::record::Sample],
@@ -422,7 +450,7 @@ fn build_case(
 ) -> Case {
     let mut case = Case {
         program: kernel.program.clone(),
-        kernel: kernel.name.clone(),
+        kernel: log_name.instance.clone(),
         mangled: kernel.mangled.clone(),
         job: job.to_string(),
         dim: kernel.dim,
@@ -447,7 +475,7 @@ fn build_case(
     // klaraptor
     let decision = decisions
         .iter()
-        .find(|d| d.kernel == kernel.name && d.sizes() == sizes);
+        .find(|d| log_name.matches(&d.kernel) && d.sizes() == sizes);
     let mut k = Pick::default();
     match decision {
         Some(d) => k = klaraptor::validate::decision_pick(d, model_first, "the instrumented build"),
@@ -470,7 +498,7 @@ fn build_case(
         }
     }
     // settled: the same run's refinement.
-    let (settled, trying) = refines.of(&[&kernel.name, &kernel.mangled], &sizes);
+    let (settled, trying) = refines.of(&log_name.names(), &sizes);
     let mut st = kv::settled_pick(settled, trying, "the instrumented build's run");
     // The run's KL_TIME is of the shape its launches ended with: the settled one once the
     // runtime settled, else the model's choice.
@@ -557,7 +585,7 @@ fn criteria(kernels: &[Kernel], cases: &[Case]) -> Vec<Criteria> {
     for k in kernels {
         let mine: Vec<&Case> = cases
             .iter()
-            .filter(|c| c.program == k.program && c.kernel == k.name && !c.measured.is_empty())
+            .filter(|c| c.program == k.program && c.mangled == k.mangled && !c.measured.is_empty())
             .collect();
         if mine.is_empty() {
             continue;
@@ -593,7 +621,15 @@ fn criteria(kernels: &[Kernel], cases: &[Case]) -> Vec<Criteria> {
         };
         out.push(Criteria {
             program: k.program.clone(),
-            kernel: k.name.clone(),
+            kernel: kv::KernelName::new(
+                &k.name,
+                &k.mangled,
+                kernels
+                    .iter()
+                    .filter(|x| x.program == k.program)
+                    .map(|x| (x.name.as_str(), x.mangled.as_str())),
+            )
+            .instance,
             sizes: sizes.len(),
             non_pow2,
             grid_factor,

@@ -9,9 +9,10 @@
 #  B. bench/gpu/launch_check.cu (plain, nvcc backend, clang backend): the clang build's
 #     output agrees with the plain build's element for element (cmpout: identical, or within
 #     1e-5 relative: its device code is clang's, not nvcc's); KLARAPTOR_LOG=1 logs every
-#     decision; KLARAPTOR_FORCE=scale:128,axpy:96,rowsum:16x4 changes the blockDim the
-#     kernels read back (and not the unannotated kernel's) without changing the result;
-#     KLARAPTOR_DISABLE=1 wins over FORCE; 10 000 empty launches timed per build.
+#     decision; KLARAPTOR_FORCE=scale:128,axpy<float>:96,axpy<double>:96,rowsum:16x4
+#     (a template's instances by their names) changes the blockDim the kernels read back
+#     (and not the unannotated kernel's) without changing the result; KLARAPTOR_DISABLE=1
+#     wins over FORCE; 10 000 empty launches timed per build.
 #  C. The profiling variant of the clang build (and of the nvcc build, as the control), in
 #     the runtime's launch-only mode: each annotated kernel's launch is swept over its
 #     planned shapes through __cudaLaunchKernel (the clang stubs' rerouted entry), no shape
@@ -85,9 +86,9 @@ echo "--- KLARAPTOR_LOG=1 (clang backend):" >> "$S"; cat "$L/log.err" >> "$S"
 n_log=$(grep -c '^klaraptor: ' "$L/log.err")
 [ "$n_log" -ge 6 ] && ok "launch_check clang: $n_log decisions logged (3 sizes of scale, 2 axpy, rowsum)" \
   || bad "launch_check clang: $n_log decisions logged, want >= 6"
-KLARAPTOR_FORCE='scale:128,axpy:96,rowsum:16x4' KLARAPTOR_LOG="$L/force.log" \
+KLARAPTOR_FORCE='scale:128,axpy<float>:96,axpy<double>:96,rowsum:16x4' KLARAPTOR_LOG="$L/force.log" \
   timeout 60 "$B/lc_clang" check 777 "$L/force.bin" > "$L/force.txt" 2> "$L/force.err"
-echo "--- KLARAPTOR_FORCE=scale:128,axpy:96,rowsum:16x4 (clang backend), blockDim read in the kernels:" >> "$S"
+echo "--- KLARAPTOR_FORCE=scale:128,axpy<float>:96,axpy<double>:96,rowsum:16x4 (clang backend), blockDim read in the kernels:" >> "$S"
 cat "$L/force.txt" "$L/force.log" >> "$S"
 if grep -q '^scale blockDim=128x1x1' "$L/force.txt" && grep -q '^axpy<float> blockDim=96x1x1' "$L/force.txt" \
    && grep -q '^axpy<double> blockDim=96x1x1' "$L/force.txt" && grep -q '^rowsum blockDim=16x4x1' "$L/force.txt" \

@@ -49,7 +49,8 @@ enum Cmd {
     Explain {
         /// A binary linked by klaraptor-cc, or a build directory.
         target: PathBuf,
-        /// The kernel (name in the source, or mangled name).
+        /// The kernel (name in the source: every instance of a template; an instance's
+        /// run-time name, e.g. `stencil1d<3>`; or a mangled name).
         kernel: String,
         /// The data sizes, one per data parameter, comma-separated.
         #[arg(long, value_delimiter = ',', required = true)]
