@@ -532,6 +532,7 @@ device = NVIDIA H200
 device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144
 data = n=4096 m=100
 launches = 150
+last_run_launches = 150
 cand = program 32x8x1 128x13x1 program=1 walked=0 out=0 batch=1 us=412.500,409.000
 cand = model#1 128x2x1 32x50x1 program=0 walked=0 out=0 batch=1 us=300.125
 cand = model#2 64x4x1 64x25x1 program=0 walked=0 out=0 batch=0 us=-

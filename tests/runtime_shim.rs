@@ -889,6 +889,7 @@ fn refinement_cases() {
             "ok turns",
             "ok devices",
             "ok shmem",
+            "ok once",
             "all refinement cases passed",
         ])
     );

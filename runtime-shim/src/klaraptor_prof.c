@@ -834,6 +834,8 @@ int __wrap___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
       }
     }
   }
+  /* a timed first launch of a key loads its kernel before its start event (klaraptor_rt.c) */
+  klaraptor__launch_starts(kernel, stream);
   return __real___cudaLaunchKernel(kernel, grid_xy, grid_z, block_xy, block_z, args, shmem,
                                    stream);
 }

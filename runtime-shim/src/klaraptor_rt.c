@@ -1067,6 +1067,13 @@ static void capture_mode_restore(int old) {
   enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)old;
   if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) (void)cudaGetLastError();
 }
+/* Loads a kernel into the current context: asking for its attributes does, under lazy module
+ * loading (CUDA_MODULE_LOADING=LAZY, the default) too. `kernel` is what the launch entry point
+ * is given (nvcc's stubs: the cudaKernel_t handle, which cudaFuncGetAttributes takes as is). */
+static void func_load(const void *kernel) {
+  struct cudaFuncAttributes a;
+  if (kernel && cudaFuncGetAttributes(&a, kernel) != cudaSuccess) (void)cudaGetLastError();
+}
 #else
 static int timing_available(void) { return 0; }
 static int ev_create(kl_event *e) {
@@ -1096,6 +1103,7 @@ static int stream_capturing(void *stream) {
 static int launch_error_pending(void) { return 0; }
 static int capture_mode_relaxed(void) { return -1; }
 static void capture_mode_restore(int old) { (void)old; }
+static void func_load(const void *kernel) { (void)kernel; }
 #endif
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1148,6 +1156,7 @@ typedef struct rf_try {
   int last_at;   /* the key's launch count at its last launch */
   int launches;  /* launches the try spans (a batch for short kernels) */
   int done;      /* of which begun */
+  int cold;      /* the first launch of its key in the run, timed (see refine.cold) */
   void *stream;
   kl_event ev0, ev1;
 } rf_try;
@@ -1161,6 +1170,9 @@ typedef struct refine {
   int warmed;     /* 1 + the candidate of the untimed first launch; 0 before it, -1 unknown */
   int launches;   /* launches of the key so far in this run */
   int prior;      /* launches of earlier runs (the progress the choices cache kept) */
+  int cold;       /* 1: the last run launched the key once (its one launch was the untimed
+                     warm-up): this run's first launch is a try, one sample a candidate, see
+                     rf_step */
   int batch;      /* launches a sample of every candidate spans; 0 until the first is sized */
   int ntries;
   int capture_logged;
@@ -1278,8 +1290,11 @@ static double cand_min(const rf_cand *c) {
 }
 
 /* Samples a candidate needs: three (batched for short kernels, whose single launches the
- * events cannot resolve), two for kernels of 100 us or more. */
-static int cand_needed(const rf_cand *c) {
+ * events cannot resolve), two for kernels of 100 us or more; one for a key launched once a
+ * run (r->cold: a sample costs a run, and every sample is of one condition, a cold first
+ * launch). */
+static int cand_needed(const refine *r, const rf_cand *c) {
+  if (r->cold) return 1;
   if (c->n == 0 || c->batch > 1) return 3;
   double m = cand_median(c);
   return m >= RF_MID_US ? 2 : 3;
@@ -1635,7 +1650,10 @@ static void write_atomic(const char *path, const char *text, size_t len) {
 
 /* Under g_lock: what a key not settled yet has measured, for the next run to go on from
  * (<name>-<hash>.progress beside the choice files; removed when the key settles). One line
- * per candidate with its samples (microseconds per launch). */
+ * per candidate with its samples (microseconds per launch). `launches` counts every run's,
+ * `last_run_launches` this run's (1: the next run times its first launch, refine.cold; a file
+ * written before that line existed reads as an unknown count, and the run after it writes
+ * the line). */
 static void progress_write(const kentry *e, const refine *r, const int64_t *data) {
   char path[4352];
   if (choices_path(e, r->model, r->dev, data, "progress", path, sizeof path) != 0) return;
@@ -1650,7 +1668,8 @@ static void progress_write(const kentry *e, const refine *r, const int64_t *data
   sb_device_id(&b, r->dev);
   sb_printf(&b, "\ndata = ");
   sb_data_values(&b, e->k, data);
-  sb_printf(&b, "\nlaunches = %d\n", r->prior + r->launches);
+  sb_printf(&b, "\nlaunches = %d\nlast_run_launches = %d\n", r->prior + r->launches,
+            r->launches);
   for (int i = 0; i < r->nc; i++) {
     const rf_cand *c = &r->c[i];
     if (c->n == 0 && !c->out && !c->walked) continue;
@@ -1715,6 +1734,13 @@ static void progress_read(const kentry *e, refine *r, const int64_t *data) {
   char *end = NULL;
   long prior = why ? 0 : strtol(launches, &end, 10);
   if (!why && (!end || *end || prior < 0 || prior > INT32_MAX / 2)) why = "launches is no count";
+  const char *last = why ? NULL : kv_get(lines, n, "last_run_launches");
+  long last_run = -1; /* not in the file (written by an older runtime): unknown */
+  if (last) {
+    end = NULL;
+    last_run = strtol(last, &end, 10);
+    if (!end || *end || last_run < 0 || last_run > prior) why = "last_run_launches is no count";
+  }
   if (why) {
     choices_warn_once("ignoring the damaged choices cache file %s (%s); the launch is measured "
                       "again",
@@ -1722,6 +1748,7 @@ static void progress_read(const kentry *e, refine *r, const int64_t *data) {
     return;
   }
   r->prior = (int)prior;
+  r->cold = last_run == 1;
   for (int i = 0; i < ng; i++) {
     int idx = -1;
     for (int j = 0; j < r->nc && idx < 0; j++)
@@ -1832,6 +1859,7 @@ static void rf_poll(refine *r) {
          * same in every candidate's samples; samples of another length are taken again. */
         int b = us < RF_SHORT_US ? (int)(RF_BATCH_US / us) + 1 : 1;
         b = us >= RF_SHORT_US ? 1 : b < 2 ? 2 : b > RF_MAX_BATCH ? RF_MAX_BATCH : b;
+        if (r->cold) b = 1; /* launched once a run: no batch can ever be made */
         if (!c->walked && b > r->batch) {
           r->batch = b;
           for (int j = 0; j < r->nc; j++)
@@ -1840,7 +1868,7 @@ static void rf_poll(refine *r) {
               r->c[j].n = 0;
             }
         }
-        c->batch = r->batch > 1 ? r->batch : 1;
+        c->batch = r->batch > 1 && !r->cold ? r->batch : 1;
         int best = rf_best(r);
         if (c->batch == 1) {
           if (c->n < RF_MAX_SAMPLES) c->us[c->n++] = us; /* a long kernel's first sample */
@@ -1850,7 +1878,7 @@ static void rf_poll(refine *r) {
            * costly to batch) */
           c->out = 1;
         }
-      } else if (c->batch > 1 && t->launches == 1) {
+      } else if (c->batch > 1 && t->launches == 1 && !r->cold) {
         /* a single launch of a batched candidate begun before the sizing was read */
       } else if (c->n < RF_MAX_SAMPLES) {
         c->us[c->n++] = us;
@@ -1924,7 +1952,7 @@ static int rf_complete(const refine *r) {
   for (int i = 0; i < r->nc; i++) {
     const rf_cand *c = &r->c[i];
     if (c->out) continue;
-    if (c->n < cand_needed(c)) return 0;
+    if (c->n < cand_needed(r, c)) return 0;
     any = 1;
   }
   return any;
@@ -2078,7 +2106,7 @@ static int rf_walk(refine *r, const memo_node *m) {
 static int rf_wants(const refine *r, int i) {
   const rf_cand *c = &r->c[i];
   int pending = rf_pending(r, i);
-  if (c->out || c->n + pending >= cand_needed(c)) return 0;
+  if (c->out || c->n + pending >= cand_needed(r, c)) return 0;
   return !(c->batch == 0 && pending); /* its first launch sizes its batches */
 }
 
@@ -2191,11 +2219,23 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
     }
     goto out;
   }
+  int cold_first = 0;
   if (!r->warmed) {
     /* The first launch of a key in a run pays for loading the kernel and touching its data:
      * untimed, with the model's choice (or what an earlier run measured fastest). */
-    r->warmed = *use >= 0 ? *use + 1 : -1;
-    goto out;
+    if (!r->cold) {
+      r->warmed = *use >= 0 ? *use + 1 : -1;
+      goto out;
+    }
+    /* Unless the last run launched the key once (r->cold): then the warm-up was all its runs
+     * ever launched, and no try would ever happen. The first launch is a try instead: every
+     * candidate is measured under one condition, a cold first launch, which is what such a
+     * program pays. The kernel is loaded before the try's start event is recorded again
+     * (klaraptor__launch_starts), so lazy module loading is not in the sample. One try a
+     * run, outside the budget: there is no launch in the run to pace it against, and the
+     * tries end after one run per candidate (the choices cache goes on from run to run). */
+    r->warmed = -1;
+    cold_first = 1;
   }
   for (int i = 0; i < r->ntries; i++)
     if (r->t[i].state == TRY_BEGUN && r->t[i].done < r->t[i].launches) goto out;
@@ -2213,11 +2253,11 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
   int pick = -1;
   for (int i = 0; i < r->nc; i++)
     if (r->c[i].issued == 0 && rf_wants(r, i) && (pick < 0 || r->c[i].program)) pick = i;
-  if (pick >= 0 && rf_over_budget(r, *use, pick)) pick = -1;
+  if (pick >= 0 && !cold_first && rf_over_budget(r, *use, pick)) pick = -1;
   if (pick < 0 && *use >= 0 && rf_wants(r, *use)) pick = *use;
   for (int i = 0; pick < 0 && i < r->nc; i++)
     if (rf_wants(r, i) && (pick < 0 || r->c[i].issued < r->c[pick].issued)) pick = i;
-  if (pick >= 0 && rf_over_budget(r, *use, pick)) pick = -1;
+  if (pick >= 0 && !cold_first && rf_over_budget(r, *use, pick)) pick = -1;
   if (pick < 0 || launch_error_pending()) goto out; /* waiting for results */
   rf_try *t = &r->t[r->ntries];
   memset(t, 0, sizeof *t);
@@ -2234,8 +2274,9 @@ static rf_try *rf_step(memo_node *m, const int64_t *data, int ordinal, void *str
   t->cand = pick;
   t->state = TRY_BEGUN;
   t->last_at = r->launches;
-  t->launches = r->c[pick].batch > 1 ? r->c[pick].batch : 1;
+  t->launches = r->c[pick].batch > 1 && !r->cold ? r->c[pick].batch : 1;
   t->done = 1;
+  t->cold = cold_first;
   t->stream = stream;
   token_take(stream, r);
   r->ntries++;
@@ -2247,9 +2288,34 @@ out:
   return ticket;
 }
 
+/* The cold try (refine.cold) whose launch this thread makes next, for the launch entry point
+ * to load the kernel before the try's start (klaraptor__launch_starts); NULL otherwise. */
+static _Thread_local rf_try *t_cold;
+
+/* Called by the launch entry point (klaraptor_prof.c) right before every launch it passes on,
+ * with the kernel handle and stream it was given. For a key launched once a run, the timed
+ * launch is the run's first: its kernel may not be loaded yet (lazy loading loads it in the
+ * launch call, while the start event, recorded before, is already complete on an idle stream).
+ * So the kernel is loaded here, and the start event recorded again after that, right before
+ * the launch. A launch that does not come here (klaraptor_select's) keeps the first record. */
+void klaraptor__launch_starts(void *kernel, void *stream) {
+  rf_try *t = t_cold;
+  if (!t) return;
+  t_cold = NULL;
+  func_load(kernel); /* without the lock: loading may take milliseconds */
+  pthread_mutex_lock(&g_lock);
+  if (t->state == TRY_BEGUN && t->stream == stream && t->ev0) {
+    int old_mode = capture_mode_relaxed();
+    (void)ev_record(t->ev0, stream); /* on failure, the first record stands */
+    capture_mode_restore(old_mode);
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
 void klaraptor_launch_end(uint64_t ticket) {
   if (!ticket) return;
   rf_try *t = (rf_try *)(uintptr_t)ticket;
+  if (t_cold == t) t_cold = NULL;
   pthread_mutex_lock(&g_lock);
   int old_mode = capture_mode_relaxed();
   if (t->state == TRY_BEGUN) {
@@ -2274,7 +2340,9 @@ void klaraptor_launch_end(uint64_t ticket) {
 
 /* At exit: every key still refining keeps what it measured in the choices cache, and says in
  * the log which shape it launched last (the one the next run starts from). Tries still on the
- * GPU are read only if they have completed. */
+ * GPU are read only if they have completed. A key whose tries are all read and complete
+ * settles now (and the walk goes on in the next run when it has a shape to add): a key
+ * launched once a run times its last candidate in its last launch. */
 static void rf_save_all(void) {
   pthread_mutex_lock(&g_lock);
   memo_table *t = atomic_load_explicit(&g_memo, memory_order_relaxed);
@@ -2285,6 +2353,13 @@ static void rf_save_all(void) {
     int old_mode = capture_mode_relaxed();
     rf_poll(r);
     capture_mode_restore(old_mode);
+    rf_prune(r);
+    int waiting = 0;
+    for (int j = 0; j < r->nc; j++) waiting += rf_pending(r, j);
+    if (!waiting && rf_complete(r) && !rf_walk(r, m)) {
+      rf_settle(m, m->data, m->ordinal);
+      continue;
+    }
     progress_write(m->e, r, m->data);
     int ch = rf_choice(r);
     if (ch < 0) continue;
@@ -2439,6 +2514,10 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
              cb[0], cb[1], cb[2], cg[0], cg[1], cg[2], cached_label);
     } else if (nm && nm->r) {
       rf_log_trying(e, data, nm->r, ordinal);
+      if (nm->r->cold)
+        rf_log(e, data, dev, ordinal,
+               "the last run launched it once: its first launch is timed (cold), one candidate "
+               "a run");
     }
     if (!stored && !g_memo_full_logged) {
       g_memo_full_logged = 1;
@@ -2452,6 +2531,7 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
     memo_node *mm = (memo_node *)m;
     int use = -1;
     ticket = rf_step(mm, data, ordinal, stream, can_time, &use);
+    t_cold = ticket && ticket->cold ? ticket : NULL;
     if (use < 0) {
       d = mm->d;
     } else {

@@ -129,10 +129,50 @@ void fake_cudart_kernel(void *stream, double us) {
   pthread_mutex_unlock(&fake_lock);
 }
 
+/* Lazy module loading: a kernel (any pointer standing for its handle) is loaded by its first
+ * launch through fake_cudart_launch, or before by cudaFuncGetAttributes. Loading takes
+ * fake_cudart_load_us on the host, while the GPU idles: every stream's clock moves on by that
+ * much, so an event recorded before the load and one after the kernel span the load too.
+ * fake_cudart_reset_streams (a new process) unloads every kernel. */
+double fake_cudart_load_us = 0;
+int fake_cudart_loads = 0;
+#define FAKE_KERNELS 64
+static const void *fake_loaded[FAKE_KERNELS];
+static int fake_n_loaded;
+
+static void fake_load_locked(const void *kernel) {
+  for (int i = 0; i < fake_n_loaded; i++)
+    if (fake_loaded[i] == kernel) return;
+  if (fake_n_loaded == FAKE_KERNELS) abort();
+  fake_loaded[fake_n_loaded++] = kernel;
+  fake_cudart_loads++;
+  for (int i = 0; i < fake_n_streams; i++) fake_streams[i].t += fake_cudart_load_us;
+}
+
+/* A launch of `kernel` on `stream` taking us (loading the kernel first if it is not). */
+void fake_cudart_launch(const void *kernel, void *stream, double us) {
+  pthread_mutex_lock(&fake_lock);
+  (void)fake_clock(stream);
+  fake_load_locked(kernel);
+  *fake_clock(stream) += us;
+  pthread_mutex_unlock(&fake_lock);
+}
+
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
+  if (!func) return cudaErrorInvalidDeviceFunction;
+  memset(attr, 0, sizeof *attr);
+  pthread_mutex_lock(&fake_lock);
+  fake_load_locked(func);
+  pthread_mutex_unlock(&fake_lock);
+  return cudaSuccess;
+}
+
 void fake_cudart_reset_streams(void) {
   pthread_mutex_lock(&fake_lock);
   fake_n_streams = 0;
   fake_cudart_gpu_us = 0;
+  fake_n_loaded = 0;
+  fake_cudart_loads = 0;
   pthread_mutex_unlock(&fake_lock);
 }
 

@@ -38,6 +38,9 @@ static int read_file(const char *path, char *buf, size_t cap);
 static int choice_files(const char *dir, char *out, size_t cap, int *tmps);
 void fake_cudart_kernel(void *stream, double us);
 void fake_cudart_reset_streams(void);
+extern double fake_cudart_load_us;
+extern int fake_cudart_loads;
+void fake_cudart_launch(const void *kernel, void *stream, double us);
 
 static int g_failures;
 static const char *g_case = "";
@@ -915,6 +918,123 @@ static void t_progress(void) {
   printf("ok progress\n");
 }
 
+/* The kernel's handle as the launch entry point is given it (the fake knows it by address). */
+static const char g_st_handle[1];
+
+/* One launch of the program's work the way an instrumented program makes it: through the
+ * launch entry point, which tells the runtime (klaraptor__launch_starts) before the fake GPU
+ * loads the kernel if it is not loaded yet (fake_cudart_load_us) and runs it. */
+static uint32_t run_entry(void *stream, int64_t n) {
+  uint32_t prog_bx = 64;
+  uint64_t gxy = (uint64_t)cdiv(n, prog_bx) | (1ull << 32), bxy = prog_bx | (1ull << 32);
+  uint32_t gz = 1, bz = 1;
+  uint64_t t = klaraptor_launch_begin(ID, 1, &n, &gxy, &gz, &bxy, &bz, 0, stream);
+  uint32_t bx = (uint32_t)bxy;
+  klaraptor__launch_starts((void *)g_st_handle, stream);
+  fake_cudart_launch(g_st_handle, stream, kernel_us(bx));
+  klaraptor_launch_end(t);
+  return bx;
+}
+
+/* The .progress file in dir (its path into out); 0 when there is none. */
+static int progress_file(const char *dir, char *out, size_t cap) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t l = strlen(e->d_name);
+    if (l > 9 && strcmp(e->d_name + l - 9, ".progress") == 0) {
+      snprintf(out, cap, "%s/%s", dir, e->d_name);
+      n++;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+/* A program that launches the key once a run, run again and again with one choices cache
+ * and the default budget: the first run's launch is the untimed warm-up; from the second
+ * run on, the first launch of a run is a try (cold, as the program pays it), the program's
+ * shape first, one candidate a run, the kernel's lazy loading not in the sample; the key
+ * settles at the end of the run that times its last candidate (4 candidates: run 5), on the
+ * fastest, and later runs launch it from the cache without a try. No synchronisation. A
+ * progress file of an older runtime (no last_run_launches) still loads, without a warning:
+ * that run warms up, the next one times. */
+static void t_once(void) {
+  g_case = "once";
+  char dir[2200], path[4400], text[8192];
+  snprintf(dir, sizeof dir, "%s/choices-once", g_dir);
+  uint32_t used[10] = {0};
+  int settled_run = 0, records[10] = {0};
+  for (int run = 1; run < 10 && !settled_run; run++) {
+    fresh_paced(dir);
+    fake_cudart_load_us = 5000; /* the kernel's module: loaded at its first launch */
+    used[run] = run_entry(NULL, 4096);
+    records[run] = fake_cudart_records;
+    CHECK(fake_cudart_loads == 1);
+    if (run == 2) CHECK(strstr(log_text(), "its first launch is timed (cold)"));
+    klaraptor__save_progress_for_tests();
+    if (strstr(log_text(), "settled on")) settled_run = run;
+  }
+  /* the warm-up (model#1, untimed); the program's shape; the model's others, in its order */
+  CHECK(used[1] == 256 && records[1] == 0);
+  CHECK(used[2] == 64);
+  /* a try's two events, the start recorded again after the kernel was loaded */
+  CHECK(records[2] == 3);
+  CHECK(used[3] == 256 && used[4] == 128 && used[5] == 512);
+  CHECK(settled_run == 5); /* candidates + 1 */
+  CHECK(strstr(log_text(), "settled on block=128x1x1 grid=32x1x1 after launches=5"));
+  int tmps = 0;
+  CHECK(choice_files(dir, path, sizeof path, &tmps) == 1 && tmps == 0);
+  CHECK(!progress_file(dir, text, sizeof text));
+  CHECK(read_file(path, text, sizeof text) > 0);
+  /* every sample is the kernel's own time: the 5 ms of loading is in none */
+  CHECK(strstr(text, "times_us = 256x1x1:40.00 128x1x1:30.00 512x1x1:50.00 64x1x1:100.00"));
+  /* the next runs: from the cache, no try */
+  fresh_paced(dir);
+  CHECK(run_entry(NULL, 4096) == 128);
+  CHECK(fake_cudart_records == 0);
+  CHECK(strstr(log_text(), "from the choices cache"));
+  CHECK(fake_cudart_syncs == 0);
+
+  /* The same key launched twice a run: the first launch stays the untimed warm-up. */
+  snprintf(dir, sizeof dir, "%s/choices-twice", g_dir);
+  for (int run = 1; run <= 3; run++) {
+    fresh_paced(dir);
+    run_entry(NULL, 4096);
+    CHECK(fake_cudart_records == 0);
+    run_entry(NULL, 4096);
+    klaraptor__save_progress_for_tests();
+  }
+
+  /* An old progress file: the same without last_run_launches. */
+  snprintf(dir, sizeof dir, "%s/choices-once-old", g_dir);
+  fresh_paced(dir);
+  run_entry(NULL, 4096);
+  klaraptor__save_progress_for_tests();
+  CHECK(progress_file(dir, path, sizeof path) == 1);
+  CHECK(read_file(path, text, sizeof text) > 0);
+  char *line = strstr(text, "last_run_launches = 1\n");
+  CHECK(line);
+  size_t cut = strlen("last_run_launches = 1\n");
+  memmove(line, line + cut, strlen(line) + 1 - cut);
+  FILE *f = fopen(path, "w");
+  CHECK(f);
+  fputs(text, f);
+  fclose(f);
+  fresh_paced(dir);
+  CHECK(run_entry(NULL, 4096) == 256 && fake_cudart_records == 0); /* a warm-up again */
+  CHECK(!strstr(log_text(), "timed (cold)"));
+  klaraptor__save_progress_for_tests();
+  CHECK(read_file(path, text, sizeof text) > 0);
+  CHECK(strstr(text, "launches = 2\nlast_run_launches = 1\n"));
+  fresh_paced(dir);
+  CHECK(run_entry(NULL, 4096) == 64 && fake_cudart_records == 3); /* timed */
+  fake_cudart_load_us = 0;
+  printf("ok once\n");
+}
+
 /* Launches the second kernel on `stream` with the program's 64 threads: 5 us at 64, 7 at 128,
  * 9 at any other width (timed in batches). Returns the block width used. */
 static uint32_t run_other(void *stream) {
@@ -1119,6 +1239,7 @@ static int scenario_unit(void) {
   t_turns();
   t_devices();
   t_shmem();
+  t_once();
   if (!g_failures) printf("all refinement cases passed\n");
   return g_failures != 0;
 }
