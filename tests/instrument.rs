@@ -86,10 +86,7 @@ fn a_link_of_instrumented_objects_keeps_its_work_with_kl_keep() {
         .env_remove("NVCC_PREPEND_FLAGS")
         .env_remove("NVCC_APPEND_FLAGS");
     let err = ok(&cmd.output().unwrap());
-    let kept = err
-        .lines()
-        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
-        .unwrap_or_else(|| panic!("no kept directory:\n{err}"));
+    let kept = kept_dir(&err);
     assert!(Path::new(kept).is_dir(), "{kept}");
     assert!(d.path().join("app").is_file());
     std::fs::remove_dir_all(kept).unwrap();
@@ -187,10 +184,7 @@ void go(int n, long m) { k<<<1, 1>>>(n, m); }
     );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
-    let kept = err
-        .lines()
-        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
-        .expect("kept dir");
+    let kept = kept_dir(&err);
     let tu = Path::new(kept).join("tu0");
     let harness = r#"#include <stdio.h>
 #include <stdint.h>
@@ -419,10 +413,7 @@ void go(float *x, int n, int b) {
     assert_eq!(shmem_of("unread"), None);
 
     // The descriptors compute the amounts.
-    let kept = err
-        .lines()
-        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
-        .expect("kept dir");
+    let kept = kept_dir(&err);
     let tu = Path::new(kept).join("tu0");
     let harness = r#"#include <stdio.h>
 #include <string.h>
@@ -501,10 +492,7 @@ void go(float *x, int n) {
     );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
-    let kept = err
-        .lines()
-        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
-        .expect("kept dir");
+    let kept = kept_dir(&err);
     let tu = Path::new(kept).join("tu0");
     let harness = r#"#include <stdio.h>
 #include <stdint.h>
@@ -628,4 +616,11 @@ int main(void) {
         );
     }
     let _ = std::fs::remove_dir_all(kept);
+}
+
+/// The directory a `--kl-keep` run of klaraptor-cc kept, as its stderr `err` names it.
+fn kept_dir(err: &str) -> &str {
+    err.lines()
+        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
+        .unwrap_or_else(|| panic!("no kept directory:\n{err}"))
 }
