@@ -173,4 +173,13 @@ fn the_h200_profile_with_faulted_shapes_links_and_they_are_never_chosen() {
         "{s}"
     );
     assert!(s.contains("device: NVIDIA H200"), "{s}");
+    assert!(
+        !s.contains("dynamic shared memory follows the block"),
+        "{s}"
+    );
+    let d = out.split("kernel reduce_detect (").nth(1).unwrap();
+    assert!(
+        d.contains("dynamic shared memory follows the block: shmem((bx * 4)) bytes"),
+        "{d}"
+    );
 }

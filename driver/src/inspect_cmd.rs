@@ -141,6 +141,12 @@ pub fn inspect(target: &Path) -> Result<()> {
             p.regs_per_thread,
             p.smem_per_block
         );
+        if let Some(f) = &p.shmem {
+            outln!(
+                "  dynamic shared memory follows the block: shmem({f}) bytes, computed for each \
+                 candidate (occupancy, and no shape over the device's shared memory per block)"
+            );
+        }
         if !p.faulted.is_empty() {
             let shapes: Vec<String> = p
                 .faulted
