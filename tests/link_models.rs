@@ -1130,6 +1130,12 @@ fn a_gpu_without_a_profile_gets_programs_transferred_from_one_of_its_architectur
         2,
         "{out}"
     );
+    // The generated C tells the runtime (model ABI 4), which says so in its log.
+    let c = |p: &RationalProgram| {
+        std::fs::read_to_string(sample.join("matmul.klaraptor").join(&p.c_name)).unwrap()
+    };
+    assert!(c(mm100).contains(", \"NVIDIA H200\" };"), "{}", c(mm100));
+    assert!(c(mm200).contains(", NULL };"), "{}", c(mm200));
     // And the programs the same link builds with transfers off: the H200's alone, the same.
     let other = tempfile::tempdir().unwrap();
     let plain = copy_sample(other.path());

@@ -1077,12 +1077,16 @@ impl RationalProgram {
         let profiled = self.profiled_c(&mut c);
         let _ = writeln!(
             c,
-            "\nstatic const klaraptor_model kl_model = {{ KLARAPTOR_MODEL_ABI_VERSION, \"{}\", \"{}\", kl_select, \"{}\", kl_rank, {profiled}, \"{}\", {} }};\n\n__attribute__((constructor)) static void kl_register_model(void) {{ klaraptor_register_model(&kl_model); }}",
+            "\nstatic const klaraptor_model kl_model = {{ KLARAPTOR_MODEL_ABI_VERSION, \"{}\", \"{}\", kl_select, \"{}\", kl_rank, {profiled}, \"{}\", {}, {} }};\n\n__attribute__((constructor)) static void kl_register_model(void) {{ klaraptor_register_model(&kl_model); }}",
             self.mangled,
             self.device.name.replace('"', "'"),
             self.c_name,
             self.provenance.code_hash.replace('"', "'"),
-            self.device.sm_count
+            self.device.sm_count,
+            self.transferred_from.as_ref().map_or("NULL".to_string(), |f| format!(
+                "\"{}\"",
+                f.replace(['"', '\\'], "'")
+            ))
         );
         Ok(c)
     }

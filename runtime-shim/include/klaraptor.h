@@ -78,7 +78,7 @@ void klaraptor_register(const klaraptor_kernel *k);
 
 /* Rational programs carry their own version: 1 ends at `source`, 2 adds `rank`,
  * `profiled_best` and `code_hash` (what the runtime's refinement needs), 3 `sm_count`. */
-#define KLARAPTOR_MODEL_ABI_VERSION 3
+#define KLARAPTOR_MODEL_ABI_VERSION 4
 
 /* A rational program: what klaraptor-cc generates at link time for one kernel and one device
  * (app.klaraptor/<kernel>.<device>.c). Registered from that file's constructor; the shim uses
@@ -108,6 +108,10 @@ typedef struct klaraptor_model {
   /* Version 3: the SM count of the device the model was made for (with `device`, its
    * identity: an H100 PCIe and an H100 SXM, a MIG slice and its whole GPU differ); 0: any. */
   int sm_count;
+  /* Version 4: for a GPU without a profile of its own, the name of the GPU of the same
+   * architecture whose profile the program was fitted on (a transferred program; the log says
+   * `source=model … (transferred from <GPU>)`); NULL: this GPU's own profile. */
+  const char *transferred_from;
 } klaraptor_model;
 
 /* A second registration of the same (id, device) is ignored. */

@@ -925,6 +925,8 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
     sb_printf(src, "model predicted_us=%.3g", predicted);
   else
     sb_printf(src, "model");
+  if (model && model->abi_version >= 4 && model->transferred_from)
+    sb_printf(src, " (transferred from %s)", model->transferred_from);
 }
 
 /* " <label>=<value>..." of a launch's data values. */

@@ -100,7 +100,7 @@ static int st_select(const int64_t *data, const klaraptor_device *dev, uint32_t 
 }
 static const klaraptor_model m_st = {KLARAPTOR_MODEL_ABI_VERSION, ID, "NVIDIA H200", st_select,
                                      "stencil.NVIDIA_H200.c", st_rank, NULL,
-                                     "00c0ffee00c0ffee", 0};
+                                     "00c0ffee00c0ffee", 0, NULL};
 
 /* A second kernel, launched between the first's launches on the same stream: its model ranks
  * 256 > 128 > 512; 64 (its program's shape) is its fastest. */
@@ -108,7 +108,7 @@ static const klaraptor_model m_st = {KLARAPTOR_MODEL_ABI_VERSION, ID, "NVIDIA H2
 static const klaraptor_kernel k_ot = {KLARAPTOR_ABI_VERSION, ID2, "other", 1, n_names, 1,
                                       st_grid, st_allowed, 32, 0, NULL, NULL, NULL};
 static const klaraptor_model m_ot = {KLARAPTOR_MODEL_ABI_VERSION, ID2, "NVIDIA H200", st_select,
-                                     "other.NVIDIA_H200.c", st_rank, NULL, "00beef0000beef00", 0};
+                                     "other.NVIDIA_H200.c", st_rank, NULL, "00beef0000beef00", 0, NULL};
 
 /* A kernel like gramschm's gs_update on an H100: the model predicts every multiple of 32 up to
  * 1024 within a few per cent and ranks them by width, 1024 > 992 > 960 > ... > 32 (its first
@@ -138,7 +138,7 @@ static int gs_select(const int64_t *data, const klaraptor_device *dev, uint32_t 
 }
 static const klaraptor_model m_gs = {KLARAPTOR_MODEL_ABI_VERSION, ID3, "NVIDIA H200", gs_select,
                                      "gs_update.NVIDIA_H200.c", gs_rank, NULL,
-                                     "0600d0000600d000", 0};
+                                     "0600d0000600d000", 0, NULL};
 static double gs_us(uint32_t bx) {
   return bx == 32 ? 200 : bx == 64 ? 250 : bx == 128 ? 420 : bx == 256 ? 400 : 410;
 }
@@ -205,7 +205,7 @@ static int md_select_h100(const int64_t *data, const klaraptor_device *dev, uint
 }
 static const klaraptor_model m_md_h200 = {
     KLARAPTOR_MODEL_ABI_VERSION, ID4, "NVIDIA H200", md_select_h200, "multi.nvidia-h200.c",
-    md_rank_h200, NULL, "0a0a0a0a0a0a0a0a", 132};
+    md_rank_h200, NULL, "0a0a0a0a0a0a0a0a", 132, NULL};
 static const klaraptor_model m_md_h100 = {KLARAPTOR_MODEL_ABI_VERSION,
                                           ID4,
                                           "NVIDIA H100 80GB HBM3",
@@ -214,10 +214,11 @@ static const klaraptor_model m_md_h100 = {KLARAPTOR_MODEL_ABI_VERSION,
                                           md_rank_h100,
                                           NULL,
                                           "0a0a0a0a0a0a0a0a",
-                                          132};
+                                          132,
+                                          "NVIDIA H200"};
 static const klaraptor_model m_md_part = {
     KLARAPTOR_MODEL_ABI_VERSION, ID4, "NVIDIA H100", md_select_h100, "multi.nvidia-h100.c",
-    md_rank_h100, NULL, "0a0a0a0a0a0a0a0a", 0};
+    md_rank_h100, NULL, "0a0a0a0a0a0a0a0a", 0, NULL};
 /* Kernel time by device and width: 128 fastest on the H200, 1024 on the H100. */
 static double md_us(int device, uint32_t bx) {
   if (device == 2) return bx == 1024 ? 30 : bx == 512 ? 40 : bx == 256 ? 45 : 70;
@@ -247,7 +248,7 @@ static int64_t sh_shmem(const int64_t *d, const uint32_t b[3]) {
 static const klaraptor_kernel k_sh = {KLARAPTOR_ABI_VERSION, ID5, "shared", 1, n_names, 1,
                                       st_grid, st_allowed, 32, 0, NULL, NULL, sh_shmem};
 static const klaraptor_model m_sh = {KLARAPTOR_MODEL_ABI_VERSION, ID5, "NVIDIA H200", st_select,
-                                     "shared.NVIDIA_H200.c", st_rank, NULL, "00feed0000feed00", 0};
+                                     "shared.NVIDIA_H200.c", st_rank, NULL, "00feed0000feed00", 0, NULL};
 
 __attribute__((constructor)) static void register_all(void) {
   klaraptor_register(&k_st);
@@ -569,8 +570,10 @@ static void t_devices(void) {
   const char *log = log_text();
   CHECK(strstr(log, "klaraptor: multi n=4096 block=256x1x1 grid=16x1x1 source=model "
                     "predicted_us=10 device=0:NVIDIA H200 program_block=64x1x1\n"));
+  /* the H100's program is transferred from the H200's profile (model ABI 4): the log says so */
   CHECK(strstr(log, "klaraptor: multi n=4096 block=512x1x1 grid=8x1x1 source=model "
-                    "predicted_us=10 device=2:NVIDIA H100 80GB HBM3 program_block=64x1x1\n"));
+                    "predicted_us=10 (transferred from NVIDIA H200) device=2:NVIDIA H100 80GB "
+                    "HBM3 program_block=64x1x1\n"));
   CHECK(strstr(log, "klaraptor: multi n=4096 refine: trying 3 of 32 shapes and the program's "
                     "64x1x1 (model#1=256x1x1 model#2=128x1x1 model#3=512x1x1) "
                     "device=0:NVIDIA H200\n"));
