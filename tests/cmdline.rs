@@ -1,7 +1,8 @@
 //! Command lines that klaraptor-cc must treat as nvcc does (no GPU; the real klaraptor-cc
 //! and the toolchain's nvcc, issue 28): `--dryrun` on an annotated source, a source path
 //! with a space and a comma, several sources for one `-o` in a compile-only command, a
-//! closed stderr, and `klaraptor validate --sizes` values that begin with a dash.
+//! closed stderr, `klaraptor validate --sizes` values that begin with a dash, and what
+//! `-lineinfo`, `-G` and `-cuda` outputs name.
 
 mod common;
 use common::*;
@@ -165,10 +166,73 @@ fn a_source_directory_with_a_space_and_a_comma_stays_whole() {
         "names a temporary file:\n{deps}"
     );
 
-    // A compile from the prepared copy (relocatable device code: not instrumented).
+    // Relocatable device code: not instrumented, compiled as given.
     let err = ok(&compile(&["-dc", "sp ace,dir/mm.cu", "-o", "mm_rdc.o"]));
     assert!(err.contains("not instrumented in this mode"), "{err}");
     assert!(root.join("mm_rdc.o").is_file());
+}
+
+/// The code hash an instrumented object's specs carry (`code_hash = "…"`).
+fn code_hash(object: &[u8]) -> String {
+    let text = String::from_utf8_lossy(object);
+    let re = regex::Regex::new(r#"code_hash = "([0-9a-f]{16})""#).unwrap();
+    re.captures(&text).expect("no code hash in the object")[1].to_string()
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// `-lineinfo` and `-G` make nvcc embed the fatbinary's identifier, the input's path as
+/// given: an instrumented object named klaraptor-cc's temporary copy there, so the code hash
+/// changed with every compile (a profile never found again) and tools showed a deleted
+/// file. Now nvcc translates the user's file: with `-lineinfo` two compiles give one hash
+/// and the object names `mm.cu`, as plain nvcc's does; with `-G` (whose device debug
+/// information differs from compile to compile under nvcc alone too) nothing names the
+/// temporary directory. `-cuda` output's line markers name the user's file.
+#[test]
+fn line_information_and_identifiers_name_the_users_file() {
+    let s = Scratch::new("src");
+    let arch = "-gencode=arch=compute_90,code=sm_90";
+    // klaraptor-cc's temporary directories (nvcc's own temporary files live in TMPDIR too).
+    let tmp = format!("{}/klaraptor-", s.tmp().display());
+    let mut hashes = Vec::new();
+    for (i, flag) in ["-lineinfo", "-lineinfo", "-G"].iter().enumerate() {
+        let out = format!("mm{i}.o");
+        ok(&s.cc(&[flag, arch, "-c", "mm.cu", "-o", &out]));
+        let obj = std::fs::read(s.src.join(&out)).unwrap();
+        assert!(!contains(&obj, &tmp), "{flag}: the object names {tmp}");
+        assert!(
+            !contains(&obj, "/klaraptor-"),
+            "{flag}: names a temporary copy"
+        );
+        hashes.push(code_hash(&obj));
+    }
+    assert_eq!(
+        hashes[0], hashes[1],
+        "-lineinfo: the code hash moved between compiles"
+    );
+    ok(&s.nvcc(&["-lineinfo", arch, "-c", "mm.cu", "-o", "plain.o"]));
+    let plain = std::fs::read(s.src.join("plain.o")).unwrap();
+    let ours = std::fs::read(s.src.join("mm0.o")).unwrap();
+    assert!(contains(&plain, "mm.cu") && contains(&ours, "mm.cu"));
+    // The pragma lines stay in the file nvcc translates; the host compile never warns
+    // about them, even under -Wall.
+    let err = ok(&s.cc(&["-Xcompiler", "-Wall", arch, "-c", "mm.cu", "-o", "wall.o"]));
+    assert!(!err.contains("pragma"), "{err}");
+
+    // -cuda: not instrumented, nvcc runs the command as given.
+    let err = ok(&s.cc(&[arch, "-cuda", "mm.cu", "-o", "mm.cu.ii"]));
+    assert!(err.contains("not instrumented in this mode"), "{err}");
+    let ii = std::fs::read_to_string(s.src.join("mm.cu.ii")).unwrap();
+    let markers: Vec<&str> = ii
+        .lines()
+        .filter(|l| l.starts_with("# ") && l.contains("mm.cu\""))
+        .collect();
+    assert!(!markers.is_empty(), "no line marker names mm.cu");
+    assert!(!ii.contains(&tmp), "-cuda output names a temporary file");
 }
 
 /// Defect 3: `-c a.cu b.cu -o x.o` with an annotated source wrote the last object and

@@ -26,18 +26,35 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The committed H200 profiles' directory in `samples/klaraptor-profiles/v1/`.
+const H200_DIR: &str = "nvidia-h200-2803d38c";
+/// The committed H100 profiles' directory.
+const H100_DIR: &str = "nvidia-h100-80gb-hbm3-56ae7a38";
+
 /// `root/samples/matmul` (the sources only, not what a local build left there) and
-/// `root/samples/klaraptor-profiles`, in the repository's relative layout.
+/// `root/samples/klaraptor-profiles` with the committed H200 profiles only, in the
+/// repository's relative layout: the tests of one device's programs.
 fn copy_sample(root: &Path) -> PathBuf {
+    copy_sample_with(root, &[H200_DIR])
+}
+
+/// [`copy_sample`] with the committed profiles of the devices `devices` (their directories
+/// under `v1/`).
+fn copy_sample_with(root: &Path, devices: &[&str]) -> PathBuf {
     let sample = root.join("samples/matmul");
     std::fs::create_dir_all(&sample).unwrap();
     for f in ["Makefile", "kernels.h", "main.cu", "mm.cu", "saxpy.cu"] {
         std::fs::copy(repo().join("samples/matmul").join(f), sample.join(f)).unwrap();
     }
-    copy_dir(
-        &repo().join("samples/klaraptor-profiles"),
-        &root.join("samples/klaraptor-profiles"),
-    );
+    let from = repo().join("samples/klaraptor-profiles");
+    let to = root.join("samples/klaraptor-profiles");
+    std::fs::create_dir_all(to.join("v1")).unwrap();
+    for f in ["README.txt", "generation"] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+    for d in devices {
+        copy_dir(&from.join("v1").join(d), &to.join("v1").join(d));
+    }
     sample
 }
 
@@ -1073,7 +1090,7 @@ fn corr_matrix_spec(shmem: Option<&str>) -> LinkSpec {
 }
 
 /// A GPU of the profiled GPU's architecture with a description but no profile (the shipped
-/// H100 description; the committed profiles are the H200's) gets a transferred program: fitted
+/// H100 description; the copied profiles are the H200's alone) gets a transferred program: fitted
 /// on the H200's profile, generated for the H100's description, said so in its manifest and by
 /// `klaraptor inspect`; the H200's own programs are unchanged. `KLARAPTOR_TRANSFER=off` (what
 /// the other tests set) builds none.
@@ -1147,4 +1164,65 @@ fn a_gpu_without_a_profile_gets_programs_transferred_from_one_of_its_architectur
         p200.rank(&[4096]).unwrap()[0].block,
         mm200.rank(&[4096]).unwrap()[0].block
     );
+}
+
+/// The whole committed database holds both GPUs' own profiles of the sample (the H200's of
+/// 2026-11-22, the H100's of 2026-11-26, same code hashes): one link builds each GPU's own
+/// program from its own profile, none transferred even with transfers on, and `klaraptor
+/// inspect` lists both devices for each kernel.
+#[test]
+fn the_committed_database_gives_each_gpu_its_own_programs() {
+    let root = tempfile::tempdir().unwrap();
+    let sample = copy_sample_with(root.path(), &[H200_DIR, H100_DIR]);
+    let mut c = command(&sample, Path::new("make"));
+    c.arg(format!("NVCC={}", klaraptor_cc().display()))
+        .env_remove("KLARAPTOR_TRANSFER");
+    let err = ok(&c.output().unwrap());
+    assert!(!err.contains("warning"), "{err}");
+    assert_eq!(
+        files(&sample.join("matmul.klaraptor")),
+        [
+            "mm.nvidia-h100-80gb-hbm3.c",
+            "mm.nvidia-h100-80gb-hbm3.json",
+            "mm.nvidia-h200.c",
+            "mm.nvidia-h200.json",
+            "saxpy.nvidia-h100-80gb-hbm3.c",
+            "saxpy.nvidia-h100-80gb-hbm3.json",
+            "saxpy.nvidia-h200.c",
+            "saxpy.nvidia-h200.json"
+        ]
+    );
+    let db = ProfileDb::open(root.path().join("samples/klaraptor-profiles")).unwrap();
+    let specs = specs_of(&sample.join("matmul"));
+    for (_, p) in programs(&sample) {
+        assert_eq!(
+            p.transferred_from, None,
+            "{} on {}",
+            p.kernel, p.device.name
+        );
+        let spec = specs.iter().find(|s| s.mangled == p.mangled).unwrap();
+        let entries = db.entries_for(&p.mangled, &spec.code_hash).unwrap();
+        let own = entries
+            .iter()
+            .find(|e| e.device.name == p.device.name)
+            .unwrap_or_else(|| panic!("no entry of {} on {}", p.kernel, p.device.name));
+        assert_eq!(p.provenance.captured_at, own.captured_at);
+        assert_eq!(p.provenance.samples, own.samples.len());
+    }
+    let o = command(&sample, &klaraptor())
+        .args(["inspect", "matmul"])
+        .output()
+        .unwrap();
+    let out = ok_stdout(&o);
+    for name in ["mm", "saxpy"] {
+        for dev in ["nvidia-h200", "nvidia-h100-80gb-hbm3"] {
+            assert!(
+                out.contains(&format!(
+                    "rational program: matmul.klaraptor/{name}.{dev}.c"
+                )),
+                "{name} on {dev}:\n{out}"
+            );
+        }
+    }
+    assert!(!out.contains("transferred"), "{out}");
 }

@@ -10,10 +10,10 @@
 //!    libclang). Annotation errors stop the build before nvcc runs, so nothing is written.
 //!    A source that does not parse is handed to nvcc untouched, so the user sees nvcc's own
 //!    diagnostics and exit status.
-//! 4. nvcc compiles a copy of each annotated source whose klaraptor pragma lines are blank
-//!    (so nvcc and the host compiler never warn about them) and which starts with a `#line`
-//!    directive naming the original, so diagnostics, `__FILE__` and dependency files name
-//!    the user's file.
+//! 4. nvcc compiles the user's files as named on the command line, so diagnostics,
+//!    `__FILE__`, line information, the fatbinary's identifier and dependency files are
+//!    what nvcc alone would make: instrumented ([`crate::instrument`]) where the command
+//!    compiles to objects or links, else the command as given.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -27,8 +27,7 @@ use klaraptor_passes::frontend::{self, Analysis, FrontendError, Outcome};
 use klaraptor_passes::inject::InjectReport;
 
 use crate::instrument::{
-    compile_unit, compile_unit_clang, needs_runtime, write_prepared_copy, CudaTools, HostTools,
-    Unit,
+    compile_unit, compile_unit_clang, needs_runtime, CudaTools, HostTools, Unit,
 };
 use crate::nvcc_args::{self, Arg, Backend, ClangFlags, CommandLine, KlOption, Phase, Role};
 use crate::toolchain::Toolchain;
@@ -236,8 +235,8 @@ impl Invocation {
             )
         } else {
             format!(
-                "check the annotations of {} and compile it with klaraptor's pragma lines \
-                 blank (launches are not instrumented in this mode)",
+                "check the annotations of {} and run the command as given (launches are not \
+                 instrumented in this mode)",
                 names.join(", ")
             )
         };
@@ -357,7 +356,7 @@ impl Invocation {
                     }
                 );
             }
-            self.compile_prepared(analyses, work.path())?
+            self.compile_as_given()?
         };
         if self.cl.has_kl(&KlOption::Keep) {
             let kept = work.keep();
@@ -829,37 +828,15 @@ impl Invocation {
         }
     }
 
-    /// Compiles with nvcc, the annotated sources replaced by their prepared copies.
-    fn compile_prepared(&self, analyses: &[(PathBuf, Analysis)], work: &Path) -> Result<i32> {
-        let mut replaced: Vec<(PathBuf, PathBuf)> = Vec::new();
-        for (i, (src, a)) in analyses.iter().enumerate() {
-            let copy = write_prepared_copy(src, a, &work.join(i.to_string()))?;
-            replaced.push((src.clone(), copy));
-        }
-        let mut args: Vec<String> = Vec::new();
-        for arg in &self.cl.args {
-            match arg {
-                Arg::Input(p) => match replaced.iter().find(|(o, _)| o == p) {
-                    Some((_, c)) => args.push(c.display().to_string()),
-                    None => args.push(p.display().to_string()),
-                },
-                other => args.extend(other.tokens()),
-            }
-        }
-        // Quoted includes must still find the headers beside the original sources first.
-        for (orig, _) in &replaced {
-            let dir = orig
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            args.extend(nvcc_args::host_compiler_options(&[
-                "-iquote".to_string(),
-                dir.display().to_string(),
-            ]));
-        }
-        let status = self.run_nvcc(&args)?;
+    /// Compiles a command whose launches klaraptor does not instrument (`-rdc`, `-lib`,
+    /// `-ptx`, `-cuda`, …): nvcc runs it as given, so its outputs (line markers, line
+    /// information, the fatbinary's identifier) name the user's files, as nvcc alone makes
+    /// them; klaraptor's pragmas are ignored by nvcc, as in any included file. Dependency
+    /// files also name the sources' `klaraptor.toml`.
+    fn compile_as_given(&self) -> Result<i32> {
+        let status = self.run_nvcc(&self.cl.to_args())?;
         if status.success() && self.view.has_any_deps_with_compile() {
-            self.fix_dependency_files(&replaced, None)?;
+            self.fix_dependency_files(&[], None)?;
         }
         Ok(status.code().unwrap_or(1))
     }

@@ -3,7 +3,8 @@
 //! With the nvcc backend (the default):
 //!
 //! ```text
-//! nvcc -cuda -ccbin clang++-19 <user flags> copy.cu -o host.ii     (device code embedded as nvcc built it)
+//! nvcc -cuda -ccbin clang++-19 <user flags> <source> -o host.ii    (device code embedded as nvcc built it)
+//! (klaraptor's pragma lines in host.ii blanked)
 //! clang++-19 -S -emit-llvm -O0 host.ii -o host.ll                   (unoptimised: see compile_unit)
 //! IO-builder pass: klaraptor_launch_begin() before each annotated launch -> host.inst.bc
 //! clang++-19 -c -O<user> host.inst.bc -o host.o
@@ -14,7 +15,9 @@
 //! A unit in which the pass instrumented no launch is `host.o` alone: it references nothing
 //! of the runtime, so it links with any driver.
 //!
-//! With `--kl-backend=clang` ([`compile_unit_clang`]), clang-19 compiles the CUDA itself:
+//! With `--kl-backend=clang` ([`compile_unit_clang`]), clang-19 compiles the CUDA itself,
+//! from a copy of the source whose klaraptor pragma lines are blank and which starts with a
+//! `#line` naming the original:
 //!
 //! ```text
 //! for each virtual architecture XX:
@@ -197,25 +200,18 @@ pub fn compile_unit(
     verbose: bool,
 ) -> Result<InjectReport> {
     let w = &unit.work;
-    let copy = write_prepared_copy(unit.source, unit.analysis, w)?;
-    let dir = unit
-        .source
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-
+    // nvcc translates the user's file itself, named as the user named it: the device code's
+    // line information, the fatbinary's identifier (which nvcc takes from the input's path,
+    // and embeds with -lineinfo or -G) and the dependency file are what nvcc alone would
+    // make, and the code hash does not depend on a temporary directory. The klaraptor
+    // pragmas stay in the text: nvcc ignores them, as in an included file.
+    std::fs::create_dir_all(w).with_context(|| format!("creating {}", w.display()))?;
     let ii = w.join("host.ii");
     let mut cmd = Command::new(nvcc);
     cmd.args(host_translation_flags(view))
         .args(["-cuda", "-ccbin"])
         .arg(&tools.clang)
-        // Quoted includes find the headers beside the original source first; the directory
-        // travels whole, whatever spaces or commas it holds.
-        .args(crate::nvcc_args::host_compiler_options(&[
-            "-iquote".to_string(),
-            dir.display().to_string(),
-        ]))
-        .arg(&copy)
+        .arg(unit.source)
         .arg("-o")
         .arg(&ii);
     if let Some((file, target)) = deps {
@@ -229,6 +225,7 @@ pub fn compile_unit(
         }
     }
     run(&mut cmd, verbose, "nvcc -cuda (host translation)")?;
+    blank_klaraptor_pragmas(&ii)?;
 
     // The pass runs on unoptimised IR, before the inliner can fold a kernel's launch stub
     // into its caller; the user's optimisation level applies when the instrumented IR is
@@ -599,6 +596,36 @@ pub fn write_prepared_copy(source: &Path, a: &Analysis, dir: &Path) -> Result<Pa
     std::fs::write(&copy, format!("#line 1 \"{quoted}\"\n{}", a.stripped))
         .with_context(|| format!("writing {}", copy.display()))?;
     Ok(copy)
+}
+
+/// Blanks the `#pragma klaraptor` lines of the host translation `ii` (the compiled file's
+/// and those of the files it includes, each on one line once preprocessed), so that clang-19
+/// compiling it never warns about them (`-Wunknown-pragmas` under the user's `-Wall`); the
+/// line count, and with it every line marker, is unchanged.
+fn blank_klaraptor_pragmas(ii: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(ii).with_context(|| format!("reading {}", ii.display()))?;
+    let is_ours = |line: &str| {
+        line.trim_start()
+            .strip_prefix('#')
+            .map(str::trim_start)
+            .and_then(|l| l.strip_prefix("pragma"))
+            .filter(|l| l.starts_with([' ', '\t']))
+            .map(str::trim_start)
+            .and_then(|l| l.strip_prefix("klaraptor"))
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '(', '\r', '\n']))
+    };
+    if !text.lines().any(is_ours) {
+        return Ok(());
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if is_ours(line) {
+            out.push_str(if line.ends_with('\n') { "\n" } else { "" });
+        } else {
+            out.push_str(line);
+        }
+    }
+    std::fs::write(ii, out).with_context(|| format!("writing {}", ii.display()))
 }
 
 /// Whether an object or archive was instrumented by klaraptor (it calls the runtime).
