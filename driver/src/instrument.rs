@@ -598,22 +598,14 @@ pub fn write_prepared_copy(source: &Path, a: &Analysis, dir: &Path) -> Result<Pa
     Ok(copy)
 }
 
-/// Blanks the `#pragma klaraptor` lines of the host translation `ii` (the compiled file's
-/// and those of the files it includes, each on one line once preprocessed), so that clang-19
+/// Blanks klaraptor's pragma lines (`#pragma klaraptor`, the original `#pragma kernel_info_…`)
+/// in the host translation `ii` (the compiled file's and those of the files it includes, each
+/// on one line once preprocessed), so that clang-19
 /// compiling it never warns about them (`-Wunknown-pragmas` under the user's `-Wall`); the
 /// line count, and with it every line marker, is unchanged.
 fn blank_klaraptor_pragmas(ii: &Path) -> Result<()> {
     let text = std::fs::read_to_string(ii).with_context(|| format!("reading {}", ii.display()))?;
-    let is_ours = |line: &str| {
-        line.trim_start()
-            .strip_prefix('#')
-            .map(str::trim_start)
-            .and_then(|l| l.strip_prefix("pragma"))
-            .filter(|l| l.starts_with([' ', '\t']))
-            .map(str::trim_start)
-            .and_then(|l| l.strip_prefix("klaraptor"))
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '(', '\r', '\n']))
-    };
+    let is_ours = klaraptor_passes::annotations::is_own_pragma_line;
     if !text.lines().any(is_ours) {
         return Ok(());
     }

@@ -99,6 +99,29 @@ pub fn mentions_annotations(text: &str) -> bool {
     text.contains("klaraptor") || text.contains(CLASSIC_SIZE) || text.contains(CLASSIC_DIM)
 }
 
+/// Whether `line` is a klaraptor pragma on one line: `#pragma klaraptor …` or one of the
+/// original KLARAPTOR pragmas (`#pragma kernel_info_…`), as a preprocessor leaves them (a
+/// pragma continued with `\` is joined into one line there).
+pub fn is_own_pragma_line(line: &str) -> bool {
+    let Some(after) = line
+        .trim_start()
+        .strip_prefix('#')
+        .map(str::trim_start)
+        .and_then(|l| l.strip_prefix("pragma"))
+    else {
+        return false;
+    };
+    if !after.starts_with([' ', '\t']) {
+        return false;
+    }
+    let word: String = after
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    word == "klaraptor" || word.starts_with(CLASSIC_SIZE) || word.starts_with(CLASSIC_DIM)
+}
+
 /// `#pragma` lines of `text` (the contents of `file`) whose name is within two edits of
 /// `klaraptor` but is not it (`#pragma klaraptr …`, `#pragma Klaraptor …`): each a diagnostic
 /// for a warning, since the compiler ignores such a pragma and the kernel would silently keep
@@ -1108,4 +1131,32 @@ pub fn toml_path_for(source: &Path) -> PathBuf {
         .parent()
         .unwrap_or(Path::new("."))
         .join("klaraptor.toml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_pragma_lines_are_ours_and_others_are_not() {
+        for l in [
+            "#pragma klaraptor kernel(mm) data(N=n) dim(1) grid(ceil(N, bx))",
+            "  #  pragma\tklaraptor(x)",
+            "#pragma klaraptor",
+            "#pragma kernel_info_size_param_idx_mm = 3;",
+            "#pragma kernel_info_dim_mm = 2;",
+        ] {
+            assert!(is_own_pragma_line(l), "{l}");
+        }
+        for l in [
+            "#pragma once",
+            "#pragma klaraptr kernel(mm)",
+            "#pragma klaraptors",
+            "#pragma GCC diagnostic push",
+            "#pragmaklaraptor",
+            "x = 1; // #pragma klaraptor",
+        ] {
+            assert!(!is_own_pragma_line(l), "{l}");
+        }
+    }
 }
