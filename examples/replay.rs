@@ -255,6 +255,9 @@ fn main() -> Result<()> {
                             "profiled": prog.profiled_best(&size),
                             "program_shape": def,
                             "times_ms": times,
+                            // The profile's timed samples (sizes, block, ms), for rules
+                            // that read the measurements themselves.
+                            "profile_samples": profile.as_ref().map_or(Vec::new(), |p| p.samples.clone()),
                         });
                         let mut f = std::fs::OpenOptions::new()
                             .create(true)

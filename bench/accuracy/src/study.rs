@@ -185,7 +185,8 @@ impl Study {
             .map(|s| s.trim().to_string());
         for p in sizes.programs() {
             if paths.study.join(&p).is_dir() {
-                st.kernels.extend(load_kernels(paths, &p)?);
+                let gpu = st.env.get("exhaustive").map(|e| e.gpu.clone());
+                st.kernels.extend(load_kernels(paths, &p, gpu.as_deref())?);
             } else {
                 st.warnings.push(format!(
                     "{p}: not in {} (prepare.sh built a subset?): left out",
@@ -326,8 +327,9 @@ fn read_opt_timing(path: &Path) -> Result<TimingOutput> {
 }
 
 /// The kernels of a program: kernels.tsv (written by `accuracy-report jobs`), the manifests
-/// in models/, and the sizes in the profile records.
-fn load_kernels(paths: &Paths, program: &str) -> Result<Vec<Kernel>> {
+/// in models/ (of a kernel with programs for several GPUs, the one made for `gpu`, the
+/// sweep's GPU, as the runtime picks it), and the sizes in the profile records.
+fn load_kernels(paths: &Paths, program: &str, gpu: Option<&str>) -> Result<Vec<Kernel>> {
     let dir = paths.study.join(program);
     let tsv = dir.join("kernels.tsv");
     let text = std::fs::read_to_string(&tsv).with_context(|| {
@@ -370,9 +372,10 @@ fn load_kernels(paths: &Paths, program: &str) -> Result<Vec<Kernel>> {
             );
         }
         let mangled = f[1].to_string();
-        let manifest = manifests
-            .iter()
-            .find(|(_, m)| m.mangled == mangled)
+        let mine = || manifests.iter().filter(|(_, m)| m.mangled == mangled);
+        let manifest = mine()
+            .find(|(_, m)| Some(m.device.name.as_str()) == gpu)
+            .or_else(|| mine().next())
             .map(|(_, m)| m.clone());
         let mut profiled: BTreeSet<Vec<i64>> = profile_sweeps
             .iter()
