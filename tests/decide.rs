@@ -78,7 +78,7 @@ fn the_committed_profile_keeps_the_model_with_its_evidence() {
     // The inspect lines say who chooses, with the held-out figures.
     let lines = decide::lines(p.decision.as_ref());
     assert!(
-        lines[0].starts_with("chosen by: model (held out: model 0."),
+        lines[0].starts_with("chosen by: model (held out: model "),
         "{lines:?}"
     );
     assert!(
@@ -124,12 +124,13 @@ fn a_model_measured_slow_at_the_held_out_sizes_gives_the_choice_to_the_profile()
             .unwrap()
             .block
     };
+    // The shape kept fast at both held-out sizes: the profiled best below the first, which,
+    // once every other shape is slow at the first, is also the fastest there, so the second
+    // fold's profiled best (from the sizes below it, the first nearest) too.
+    let kept = pb_below(&[256, 192]);
     let keep: Vec<(Vec<i64>, [u32; 3])> = [vec![256, 192], vec![256, 256]]
         .into_iter()
-        .map(|z| {
-            let b = pb_below(&z);
-            (z, b)
-        })
+        .map(|z| (z, kept))
         .collect();
     for (z, b) in &keep {
         // The model's held-out choice is another shape (else the test shows nothing).

@@ -106,6 +106,21 @@ fn case<'a>(v: &'a Validation, job: &str, kernel: &str, n: i64) -> &'a Case {
         })
 }
 
+/// The shape the fixture's rational program of `mangled` ranks first at `n` with this
+/// build's model (the runs were made by the build of 2026-11-26, whose model may rank
+/// otherwise: `klaraptor validate` then notes the disagreement).
+fn first_ranked(mangled: &str, n: i64) -> [u32; 3] {
+    klaraptor::rational::load_dir(&fixture().join("models"))
+        .unwrap()
+        .into_iter()
+        .map(|(_, p)| p)
+        .find(|p| p.mangled == mangled)
+        .unwrap()
+        .rank(&[n])
+        .unwrap()[0]
+        .block
+}
+
 fn block(c: &Case, m: Method) -> Option<[u32; 3]> {
     c.picks.get(&m).and_then(|p| p.block)
 }
@@ -123,10 +138,25 @@ fn each_instance_gets_its_own_choice() {
     assert_eq!((a.mangled.as_str(), b.mangled.as_str()), (R3, R16));
     assert_eq!(block(a, Method::Klaraptor), Some([224, 1, 1]));
     assert_eq!(block(b, Method::Klaraptor), Some([64, 1, 1]));
-    for c in [a, b] {
+    for (c, mangled) in [(a, R3), (b, R16)] {
         let k = &c.picks[&Method::Klaraptor];
-        // The run chose what each instance's own rational program ranks first.
-        assert!(k.flag.is_none(), "{}: {:?} {}", c.kernel, k.flag, k.how);
+        // The run's choice is checked against each instance's own rational program: a flag
+        // only where this build's model ranks another shape first, naming both.
+        let first = first_ranked(mangled, 1048576);
+        if Some(first) == k.block {
+            assert!(k.flag.is_none(), "{}: {:?} {}", c.kernel, k.flag, k.how);
+        } else {
+            let want = format!(
+                "the manifest ranks {}x{}x{} first",
+                first[0], first[1], first[2]
+            );
+            assert!(
+                k.flag.as_deref().is_some_and(|f| f.contains(&want)),
+                "{}: {:?}",
+                c.kernel,
+                k.flag
+            );
+        }
         assert!(k.how.contains("source=model"), "{}", k.how);
         assert!(k.ratio.is_some());
         assert_eq!(block(c, Method::Default), Some([256, 1, 1]));
@@ -172,7 +202,10 @@ fn each_instance_gets_its_own_choice() {
                 == 2,
         "{t}"
     );
-    assert!(!t.contains("the manifest ranks"), "{t}");
+    // Notes of disagreement name only the instances whose ranking moved.
+    if first_ranked(R16, 1048576) == [64, 1, 1] && first_ranked(R16, 3145728) == [64, 1, 1] {
+        assert!(!t.contains("the manifest ranks 64x1x1"), "{t}");
+    }
     let recs = validate::records(&v.cases);
     let k16: Vec<_> = recs
         .iter()
@@ -196,8 +229,11 @@ fn a_bare_template_name_is_nobodys() {
     assert_eq!(v.cases.len(), 4, "{}", table(&v));
     let a = case(&v, "run1", "stencil1d<3>", 1048576);
     let b = case(&v, "run1", "stencil1d<16>", 1048576);
-    assert_eq!(block(a, Method::Klaraptor), Some([224, 1, 1]));
-    assert_eq!(block(b, Method::Klaraptor), Some([64, 1, 1]));
+    assert_eq!(block(a, Method::Klaraptor), Some(first_ranked(R3, 1048576)));
+    assert_eq!(
+        block(b, Method::Klaraptor),
+        Some(first_ranked(R16, 1048576))
+    );
     for c in [a, b] {
         let k = &c.picks[&Method::Klaraptor];
         assert_eq!(

@@ -550,6 +550,8 @@ KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl
         cycles = last.cycles + drain;
         first_blocks_on_sm = last_blocks_on_sm;
     }
+    /* block ramp: an SM starts its first wave's blocks one block_dispatch_cycles apart */
+    cycles += d->block_dispatch_cycles * ((double)first_blocks_on_sm - 1.0);
     if (blocks < sms) {
         limiter = KL_LIMIT_TOO_FEW_BLOCKS;
     } else if (first.regime == KL_REGIME_COMPUTE) {

@@ -169,6 +169,15 @@
 //! H200 a 4096² stencil takes 165 µs with 64-thread blocks and 72 µs with 256-thread ones,
 //! while the waves' cycles are the same.
 //!
+//! # Block ramp \[K\]
+//!
+//! The same rate also staggers the start of the first wave: an SM starts its first `B`
+//! blocks one `block_dispatch_cycles` apart, so the wave ends `(B − 1)·block_dispatch_cycles`
+//! later than if they had all started together. Later waves' blocks start as earlier ones
+//! retire, while other blocks run, which the bound above covers. It is what separates, at a
+//! few microseconds a launch, four one-warp blocks per SM from one four-warp block: the
+//! waves' cycles are the same, the measured times are not (docs/model.md).
+//!
 //! # Inputs out of range
 //!
 //! The metrics come from rational functions that may leave their physical range when
@@ -646,6 +655,10 @@ pub fn predict(dev: &Device, launch: &Launch, m: &WarpMetrics) -> Prediction {
     } else {
         (last.cycles + drain, last, last_blocks_on_sm)
     };
+    // Block ramp [K]: an SM starts the blocks of its first wave one block_dispatch_cycles
+    // apart, so that wave ends that much later per block beyond the first.
+    let cycles =
+        cycles + dev.calibration.block_dispatch_cycles.value * (first_blocks_on_sm as f64 - 1.0);
     let mut limiter = if blocks < sms {
         Limiter::TooFewBlocks
     } else {
@@ -734,6 +747,33 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_first_waves_blocks_start_one_dispatch_apart() {
+        let mut d = h100();
+        d.calibration.block_dispatch_cycles.value = 160.0;
+        d.calibration.warp_drain_cycles.value = 0.0;
+        let m = vector_add();
+        let sms = d.sm_count;
+        // One wave either way, the same warps on each SM: 4 one-warp blocks, or one block
+        // of four warps. The SM starts the small blocks 160 cycles apart: the last one
+        // ends 3 × 160 cycles later.
+        let small = predict(&d, &launch(32, 4 * sms), &m);
+        let large = predict(&d, &launch(128, sms), &m);
+        assert_eq!((small.waves, large.waves), (1, 1));
+        assert_eq!(small.active_blocks_per_sm, 4);
+        assert!(
+            (small.cycles - large.cycles - 3.0 * 160.0).abs() < 1e-6,
+            "{} {}",
+            small.cycles,
+            large.cycles
+        );
+        // Without the figure, the two are the same.
+        d.calibration.block_dispatch_cycles.value = 0.0;
+        let small = predict(&d, &launch(32, 4 * sms), &m);
+        let large = predict(&d, &launch(128, sms), &m);
+        assert!((small.cycles - large.cycles).abs() < 1e-6);
+    }
+
     // Hand derivation for the sm_90 table (480-cycle DRAM latency, 4-cycle coalesced
     // departure, 0.9 × 3352.32 GB/s, 1980 MHz, 132 SMs, 4 schedulers, 1 issue cycle):
     // 256-thread blocks, 16 registers: 8 resident blocks (64 warps) per SM.
@@ -755,7 +795,9 @@ mod tests {
         let last = 1440.0 + 20.0 + 20.0 / 3.0 * (2.0 - 1.0);
         assert!(close(p.mwp, mwp_full), "{} vs {mwp_full}", p.mwp);
         assert_eq!(p.cwp, 16.0);
-        assert!(close(p.cycles, 62.0 * full + last), "{}", p.cycles);
+        // The first wave's 8 blocks per SM start one dispatch apart (block ramp).
+        let ramp = 7.0 * d.calibration.block_dispatch_cycles.value;
+        assert!(close(p.cycles, 62.0 * full + last + ramp), "{}", p.cycles);
         assert!(close(p.time_us, p.cycles / 1980.0));
         assert_eq!(p.limiter, Limiter::MemoryBandwidth);
         // 201 MB at ~3 TB/s is about 67 µs; the model says 70.
@@ -811,8 +853,9 @@ mod tests {
         let comp: f64 = 200.0;
         let cwp = ((mem_cycles + comp) / comp).min(64.0); // 10.6
         assert!(cwp < mwp);
-        // MWP > CWP: compute bound, Mem_L + Comp_cycles × N.
-        assert!(close(p.cycles, mem_l + comp * 64.0), "{}", p.cycles);
+        // MWP > CWP: compute bound, Mem_L + Comp_cycles × N, and the ramp of 16 blocks.
+        let ramp = 15.0 * d.calibration.block_dispatch_cycles.value;
+        assert!(close(p.cycles, mem_l + comp * 64.0 + ramp), "{}", p.cycles);
         assert_eq!(p.limiter, Limiter::Compute);
     }
 
@@ -828,15 +871,16 @@ mod tests {
         };
         let p = predict(&d, &launch(256, 1056), &m);
         assert_eq!(p.limiter, Limiter::Compute);
-        // N = 16 per scheduler: Mem_L + 16 × 5000.
-        assert!(close(p.cycles, 480.0 + 16.0 * 5000.0));
+        // N = 16 per scheduler: Mem_L + 16 × 5000, and the ramp of 8 blocks per SM.
+        let ramp = 7.0 * d.calibration.block_dispatch_cycles.value;
+        assert!(close(p.cycles, 480.0 + 16.0 * 5000.0 + ramp));
         // No memory at all: N × Comp_cycles.
         let pure = WarpMetrics {
             inst: 5000.0,
             ..WarpMetrics::default()
         };
         let q = predict(&d, &launch(256, 1056), &pure);
-        assert!(close(q.cycles, 16.0 * 5000.0));
+        assert!(close(q.cycles, 16.0 * 5000.0 + ramp));
         assert_eq!(q.limiter, Limiter::Compute);
     }
 
