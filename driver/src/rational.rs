@@ -1055,7 +1055,7 @@ impl RationalProgram {
         };
         let _ = writeln!(
             c,
-            "/* The model's k best distinct shapes for data on dev, best first, and their predicted\n * microseconds (klaraptor_model.rank: the runtime times them on the first launches). Each\n * place is filled by one scan in candidate order: a shape faster by more than a relative\n * 1e-9 replaces the best; one within it replaces it when it has more threads, then larger\n * bx, then larger by. Returns how many shapes the model may choose from. */\nstatic int kl_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3], double *predicted_us) {{\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  double ts[sizeof kl_candidates / sizeof kl_candidates[0]];\n  unsigned char ok[sizeof kl_candidates / sizeof kl_candidates[0]];\n  int total = 0;\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    ok[i] = 0;\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    const int64_t smem = kl_smem(data, b);\n{}    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = (uint32_t)smem;\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double t = {:?} * p.time_us + {:?};\n    if (!(t == t) || t == INFINITY) continue;\n    ts[i] = t;\n    ok[i] = 1;\n    total++;\n  }}\n  for (int j = 0; j < k; j++) {{\n    double best = INFINITY;\n    int best_i = -1;\n    for (size_t i = 0; i < n; i++) {{\n      if (!ok[i]) continue;\n      const uint32_t *b = kl_candidates[i];\n      const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n      const double t = ts[i];\n      if (best_i < 0 || t < best * (1.0 - 1e-9)) {{ best = t; best_i = (int)i; continue; }}\n      if (t <= best * (1.0 + 1e-9)) {{\n        /* A tie: more threads, then larger bx, then larger by. */\n        const uint32_t *o = kl_candidates[best_i];\n        const uint64_t ot = (uint64_t)o[0] * o[1] * o[2];\n        if (threads > ot || (threads == ot && (b[0] > o[0] || (b[0] == o[0] && b[1] > o[1])))) {{ if (t < best) best = t; best_i = (int)i; }}\n      }}\n    }}\n    if (best_i < 0) break;\n    ok[best_i] = 0;\n    blocks[j][0] = kl_candidates[best_i][0]; blocks[j][1] = kl_candidates[best_i][1]; blocks[j][2] = kl_candidates[best_i][2];\n    if (predicted_us) predicted_us[j] = best;\n  }}\n  return total;\n}}\n\n/* The entry point the runtime calls for the model's choice (klaraptor_model.select): the\n * first of kl_rank. */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  uint32_t b[1][3];\n  double t = 0;\n  if (kl_rank(data, dev, 1, b, &t) < 1) return 1;\n  block[0] = b[0][0]; block[1] = b[0][1]; block[2] = b[0][2];\n  if (predicted_us) *predicted_us = t;\n  return 0;\n}}\n",
+            "/* The model's k best distinct shapes for data on dev, best first, and their predicted\n * microseconds (klaraptor_model.rank: the runtime times them on the first launches). Each\n * place is filled by one scan in candidate order: a shape faster by more than a relative\n * 1e-9 replaces the best; one within it replaces it when it has more threads, then larger\n * bx, then larger by. Returns how many shapes the model may choose from. */\nstatic int kl_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3], double *predicted_us) {{\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  double ts[sizeof kl_candidates / sizeof kl_candidates[0]];\n  unsigned char ok[sizeof kl_candidates / sizeof kl_candidates[0]];\n  int total = 0;\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    ok[i] = 0;\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    const int64_t smem = kl_smem(data, b);\n{}    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = (uint32_t)smem;\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double t = {:?} * p.time_us + {:?};\n    if (!(t == t) || t == INFINITY) continue;\n    ts[i] = t;\n    ok[i] = 1;\n    total++;\n  }}\n  /* each place: the selection rule of the model (kl_choose) over the shapes left */\n  for (int j = 0; j < k; j++) {{\n    double best = INFINITY;\n    const int best_i = kl_choose(ts, ok, kl_candidates, n, &best);\n    if (best_i < 0) break;\n    ok[best_i] = 0;\n    blocks[j][0] = kl_candidates[best_i][0]; blocks[j][1] = kl_candidates[best_i][1]; blocks[j][2] = kl_candidates[best_i][2];\n    if (predicted_us) predicted_us[j] = best;\n  }}\n  return total;\n}}\n\n/* The entry point the runtime calls for the model's choice (klaraptor_model.select): the\n * first of kl_rank. */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  uint32_t b[1][3];\n  double t = 0;\n  if (kl_rank(data, dev, 1, b, &t) < 1) return 1;\n  block[0] = b[0][0]; block[1] = b[0][1]; block[2] = b[0][2];\n  if (predicted_us) *predicted_us = t;\n  return 0;\n}}\n",
             smem_filter, self.regs_per_thread, self.time_fit.scale, self.time_fit.overhead_us
         );
         if self.profile_chooses() {
@@ -1128,42 +1128,13 @@ impl RationalProgram {
     }
 }
 
-/// The ranking order of candidates (see the module documentation).
-/// The tie-break between two shapes: more threads per block, then larger bx, then larger
-/// by (`Less` when `a` is preferred).
-fn prefer(a: &Ranked, b: &Ranked) -> std::cmp::Ordering {
-    let threads =
-        |r: &Ranked| u64::from(r.block[0]) * u64::from(r.block[1]) * u64::from(r.block[2]);
-    threads(b)
-        .cmp(&threads(a))
-        .then(b.block[0].cmp(&a.block[0]))
-        .then(b.block[1].cmp(&a.block[1]))
-}
-
-/// The index of the chosen shape, scanning `r` in order exactly as the generated C's
-/// `kl_select` does: a shape faster by more than a relative 1e-9 replaces the best; one
-/// within it replaces the best when [`prefer`]red, lowering the best time only when faster.
+/// The index of the chosen shape of `r` (klaraptor-model's [`klaraptor_model::choose`], the
+/// selection rule the generated C's `kl_rank` applies: the smallest predicted time, ties
+/// within a relative 1e-9 to more threads per block, then larger bx, then larger by).
 pub fn choose(r: &[Ranked]) -> Option<usize> {
-    let mut best = f64::INFINITY;
-    let mut best_i: Option<usize> = None;
-    for (i, x) in r.iter().enumerate() {
-        let t = x.prediction.time_us;
-        let Some(bi) = best_i else {
-            best = t;
-            best_i = Some(i);
-            continue;
-        };
-        if t < best * (1.0 - 1e-9) {
-            best = t;
-            best_i = Some(i);
-        } else if t <= best * (1.0 + 1e-9) && prefer(x, &r[bi]) == std::cmp::Ordering::Less {
-            if t < best {
-                best = t;
-            }
-            best_i = Some(i);
-        }
-    }
-    best_i
+    let times: Vec<f64> = r.iter().map(|x| x.prediction.time_us).collect();
+    let blocks: Vec<[u32; 3]> = r.iter().map(|x| x.block).collect();
+    klaraptor_model::choose(&times, &blocks)
 }
 
 /// Compiles a program written by [`RationalProgram::write`] in `dir`; returns the object.

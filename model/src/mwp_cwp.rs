@@ -1,8 +1,9 @@
-//! The MWP-CWP performance model (Hong & Kim, ISCA 2009; Sim et al., PPoPP 2012), as
-//! DESIGN.md ("The performance model") states it, with the corrections DESIGN.md asks for and
-//! a few of ours. Every equation below names its source: **\[HK\]** the original model as
-//! DESIGN.md writes it, **\[D\]** a DESIGN.md correction, **\[K\]** our own change, with the
-//! reason. [`predict`] costs a few hundred nanoseconds: no loop runs over blocks or warps.
+//! The MWP-CWP performance model (Hong & Kim, ISCA 2009; Sim et al., PPoPP 2012), with the
+//! project's corrections. Every equation below names its source: **\[HK\]** the original
+//! model, **\[D\]** a correction the project's design made to it from the start, **\[K\]**
+//! a later change of ours, with the reason. The computation is `kl_predict` of the C model
+//! (`c/kl_model.c`), written once: [`predict`] calls it, and every rational program runs it.
+//! It costs a few hundred nanoseconds: no loop runs over blocks or warps.
 //!
 //! # Inputs
 //!
@@ -134,7 +135,7 @@
 //!   - else if `CWP ≥ MWP` (memory bound): `Mem_cycles·N/MWP + Comp_cycles/Mem_insts·(MWP − 1)`;
 //!   - else (compute bound): `Mem_L + Comp_cycles·N`.
 //!
-//!   DESIGN.md's second condition also takes `Comp_cycles > Mem_cycles` to the memory-bound
+//!   The design's second condition also takes `Comp_cycles > Mem_cycles` to the memory-bound
 //!   formula; we drop it: with `MWP > CWP` it would charge a compute-heavy kernel
 //!   `Mem_cycles·N/MWP`, less than the `N·Comp_cycles` its issue alone needs.
 //!   A kernel without memory instructions costs `N·Comp_cycles`.
@@ -185,7 +186,7 @@
 //! at least one instruction, shared instructions at most `inst`.
 
 use crate::device::Device;
-use crate::occupancy::{occupancy, Occupancy, OccupancyLimiter};
+use crate::occupancy::OccupancyLimiter;
 
 /// Bytes one thread's access is taken to use (4: `float`, `int`), for the bytes a request
 /// needs from memory.
@@ -324,92 +325,33 @@ pub struct Prediction {
     pub limiter: Limiter,
 }
 
-/// What the per-wave formulas found binding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Regime {
-    Compute,
-    Latency,
-    Bandwidth,
-    FewWarps,
-}
-
-/// The per-warp quantities of the kernel, independent of the wave.
-struct PerWarp {
-    mem_insts: f64,
-    sync_inst: f64,
-    comp_cycles: f64,
-    mem_l: f64,
-    departure: f64,
-    mem_cycles: f64,
-    bytes_per_req: f64,
-}
-
-struct Wave {
-    cycles: f64,
-    mwp: f64,
-    cwp: f64,
-    regime: Regime,
-}
-
-fn clean(x: f64) -> f64 {
-    if x > 0.0 {
-        if x < METRIC_CAP {
-            x
-        } else {
-            METRIC_CAP
-        }
-    } else {
-        0.0
-    }
+/// The per-warp quantities of the kernel, independent of the wave (`kl_per_warp`).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[repr(C)]
+pub(crate) struct PerWarp {
+    pub mem_insts: f64,
+    pub sync_inst: f64,
+    pub comp_cycles: f64,
+    pub mem_l: f64,
+    pub departure: f64,
+    pub mem_cycles: f64,
+    pub bytes_per_req: f64,
 }
 
 /// The chance that all of a group of `g` requests hit, each with probability `h`: `h^g`,
 /// by squaring for the whole part of `g` and linear in its fraction (`h^n·(1 − f·(1 − h))`,
-/// exact at whole `g`), so that the C rational program computes the same bits without libm.
+/// exact at whole `g`), so that no libm is needed (`kl_all_hit`).
 pub fn all_hit(h: f64, g: f64) -> f64 {
-    let g = min2(max2(g, 0.0), 4_294_967_296.0);
-    let mut n = g as u64;
-    let frac = g - n as f64;
-    let (mut acc, mut base) = (1.0, h);
-    while n > 0 {
-        if n & 1 == 1 {
-            acc *= base;
-        }
-        base *= base;
-        n >>= 1;
-    }
-    acc * (1.0 - frac * (1.0 - h))
+    crate::ffi::all_hit(h, g)
 }
 
-fn min2(a: f64, b: f64) -> f64 {
-    if a < b {
-        a
-    } else {
-        b
-    }
-}
-
-fn max2(a: f64, b: f64) -> f64 {
-    if a > b {
-        a
-    } else {
-        b
-    }
-}
-
-/// The box of threads one warp of `block` covers (x, y, z): `min(bx, 32)` threads along x,
-/// then as many rows along y as fit in 32 threads, then layers along z (the driver's
-/// `metrics::warp_footprint`).
-pub fn warp_footprint(block: [u32; 3]) -> [u32; 3] {
-    let wx = block[0].clamp(1, 32);
-    let wy = block[1].clamp(1, (32 / wx).max(1));
-    let wz = block[2].clamp(1, (32 / (wx * wy)).max(1));
-    [wx, wy, wz]
-}
-
-/// How a warp's requests meet the cache lines: the rows of its footprint (`wy·wz`) and the
-/// sectors one row of `wx` 4-byte elements takes in its line (`min(4, ceil(wx/8))`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How a warp's requests meet the cache lines: the rows of the box of threads one warp of
+/// a block covers (`min(bx, 32)` threads along x, then as many rows along y as fit in 32
+/// threads, then layers along z: `wy·wz`) and the sectors one row of `wx` 4-byte elements
+/// takes in its line (`min(4, ceil(wx/8))`) (`kl_warp_rows`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[repr(C)]
 pub struct WarpRows {
     pub rows: f64,
     pub row_sectors: f64,
@@ -417,12 +359,7 @@ pub struct WarpRows {
 
 impl WarpRows {
     pub fn of(block: [u32; 3]) -> WarpRows {
-        let [wx, wy, wz] = warp_footprint(block);
-        // Sectors of wx 4-byte elements (ELEMENT_BYTES, SECTOR_BYTES), at most one line's.
-        WarpRows {
-            rows: f64::from(wy * wz),
-            row_sectors: min2(f64::from((wx * 4).div_ceil(32)), LINE_SECTORS),
-        }
+        crate::ffi::warp_rows_of(block)
     }
 }
 
@@ -433,259 +370,32 @@ pub const LINE_SECTORS: f64 = 4.0;
 /// whose sectors fit its footprint's rows touches `s / row_sectors` lines (at least one) if
 /// each row is contiguous along x, `min(s, rows)` if each row reads one broadcast sector;
 /// the counters cannot tell the two apart, so the mean. From twice that many sectors on, the
-/// lanes are spread and every sector is its own line; linear in between.
+/// lanes are spread and every sector is its own line; linear in between
+/// (`kl_lines_per_request`).
+#[cfg(test)]
 fn lines_per_request(s: f64, w: WarpRows) -> f64 {
-    let contiguous = w.rows * w.row_sectors;
-    if s <= contiguous {
-        // Rows walked along x (fewest lines) or one sector from each of `s` rows (a value
-        // broadcast along each row): the counters cannot tell, so the mean of the two.
-        0.5 * (max2(s / w.row_sectors, 1.0) + max2(min2(s, w.rows), 1.0))
-    } else if s >= 2.0 * contiguous {
-        s
-    } else {
-        let at = max2(w.rows, 1.0);
-        at + (s - contiguous) * (2.0 * contiguous - at) / contiguous
-    }
+    crate::ffi::lines_per_request(s, w)
 }
 
+/// The per-warp costs of `m` on `dev` with `lanes` active lanes a warp (`kl_per_warp_costs`).
+#[cfg(test)]
 fn per_warp(dev: &Device, m: &WarpMetrics, lanes: f64, w: WarpRows) -> PerWarp {
-    let c = &dev.calibration;
-    let inst = max2(clean(m.inst), 1.0);
-    let gld = clean(m.gld_inst);
-    let gst = clean(m.gst_inst);
-    let shared = min2(clean(m.shared_inst), inst);
-    let s_ld = clean(m.gld_sectors_per_req);
-    let s_st = clean(m.gst_sectors_per_req);
-    let l1 = min2(clean(m.gld_l1_hit_rate), 1.0);
-    // DRAM moves no more than the sectors that reach L2 [K].
-    let to_l2 = SECTOR_BYTES * ((1.0 - l1) * gld * s_ld + gst * s_st);
-    let dram = min2(clean(m.dram_bytes), to_l2);
-
-    let mem_insts = gld + gst;
-    // Lines per request and the cost of each kind of request [K].
-    let (l_ld, l_st) = (lines_per_request(s_ld, w), lines_per_request(s_st, w));
-    let useful = ELEMENT_BYTES * lanes;
-    // What the L1 does not serve goes on to L2 (stores always do) [K].
-    let needed = (1.0 - l1) * gld * min2(SECTOR_BYTES * s_ld, useful)
-        + gst * min2(SECTOR_BYTES * s_st, useful);
-    let h = if needed > 0.0 {
-        min2(dram / needed, 1.0)
-    } else {
-        1.0
-    };
-    let mem_l2 = h * c.mem_latency_cycles.value + (1.0 - h) * c.l2_latency_cycles.value;
-    // Requests in flight together [K]: a group of g departs back to back and waits once,
-    // for its slowest request; its loads wait only the L1's latency when all g of them hit,
-    // which independent hits at rate h1 do with probability h1^g.
-    let g = min2(max2(clean(m.mlp), 1.0), max2(mem_insts, 1.0));
-    let l1_all = all_hit(l1, g);
-    let mem_ld = l1_all * c.l1_latency_cycles.value + (1.0 - l1_all) * mem_l2;
-    let dep_coal = c.departure_delay_coalesced_cycles.value;
-    let dep_line = c.departure_delay_uncoalesced_cycles.value;
-    // A load request passes the L1 (every one, dep_coal) and, on a miss, the way to L2 and
-    // DRAM, whose requests depart at dep_coal when L2 has the line and at the slower
-    // dep_dram when DRAM must fill it [K]; the slower stage sets the pace. Stores are
-    // absorbed by L2 (write-back) and depart at dep_coal.
-    let dep_dram = match c.departure_delay_coalesced_dram_cycles.value {
-        v if v > 0.0 => v,
-        _ => dep_coal,
-    };
-    let dep_ld = max2(dep_coal, (1.0 - l1) * (h * dep_dram + (1.0 - h) * dep_coal));
-    let mem_l_ld = mem_ld + (l_ld - 1.0) * dep_line;
-    let mem_l_st = mem_l2 + (l_st - 1.0) * dep_line;
-    let mem_cycles = gld * mem_l_ld + gst * mem_l_st;
-    let (mem_l, departure) = if mem_insts > 0.0 {
-        (
-            mem_cycles / mem_insts,
-            (gld * (dep_ld + (l_ld - 1.0) * dep_line) + gst * (dep_coal + (l_st - 1.0) * dep_line))
-                / mem_insts,
-        )
-    } else {
-        (mem_ld, dep_coal)
-    };
-    let comp_cycles = c.issue_cycles.value * (inst - shared) + c.shared_issue_cycles.value * shared;
-    // The group is then taken as one request of g transactions.
-    let (mem_insts, mem_l, departure, mem_cycles) = if g > 1.0 {
-        let mem_l_g = mem_l + (g - 1.0) * departure;
-        let periods = mem_insts / g;
-        (periods, mem_l_g, g * departure, periods * mem_l_g)
-    } else {
-        (mem_insts, mem_l, departure, mem_cycles)
-    };
-    let bytes_per_req = if mem_insts > 0.0 {
-        dram / mem_insts
-    } else {
-        0.0
-    };
-    PerWarp {
-        mem_insts,
-        sync_inst: clean(m.sync_inst),
-        comp_cycles,
-        mem_l,
-        departure,
-        mem_cycles,
-        bytes_per_req,
-    }
+    crate::ffi::per_warp(dev, m, lanes, w)
 }
 
-/// One wave: `warps_on_sm` warps (of `blocks_on_sm` blocks) on each of `sms` SMs.
-fn wave(dev: &Device, k: &PerWarp, warps_on_sm: u64, blocks_on_sm: u64, sms: u64) -> Wave {
-    let parts = u64::from(dev.sub_partitions);
-    let n = warps_on_sm.div_ceil(parts) as f64;
-    let p_act = (if warps_on_sm < parts {
-        warps_on_sm
-    } else {
-        parts
-    }) as f64;
-    if k.mem_insts <= 0.0 {
-        return Wave {
-            cycles: n * k.comp_cycles,
-            mwp: 0.0,
-            cwp: n,
-            regime: Regime::Compute,
-        };
-    }
-    let c = &dev.calibration;
-    let mwp_no_bw = k.mem_l / (k.departure * p_act);
-    let freq_ghz = dev.sm_clock_mhz / 1000.0;
-    let bw_per_warp = freq_ghz * k.bytes_per_req / k.mem_l;
-    let mwp_bw = if bw_per_warp > 0.0 {
-        c.dram_bandwidth_gbs.value / (bw_per_warp * sms as f64 * p_act)
-    } else {
-        n
-    };
-    let mwp = min2(min2(mwp_no_bw, mwp_bw), n);
-    let cwp_full = (k.mem_cycles + k.comp_cycles) / k.comp_cycles;
-    let cwp = min2(cwp_full, n);
-    let overlap = max2(mwp - 1.0, 0.0);
-    let comp_per_period = k.comp_cycles / max2(k.mem_insts, 1.0);
-    let (mut cycles, regime) = if n <= mwp_no_bw && n <= mwp_bw && n <= cwp_full {
-        (
-            k.mem_cycles + k.comp_cycles + comp_per_period * overlap,
-            Regime::FewWarps,
-        )
-    } else if cwp >= mwp {
-        // MWP = N cannot reach here: with CWP ≥ MWP = N the first case applies.
-        let regime = if mwp_bw <= mwp_no_bw {
-            Regime::Bandwidth
-        } else {
-            Regime::Latency
-        };
-        (k.mem_cycles * n / mwp + comp_per_period * overlap, regime)
-    } else {
-        (k.mem_l + k.comp_cycles * n, Regime::Compute)
-    };
-    let mwp_sm = mwp * p_act;
-    cycles += k.departure * max2(mwp_sm - 1.0, 0.0) * k.sync_inst * blocks_on_sm as f64;
-    Wave {
-        cycles,
-        mwp,
-        cwp,
-        regime,
-    }
+/// The selection rule between shapes with predicted times `times` (one per shape of
+/// `blocks`), scanned in order: a shape faster than the best by more than a relative 1e-9
+/// replaces it; one within that replaces it when it has more threads per block, then a
+/// larger bx, then a larger by (`kl_choose`: the rational programs' `kl_rank` applies the
+/// same code). `None` when there is no shape.
+pub fn choose(times: &[f64], blocks: &[[u32; 3]]) -> Option<usize> {
+    crate::ffi::choose(times, blocks)
 }
 
-fn unlaunchable(limiter: Limiter) -> Prediction {
-    Prediction {
-        cycles: f64::INFINITY,
-        time_us: f64::INFINITY,
-        mwp: 0.0,
-        cwp: 0.0,
-        active_warps_per_sm: 0,
-        active_blocks_per_sm: 0,
-        waves: 0,
-        limiter,
-    }
-}
-
-/// Predicts the execution time of one launch (module doc).
+/// Predicts the execution time of one launch (module doc), with the C model
+/// (`kl_predict`, the code every rational program runs).
 pub fn predict(dev: &Device, launch: &Launch, m: &WarpMetrics) -> Prediction {
-    for i in 0..3 {
-        let (b, g) = (launch.block[i], launch.grid[i]);
-        if b == 0 || g == 0 || b > dev.max_block_dim[i] || g > dev.max_grid_dim[i] {
-            return unlaunchable(Limiter::ExceedsLimits);
-        }
-    }
-    let threads =
-        u64::from(launch.block[0]) * u64::from(launch.block[1]) * u64::from(launch.block[2]);
-    if threads > u64::from(dev.max_threads_per_block) {
-        return unlaunchable(Limiter::ExceedsLimits);
-    }
-    let occ: Occupancy = occupancy(
-        dev,
-        threads as u32,
-        launch.regs_per_thread,
-        launch.smem_per_block,
-    );
-    if occ.blocks_per_sm == 0 {
-        return unlaunchable(match occ.limiter {
-            OccupancyLimiter::Registers => Limiter::ExceedsRegisters,
-            OccupancyLimiter::SharedMemory => Limiter::ExceedsSharedMemory,
-            _ => Limiter::ExceedsLimits,
-        });
-    }
-    let lanes = threads.min(32) as f64;
-    let k = per_warp(dev, m, lanes, WarpRows::of(launch.block));
-    let blocks = u64::from(launch.grid[0]) * u64::from(launch.grid[1]) * u64::from(launch.grid[2]);
-    let a = u64::from(occ.blocks_per_sm);
-    let sms = u64::from(dev.sm_count);
-    let wpb = u64::from(occ.warps_per_block);
-    let per_wave = a * sms;
-    let waves = blocks.div_ceil(per_wave);
-    let rest = blocks - (waves - 1) * per_wave;
-    let last_blocks_on_sm = rest.div_ceil(sms);
-    let last_sms = if rest < sms { rest } else { sms };
-    let last = wave(
-        dev,
-        &k,
-        last_blocks_on_sm * wpb,
-        last_blocks_on_sm,
-        last_sms,
-    );
-    // Block drain [K]: a wave lasts longer by warp_drain_cycles per warp of a block beyond
-    // the first.
-    let drain = dev.calibration.warp_drain_cycles.value * (wpb as f64 - 1.0);
-    let (cycles, first, first_blocks_on_sm) = if waves > 1 {
-        let full = wave(dev, &k, a * wpb, a, sms);
-        (
-            (waves - 1) as f64 * (full.cycles + drain) + last.cycles + drain,
-            full,
-            a,
-        )
-    } else {
-        (last.cycles + drain, last, last_blocks_on_sm)
-    };
-    // Block ramp [K]: an SM starts the blocks of its first wave one block_dispatch_cycles
-    // apart, so that wave ends that much later per block beyond the first.
-    let cycles =
-        cycles + dev.calibration.block_dispatch_cycles.value * (first_blocks_on_sm as f64 - 1.0);
-    let mut limiter = if blocks < sms {
-        Limiter::TooFewBlocks
-    } else {
-        match first.regime {
-            Regime::Compute => Limiter::Compute,
-            Regime::Bandwidth => Limiter::MemoryBandwidth,
-            Regime::Latency => Limiter::MemoryLatency,
-            Regime::FewWarps if first_blocks_on_sm < a => Limiter::TooFewBlocks,
-            Regime::FewWarps => Limiter::Occupancy(occ.limiter),
-        }
-    };
-    let mut cycles = cycles;
-    let dispatch = blocks.div_ceil(sms) as f64 * dev.calibration.block_dispatch_cycles.value;
-    if dispatch > cycles {
-        cycles = dispatch;
-        limiter = Limiter::BlockDispatch;
-    }
-    Prediction {
-        cycles,
-        time_us: cycles / dev.sm_clock_mhz,
-        mwp: first.mwp,
-        cwp: first.cwp,
-        active_warps_per_sm: (first_blocks_on_sm * wpb) as u32,
-        active_blocks_per_sm: first_blocks_on_sm as u32,
-        waves,
-        limiter,
-    }
+    crate::ffi::predict(dev, launch, m)
 }
 
 #[cfg(test)]

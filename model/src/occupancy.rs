@@ -29,6 +29,9 @@
 //!    rounded down.
 //! 5. **barriers** (sm_90: 2 per resident-block slot): never binding for kernels using the one
 //!    `__syncthreads` barrier, so not modelled.
+//!
+//! The computation is `kl_occupancy` of the C model (`c/kl_model.c`), which the rational
+//! programs run too.
 
 use crate::device::Device;
 
@@ -109,23 +112,6 @@ pub struct Occupancy {
     pub by_shared_memory: u32,
 }
 
-fn div_ceil(a: u64, b: u64) -> u64 {
-    a.div_ceil(b)
-}
-
-fn round_up(a: u64, unit: u64) -> u64 {
-    div_ceil(a, unit) * unit
-}
-
-/// The smallest carveout (bytes) that holds `bytes`; `None` when none does.
-fn snap_carveout(dev: &Device, bytes: u64) -> Option<u64> {
-    dev.shared_memory
-        .carveout_kib
-        .iter()
-        .map(|&k| u64::from(k) * 1024)
-        .find(|&c| c >= bytes)
-}
-
 /// Resident blocks per SM with the driver's default carveout; `smem_per_block` is the
 /// block's static plus dynamic shared memory (bytes).
 pub fn occupancy(
@@ -151,87 +137,13 @@ pub fn occupancy_with_carveout(
     smem_per_block: u32,
     carveout: Carveout,
 ) -> Occupancy {
-    let warp = u64::from(dev.warp_size);
-    let threads = u64::from(threads_per_block);
-    let wpb = div_ceil(threads, warp);
-
-    // 1. Warp slots.
-    let by_warps = if threads == 0 || threads > u64::from(dev.max_threads_per_block) {
-        0
-    } else {
-        (u64::from(dev.max_threads_per_sm) / warp) / wpb
-    };
-
-    // 2. Resident-block slots.
-    let by_blocks = u64::from(dev.max_blocks_per_sm);
-
-    // 3. Registers, allocated per warp within one sub-partition's share of the file.
-    let r = &dev.registers;
-    let parts = u64::from(dev.sub_partitions);
-    let regs_per_warp = round_up(u64::from(regs_per_thread) * warp, u64::from(r.alloc_unit));
-    let by_registers = if regs_per_thread > r.max_per_thread
-        || regs_per_warp * wpb > u64::from(r.per_block)
-        || regs_per_warp * round_up(wpb, parts) > u64::from(r.per_block)
-    {
-        0
-    } else {
-        match (u64::from(r.per_sm) / parts).checked_div(regs_per_warp) {
-            // A kernel without registers is not limited by them.
-            None => u64::from(UNLIMITED),
-            // A block of no threads (wpb = 0) does not launch.
-            Some(warps_per_part) => (warps_per_part * parts).checked_div(wpb).unwrap_or(0),
-        }
-    };
-
-    // 4. Shared memory, within the carveout the driver picks.
-    let s = &dev.shared_memory;
-    let block_bytes = round_up(
-        u64::from(smem_per_block) + u64::from(s.reserved_per_block),
-        u64::from(s.alloc_unit),
-    );
-    let by_shared_memory =
-        if block_bytes > u64::from(s.per_block_optin) + u64::from(s.reserved_per_block) {
-            0
-        } else if block_bytes == 0 {
-            u64::from(UNLIMITED)
-        } else {
-            let preferred = match carveout {
-                Carveout::Default => u64::from(s.per_sm),
-                Carveout::Percent(p) => u64::from(p.min(100)) * u64::from(s.per_sm) / 100,
-            };
-            // Validation guarantees per_sm (and so every preference) fits the largest carveout.
-            let preferred = snap_carveout(dev, preferred).unwrap_or(u64::from(s.per_sm));
-            let capacity = if preferred >= block_bytes {
-                preferred
-            } else {
-                snap_carveout(dev, block_bytes).unwrap_or(u64::from(s.per_sm))
-            };
-            capacity / block_bytes
-        };
-
-    let limits = [
-        (OccupancyLimiter::Warps, by_warps),
-        (OccupancyLimiter::Registers, by_registers),
-        (OccupancyLimiter::SharedMemory, by_shared_memory),
-        (OccupancyLimiter::Blocks, by_blocks),
-    ];
-    let blocks = limits.iter().map(|&(_, v)| v).min().unwrap_or(0);
-    let limiter = limits
-        .iter()
-        .find(|&&(_, v)| v == blocks)
-        .map(|&(l, _)| l)
-        .unwrap_or(OccupancyLimiter::Warps);
-    let clamp = |v: u64| u32::try_from(v).unwrap_or(UNLIMITED);
-    Occupancy {
-        blocks_per_sm: clamp(blocks),
-        warps_per_sm: clamp(blocks * wpb),
-        warps_per_block: clamp(wpb),
-        limiter,
-        by_warps: clamp(by_warps),
-        by_blocks: clamp(by_blocks),
-        by_registers: clamp(by_registers),
-        by_shared_memory: clamp(by_shared_memory),
-    }
+    crate::ffi::occupancy(
+        dev,
+        threads_per_block,
+        regs_per_thread,
+        smem_per_block,
+        carveout,
+    )
 }
 
 /// The block size `cudaOccupancyMaxPotentialBlockSize` suggests for a kernel

@@ -1,18 +1,23 @@
-//! The C model equals the Rust model.
+//! A rational program's model predicts what the crate's does.
+//!
+//! The crate calls the C model (`c/kl_model.c`) through `src/ffi.rs`; a rational program
+//! compiles the same source ([`C_MODEL`]) with its device written by [`device_to_c`]. Both
+//! hand the C a device, a launch and metrics their own way; this test holds the two ways
+//! equal (it held the former Rust transcription equal to the C until the model was written
+//! once).
 //!
 //! 100 000 random cases — random devices from the architecture tables (SM count, clock,
 //! sub-partitions and every calibration figure randomised, written with `device_to_c`),
 //! launch shapes (valid and invalid), registers, shared memory, carveouts, and per-warp
 //! metrics spanning ten orders of magnitude plus zeros, negatives, NaN and infinities — are
-//! evaluated by `kl_occupancy`/`kl_predict` compiled with `cc -O2` and by the Rust.
+//! evaluated by `kl_occupancy`/`kl_predict` compiled with `cc -O2` and by the crate.
 //!
 //! Occupancy, waves, active blocks/warps and the limiter must be equal. The floating-point
-//! results must agree to a relative 1e-12. The C performs the same IEEE double operations
-//! in the same order as the Rust (no libm calls, and `-std=c99` keeps GCC from contracting
-//! `a*b+c` into fused multiply-adds), so on x86-64 they agree bit for bit — the test reports
-//! how many do. The tolerance leaves room for a C compiler that contracts anyway (each
-//! contraction changes one rounding, about 1e-16 relative, through a few dozen operations);
-//! it is far below anything that could change which block shape wins.
+//! results must agree to a relative 1e-12: the same C on the same machine agrees bit for bit
+//! (the test reports how many do) unless the two compiles contract `a*b+c` differently
+//! (`-std=c99` keeps GCC from contracting; each contraction changes one rounding, about
+//! 1e-16 relative, through a few dozen operations), far below anything that could change
+//! which block shape wins.
 
 mod common;
 
