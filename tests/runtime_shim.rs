@@ -179,6 +179,18 @@ const LAUNCH_DEFAULT_LOG: &[&str] = &[
      device=1:NVIDIA A100-SXM4-80GB",
 ];
 
+/// `KLARAPTOR_MODEL_ABI_VERSION` of the runtime's header.
+fn model_abi() -> i32 {
+    let h = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-shim/include/klaraptor.h"),
+    )
+    .unwrap();
+    h.lines()
+        .find_map(|l| l.strip_prefix("#define KLARAPTOR_MODEL_ABI_VERSION "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("no KLARAPTOR_MODEL_ABI_VERSION in klaraptor.h")
+}
+
 #[test]
 fn unit_cases() {
     let o = run(test_rt(), "unit", &[]);
@@ -202,8 +214,15 @@ fn unit_cases() {
     );
     assert_eq!(
         text(&o.stderr),
-        "klaraptor: warning: ignoring the descriptor of kernel _Z4abi2v: ABI version 3, this \
-         runtime has 2\n"
+        format!(
+            "klaraptor: warning: ignoring the descriptor of kernel _Z4abi2v: ABI version 3, \
+             this runtime has 2\nklaraptor: warning: ignoring the rational program of kernel \
+             _Z5newerv for NVIDIA H200: model ABI version {newer}, this runtime has {ours} (the \
+             objects were compiled by an older klaraptor-cc than the one that linked them: \
+             compile them again)\n",
+            newer = model_abi() + 1,
+            ours = model_abi()
+        )
     );
 }
 

@@ -180,7 +180,17 @@ static mentry *_Atomic g_models;
 
 void klaraptor_register_model(const klaraptor_model *m) {
   if (!m) return;
-  if (m->abi_version < 1 || m->abi_version > KLARAPTOR_MODEL_ABI_VERSION || !m->id ||
+  if (m->abi_version > KLARAPTOR_MODEL_ABI_VERSION) {
+    /* The program was linked by a newer klaraptor-cc than the one that compiled the objects
+     * (they carry this runtime). */
+    warn("ignoring the rational program of kernel %s for %s: model ABI version %d, this "
+         "runtime has %d (the objects were compiled by an older klaraptor-cc than the one "
+         "that linked them: compile them again)",
+         m->id ? m->id : "(null)", m->device ? m->device : "(null)", m->abi_version,
+         KLARAPTOR_MODEL_ABI_VERSION);
+    return;
+  }
+  if (m->abi_version < 1 || !m->id ||
       !m->device || !m->select) {
     warn("ignoring a malformed rational program for kernel %s", m->id ? m->id : "(null)");
     return;

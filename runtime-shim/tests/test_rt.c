@@ -846,9 +846,30 @@ static int scenario_cudart(void) {
   return 0;
 }
 
+/* A rational program of a newer model ABI than this runtime's: refused with a warning. */
+static int never_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
+                        double *predicted_us) {
+  (void)data;
+  (void)dev;
+  (void)block;
+  (void)predicted_us;
+  return 1;
+}
+static const klaraptor_model m_newer = {KLARAPTOR_MODEL_ABI_VERSION + 1,
+                                        "_Z5newerv",
+                                        "NVIDIA H200",
+                                        never_select,
+                                        "newer.nvidia-h200.c",
+                                        NULL,
+                                        NULL,
+                                        "0000000000000000",
+                                        132,
+                                        NULL};
+
 static int scenario_unit(void) {
   register_rest();
   klaraptor_register(&k_abi2);
+  klaraptor_register_model(&m_newer);
   klaraptor__set_device_query(fake_current, fake_query);
   snprintf(g_logpath, sizeof g_logpath, "%s/klaraptor-test-%d.log",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
