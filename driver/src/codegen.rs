@@ -35,6 +35,67 @@ fn var(name: &str) -> String {
     format!("v_{name}")
 }
 
+/// C statements binding a kernel's data values (`data[i]`, labelled `data`) and the block's
+/// dimensions (`block[i]`) to their expression variables ([`var`]).
+pub(crate) fn c_bindings<S: AsRef<str>>(data: &[S]) -> String {
+    let mut c = String::new();
+    for (i, d) in data.iter().enumerate() {
+        let v = var(d.as_ref());
+        let _ = writeln!(c, "  const int64_t {v} = data[{i}]; (void){v};");
+    }
+    for (i, b) in expr::BLOCK_VARS.iter().enumerate() {
+        let v = var(b);
+        let _ = writeln!(c, "  const int64_t {v} = block[{i}]; (void){v};");
+    }
+    c
+}
+
+/// A C expression of `e` over the variables of [`c_bindings`], flagging errors in `err`.
+pub(crate) fn c_int(e: &expr::IntExpr) -> String {
+    e.to_c(&var, "&err")
+}
+
+/// The C functions of a kernel's launch shape, in 64-bit integer arithmetic: `kl_grid<suffix>`
+/// (the grid formula for data and a block: 0 and `grid` set, or 1 when it cannot be
+/// evaluated or leaves the range of a grid dimension) and `kl_allowed<suffix>` (1 when the
+/// block meets every constraint). The descriptors the runtime reads and the rational
+/// programs both use them.
+pub(crate) fn c_grid_and_constraints<S: AsRef<str>>(
+    c: &mut String,
+    suffix: &str,
+    data: &[S],
+    grid: &[expr::IntExpr],
+    constraints: &[expr::BoolExpr],
+) {
+    let bind = c_bindings(data);
+    let _ = writeln!(
+        c,
+        "/* Grid formula; 0 on success. */\nstatic int kl_grid{suffix}(const int64_t *data, const uint32_t block[3], uint32_t grid[3]) {{\n  int err = 0;"
+    );
+    c.push_str(&bind);
+    for i in 0..3 {
+        let (text, code) = match grid.get(i) {
+            Some(e) => (e.to_string(), c_int(e)),
+            None => ("1".into(), "INT64_C(1)".into()),
+        };
+        let _ = writeln!(c, "  const int64_t g{i} = {code}; /* {text} */");
+    }
+    c.push_str("  if (err || g0 < 1 || g1 < 1 || g2 < 1 || g0 > UINT32_MAX || g1 > UINT32_MAX || g2 > UINT32_MAX) return 1;\n  grid[0] = (uint32_t)g0; grid[1] = (uint32_t)g1; grid[2] = (uint32_t)g2;\n  return 0;\n}\n");
+    let _ = writeln!(
+        c,
+        "/* Block constraints; 1 when allowed. */\nstatic int kl_allowed{suffix}(const int64_t *data, const uint32_t block[3]) {{\n  int err = 0; (void)err;"
+    );
+    c.push_str(&bind);
+    for b in constraints {
+        let _ = writeln!(
+            c,
+            "  /* {b} */\n  if (!{} || err) return 0;",
+            b.to_c(&var, "&err")
+        );
+    }
+    c.push_str("  return 1;\n}\n");
+}
+
 /// The C source registering `specs`, which come from `source` (for the comments).
 pub fn descriptors(source: &str, specs: &[KernelSpec]) -> String {
     let mut c = String::new();
@@ -68,55 +129,8 @@ pub fn descriptors(source: &str, specs: &[KernelSpec]) -> String {
             "static const char *const kl_data_names_{k}[] = {{ {} }};",
             names.join(", ")
         );
-        let bind = |c: &mut String| {
-            for (i, d) in s.data.iter().enumerate() {
-                let _ = writeln!(
-                    c,
-                    "  const int64_t {} = data[{i}]; (void){};",
-                    var(&d.label),
-                    var(&d.label)
-                );
-            }
-            for (i, b) in expr::BLOCK_VARS.iter().enumerate() {
-                let _ = writeln!(
-                    c,
-                    "  const int64_t {} = block[{i}]; (void){};",
-                    var(b),
-                    var(b)
-                );
-            }
-        };
-        // Grid.
-        let _ = writeln!(c, "static int kl_grid_{k}(const int64_t *data, const uint32_t block[3], uint32_t grid[3]) {{");
-        c.push_str("  int err = 0;\n");
-        bind(&mut c);
-        let g: Vec<String> = (0..3)
-            .map(|i| match s.grid.get(i) {
-                Some(e) => e.to_c(&var, "&err"),
-                None => "INT64_C(1)".into(),
-            })
-            .collect();
-        for (i, e) in g.iter().enumerate() {
-            let _ = writeln!(
-                c,
-                "  const int64_t g{i} = {e}; /* {} */",
-                s.grid.get(i).map_or("1".to_string(), |e| e.to_string())
-            );
-        }
-        c.push_str("  if (err || g0 < 1 || g1 < 1 || g2 < 1 || g0 > UINT32_MAX || g1 > UINT32_MAX || g2 > UINT32_MAX) return 1;\n");
-        c.push_str("  grid[0] = (uint32_t)g0; grid[1] = (uint32_t)g1; grid[2] = (uint32_t)g2;\n  return 0;\n}\n");
-        // Constraints.
-        let _ = writeln!(
-            c,
-            "static int kl_allowed_{k}(const int64_t *data, const uint32_t block[3]) {{"
-        );
-        c.push_str("  int err = 0; (void)err;\n");
-        bind(&mut c);
-        let conds: Vec<String> = s.constraints.iter().map(|b| b.to_c(&var, "&err")).collect();
-        for (b, text) in s.constraints.iter().zip(&conds) {
-            let _ = writeln!(c, "  /* {b} */\n  if (!{text} || err) return 0;");
-        }
-        c.push_str("  return 1;\n}\n");
+        let labels: Vec<&str> = s.data.iter().map(|d| d.label.as_str()).collect();
+        c_grid_and_constraints(&mut c, &format!("_{k}"), &labels, &s.grid, &s.constraints);
         // Dynamic shared memory for a block shape (shmem(…)), -1 when it cannot be evaluated.
         let shmem = match &s.shmem {
             None => "0".to_string(),
@@ -126,11 +140,11 @@ pub fn descriptors(source: &str, specs: &[KernelSpec]) -> String {
                     "/* shmem({e}) */\nstatic int64_t kl_shmem_{k}(const int64_t *data, const uint32_t block[3]) {{"
                 );
                 c.push_str("  int err = 0;\n");
-                bind(&mut c);
+                c.push_str(&c_bindings(&labels));
                 let _ = writeln!(
                     c,
                     "  const int64_t v = {};\n  return err || v < 0 ? -1 : v;\n}}",
-                    e.to_c(&var, "&err")
+                    c_int(e)
                 );
                 format!("kl_shmem_{k}")
             }

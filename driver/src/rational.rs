@@ -904,45 +904,8 @@ impl RationalProgram {
         labels.extend(expr::BLOCK_VARS);
         let grid = parse_grid(&self.grid, &labels)?;
         let cons = parse_constraints(&self.block, &labels)?;
-        let var = |n: &str| format!("v_{n}");
-        let bind = |c: &mut String| {
-            for (i, d) in self.data.iter().enumerate() {
-                let _ = writeln!(
-                    c,
-                    "  const int64_t {} = data[{i}]; (void){};",
-                    var(d),
-                    var(d)
-                );
-            }
-            for (i, b) in expr::BLOCK_VARS.iter().enumerate() {
-                let _ = writeln!(
-                    c,
-                    "  const int64_t {} = block[{i}]; (void){};",
-                    var(b),
-                    var(b)
-                );
-            }
-        };
-        c.push_str("/* Grid formula; 0 on success. */\nstatic int kl_grid(const int64_t *data, const uint32_t block[3], uint32_t grid[3]) {\n  int err = 0;\n");
-        bind(&mut c);
-        for i in 0..3 {
-            let (text, code) = match grid.get(i) {
-                Some(e) => (e.to_string(), e.to_c(&var, "&err")),
-                None => ("1".into(), "INT64_C(1)".into()),
-            };
-            let _ = writeln!(c, "  const int64_t g{i} = {code}; /* {text} */");
-        }
-        c.push_str("  if (err || g0 < 1 || g1 < 1 || g2 < 1 || g0 > UINT32_MAX || g1 > UINT32_MAX || g2 > UINT32_MAX) return 1;\n  grid[0] = (uint32_t)g0; grid[1] = (uint32_t)g1; grid[2] = (uint32_t)g2;\n  return 0;\n}\n\n");
-        c.push_str("/* Block constraints; 1 when allowed. */\nstatic int kl_allowed(const int64_t *data, const uint32_t block[3]) {\n  int err = 0; (void)err;\n");
-        bind(&mut c);
-        for b in &cons {
-            let _ = writeln!(
-                c,
-                "  /* {b} */\n  if (!{} || err) return 0;",
-                b.to_c(&var, "&err")
-            );
-        }
-        c.push_str("  return 1;\n}\n\n");
+        crate::codegen::c_grid_and_constraints(&mut c, "", &self.data, &grid, &cons);
+        c.push('\n');
         // Shared memory that follows the block.
         match &self.shmem {
             None => c.push_str("/* The block's shared memory: the kernel's own, whatever the shape. */\nstatic int64_t kl_smem(const int64_t *data, const uint32_t block[3]) {\n  (void)data; (void)block;\n  return"),
@@ -953,11 +916,11 @@ impl RationalProgram {
                     c,
                     "/* The block's shared memory: static plus shmem({f}); -1 when it cannot be evaluated. */\nstatic int64_t kl_smem(const int64_t *data, const uint32_t block[3]) {{\n  int err = 0;"
                 );
-                bind(&mut c);
+                c.push_str(&crate::codegen::c_bindings(&self.data));
                 let _ = writeln!(
                     c,
                     "  const int64_t dyn = {};\n  if (err || dyn < 0 || dyn > INT64_C(4294967295)) return -1;",
-                    e.to_c(&var, "&err")
+                    crate::codegen::c_int(&e)
                 );
                 c.push_str("  return dyn +");
             }
