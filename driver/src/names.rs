@@ -52,9 +52,10 @@ pub fn is_template_instance(name: &str, mangled: &str) -> bool {
 }
 
 /// The template arguments that follow the kernel's (unqualified) name in its mangled name
-/// (`I…E` right after `<len><name>`): `None` for no template instance, `Some(None)` for one
-/// whose arguments this does not read.
-fn template_args(name: &str, mangled: &str) -> Option<Option<Vec<String>>> {
+/// (`I…E` right after `<len><name>`), each as C++ without blanks (`3`, `-2`, `16u`, `float`,
+/// `unsigned_int`, `ns::Plus`, `float*`): `None` for no template instance, `Some(None)` for
+/// one whose arguments this does not read.
+pub(crate) fn template_args(name: &str, mangled: &str) -> Option<Option<Vec<String>>> {
     let short = name.rsplit("::").next().unwrap_or(name);
     if !mangled.starts_with("_Z") || short.is_empty() {
         return None;

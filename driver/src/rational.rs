@@ -1167,96 +1167,33 @@ mod time_fit_tests {
 }
 
 /// The stem of a rational program's files: the kernel's name, and for an instance of a
-/// template kernel its template arguments too, so that two instances linked into one binary
-/// (`stencil1d<3>`, `stencil1d<16>`) get a file each: `stencil1d-3`, `stencil1d-16`. Integer
-/// and fundamental-type arguments are spelled out; an instance with others gets a hash of its
-/// mangled name (`stencil1d-t5c1e2a7b`).
+/// template kernel its template arguments too (as [`crate::names`] reads them), so that two
+/// instances linked into one binary (`stencil1d<3>`, `stencil1d<16>`) get a file each:
+/// `stencil1d-3`, `stencil1d-16`, `scale-float-m2` for `scale<float,-2>`. An instance with
+/// an argument that is not a word (a qualified or pointer type, a cast literal) or that
+/// cannot be read gets a hash of its mangled name (`apply-t5c1e2a7b`).
 pub fn program_stem(name: &str, mangled: &str) -> String {
     let base = slug(name);
-    match template_args(name, mangled) {
+    let word = |a: &str| {
+        let a = a
+            .strip_prefix('-')
+            .map_or(a.to_string(), |d| format!("m{d}"));
+        (!a.is_empty() && a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')).then_some(a)
+    };
+    match crate::names::template_args(name, mangled) {
         None => base,
-        Some(args) => match readable_args(args) {
-            Some(r) if !r.is_empty() => format!("{base}-{}", slug(&r)),
-            _ => {
-                let h = mangled.bytes().fold(0x811c_9dc5_u32, |h, b| {
-                    (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-                });
-                format!("{base}-t{h:08x}")
-            }
-        },
-    }
-}
-
-/// The Itanium encoding of the template arguments that follow the kernel's name in its mangled
-/// name (`I…E` right after `<len><name>`), when it is a template instance.
-fn template_args<'a>(name: &str, mangled: &'a str) -> Option<&'a str> {
-    if !mangled.starts_with("_Z") || name.is_empty() {
-        return None;
-    }
-    let key = format!("{}{name}I", name.len());
-    let at = mangled.find(&key)? + key.len();
-    // The matching `E`: argument lists nest (`I…E`), and literals (`L…E`) and expressions
-    // (`X…E`) end in `E` too.
-    let rest = &mangled[at..];
-    let mut depth = 1usize;
-    for (i, ch) in rest.char_indices() {
-        match ch {
-            'I' | 'L' | 'X' => depth += 1,
-            'E' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(&rest[..i]);
+        Some(args) => {
+            match args.and_then(|a| a.iter().map(|x| word(x)).collect::<Option<Vec<_>>>()) {
+                Some(words) if !words.is_empty() => format!("{base}-{}", words.join("-")),
+                _ => {
+                    let h = mangled.bytes().fold(0x811c_9dc5_u32, |h, b| {
+                        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+                    });
+                    format!("{base}-t{h:08x}")
                 }
             }
-            _ => {}
         }
     }
-    None
-}
-
-/// Template arguments that are integer literals (`Li3E`, `Lin2E`: -2, `Lj16E`) or fundamental
-/// types (`f`, `d`, `i`, …), joined by `-`; `None` for anything else.
-fn readable_args(args: &str) -> Option<String> {
-    let mut out: Vec<String> = Vec::new();
-    let b = args.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'L' {
-            // L <type> <value> E, the value's minus sign spelled n.
-            let end = args[i..].find('E')? + i;
-            let lit = args.get(i + 2..end)?;
-            let (sign, digits) = match lit.strip_prefix('n') {
-                Some(d) => ("m", d),
-                None => ("", lit),
-            };
-            if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            out.push(format!("{sign}{digits}"));
-            i = end + 1;
-        } else {
-            let t = match b[i] {
-                b'f' => "float",
-                b'd' => "double",
-                b'i' => "int",
-                b'j' => "unsigned",
-                b'l' => "long",
-                b'm' => "ulong",
-                b'x' => "longlong",
-                b'y' => "ulonglong",
-                b's' => "short",
-                b't' => "ushort",
-                b'c' => "char",
-                b'a' => "schar",
-                b'h' => "uchar",
-                b'b' => "bool",
-                _ => return None,
-            };
-            out.push(t.to_string());
-            i += 1;
-        }
-    }
-    Some(out.join("-"))
 }
 
 #[cfg(test)]
@@ -1277,9 +1214,12 @@ mod stem_tests {
         );
         assert_eq!(stem("scale", "_Z5scaleIfLin2EEvPT_i"), "scale-float-m2");
         assert_eq!(stem("scale", "_ZN2ns5scaleIdEEvPT_i"), "scale-double");
-        // Arguments of other kinds (a class type): a hash of the mangled name.
-        let a = stem("apply", "_Z5applyI4PlusEvPfi");
-        let b = stem("apply", "_Z5applyI5MinusEvPfi");
+        assert_eq!(stem("scale", "_Z5scaleILj16EEvPfi"), "scale-16u");
+        // A class type is a word too; a qualified or pointer type is not: a hash of the
+        // mangled name.
+        assert_eq!(stem("apply", "_Z5applyI4PlusEvPfi"), "apply-Plus");
+        let a = stem("apply", "_Z5applyIN2ns4PlusEEvPfi");
+        let b = stem("apply", "_Z5applyIPfEvPfi");
         assert!(
             a.starts_with("apply-t") && b.starts_with("apply-t") && a != b,
             "{a} {b}"
