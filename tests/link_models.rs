@@ -1153,6 +1153,11 @@ fn a_gpu_without_a_profile_gets_programs_transferred_from_one_of_its_architectur
     };
     assert!(c(mm100).contains(", \"NVIDIA H200\" };"), "{}", c(mm100));
     assert!(c(mm200).contains(", NULL };"), "{}", c(mm200));
+    // Each program declares the oldest model ABI that holds it: 4 for the transferred one
+    // (its field), 3 for the GPU's own, which a runtime of ABI 3 (objects compiled by an
+    // older klaraptor-cc) still takes.
+    assert!(c(mm100).contains("kl_model = { 4, "), "{}", c(mm100));
+    assert!(c(mm200).contains("kl_model = { 3, "), "{}", c(mm200));
     // And the programs the same link builds with transfers off: the H200's alone, the same.
     let other = tempfile::tempdir().unwrap();
     let plain = copy_sample(other.path());

@@ -1038,9 +1038,17 @@ impl RationalProgram {
             );
         }
         let profiled = self.profiled_c(&mut c);
+        // The oldest model ABI that holds what the program fills in (3: the SM count; 4: the
+        // GPU a transferred program was fitted on), so that objects compiled by an older
+        // klaraptor-cc, whose runtime reads up to 3, still take a program of their own GPU.
+        let abi = if self.transferred_from.is_some() {
+            4
+        } else {
+            3
+        };
         let _ = writeln!(
             c,
-            "\nstatic const klaraptor_model kl_model = {{ KLARAPTOR_MODEL_ABI_VERSION, \"{}\", \"{}\", kl_select, \"{}\", kl_rank, {profiled}, \"{}\", {}, {} }};\n\n__attribute__((constructor)) static void kl_register_model(void) {{ klaraptor_register_model(&kl_model); }}",
+            "\n/* model ABI {abi}: the oldest that holds what this program fills in */\nstatic const klaraptor_model kl_model = {{ {abi}, \"{}\", \"{}\", kl_select, \"{}\", kl_rank, {profiled}, \"{}\", {}, {} }};\n\n__attribute__((constructor)) static void kl_register_model(void) {{ klaraptor_register_model(&kl_model); }}",
             self.mangled,
             self.device.name.replace('"', "'"),
             self.c_name,
