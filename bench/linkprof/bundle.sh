@@ -25,18 +25,9 @@ FLAGS=(-O2 -std=c++17)
 
 die() { echo "bundle.sh: error: $*" >&2; exit 1; }
 
-[ $# -ge 1 ] || die "usage: bench/linkprof/bundle.sh <cargo target dir> [<out dir>]"
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-target=$(cd "$1" 2>/dev/null && pwd) || die "no such target dir: $1"
-out=${2:-$repo/.dev/linkprof}
-rel=$target/release
-nvcc=${KLARAPTOR_NVCC:-$repo/.toolchain/cuda/bin/nvcc}
-[ -x "$nvcc" ] || die "no nvcc at $nvcc: run scripts/setup or set KLARAPTOR_NVCC"
-command -v xz >/dev/null || die "xz is not installed (apt-get install xz-utils)"
 . "$repo/bench/linkprof/stage.sh"
-
-stage=$(mktemp -d "${TMPDIR:-/tmp}/klaraptor-linkprof-stage.XXXXXX")
-trap 'rm -rf "$stage"' EXIT
+bundle_args linkprof bench/linkprof/bundle.sh "$@"
 mkdir -p "$stage/objs"
 
 # --- binaries and shared libraries (bench/linkprof/stage.sh) -----------------------------

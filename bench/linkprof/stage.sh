@@ -17,7 +17,26 @@
 #       <out dir>/bundle.tar.xz (xz -9) of the entries, and a copy of the stage's BUILD-INFO
 #       beside it with the compressed size appended.
 #
+#   bundle_args <name> <usage> [<cargo target dir> [<out dir>]]
+#       the bundle scripts' common arguments and checks: sets target, rel (its release dir),
+#       out (default .dev/<name>) and nvcc (KLARAPTOR_NVCC, else the project's toolchain),
+#       and makes the stage directory (stage, removed on exit). Needs repo set.
+#
 # Needs the caller's die.
+bundle_args() {
+  local name=$1 usage=$2
+  shift 2
+  [ $# -ge 1 ] || die "usage: $usage <cargo target dir> [<out dir>]"
+  target=$(cd "$1" 2>/dev/null && pwd) || die "no such target dir: $1"
+  out=${2:-$repo/.dev/$name}
+  rel=$target/release
+  nvcc=${KLARAPTOR_NVCC:-$repo/.toolchain/cuda/bin/nvcc}
+  [ -x "$nvcc" ] || die "no nvcc at $nvcc: run scripts/setup or set KLARAPTOR_NVCC"
+  command -v xz >/dev/null || die "xz is not installed (apt-get install xz-utils)"
+  stage=$(mktemp -d "${TMPDIR:-/tmp}/klaraptor-$name-stage.XXXXXX")
+  trap 'rm -rf "$stage"' EXIT
+}
+
 stage_tools() {
   local rel=$1 stage=$2 so name path
   for f in klaraptor-cc klaraptor libklaraptor_collector.so; do

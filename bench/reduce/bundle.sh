@@ -26,17 +26,9 @@ FLAGS=(-O3 -std=c++17)
 
 die() { echo "bundle.sh: error: $*" >&2; exit 1; }
 
-[ $# -ge 1 ] || die "usage: bench/reduce/bundle.sh <cargo target dir> [<out dir>]"
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-target=$(cd "$1" 2>/dev/null && pwd) || die "no such target dir: $1"
-out=${2:-$repo/.dev/reduce}
-rel=$target/release
-nvcc=${KLARAPTOR_NVCC:-$repo/.toolchain/cuda/bin/nvcc}
-[ -x "$nvcc" ] || die "no nvcc at $nvcc: run scripts/setup or set KLARAPTOR_NVCC"
 . "$repo/bench/linkprof/stage.sh"
-
-stage=$(mktemp -d "${TMPDIR:-/tmp}/klaraptor-reduce-stage.XXXXXX")
-trap 'rm -rf "$stage"' EXIT
+bundle_args reduce bench/reduce/bundle.sh "$@"
 stage_tools "$rel" "$stage"
 
 # --- the programs' objects, compiled with this klaraptor-cc ------------------------------
