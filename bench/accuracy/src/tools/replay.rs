@@ -23,7 +23,7 @@
 //! A binary that carries programs for several GPUs replays one: `--device` names it exactly
 //! (e.g. "NVIDIA H100 80GB HBM3"), as the runtime matches it.
 //!
-//! cargo run --release --example replay -- <study dir> <exhaustive dir> [--db <profile db>]
+//! accuracy-report replay <study dir> <exhaustive dir> [--db <profile db>]
 //!   [--device <name>] [-v]
 //! (`<study>/<program>/models/*.json`, `<exhaustive>/<program>/x*/records/`)
 
@@ -54,8 +54,7 @@ struct Row {
     profiled: Option<([u32; 3], Option<f64>)>,
 }
 
-fn main() -> Result<()> {
-    let a: Vec<String> = std::env::args().skip(1).collect();
+pub fn run(a: &[String]) -> Result<()> {
     let verbose = a.iter().any(|x| x == "-v");
     let mut pos = Vec::new();
     let mut db_arg: Option<PathBuf> = None;
@@ -77,7 +76,7 @@ fn main() -> Result<()> {
     }
     let [study, sweeps] = pos.as_slice() else {
         bail!(
-            "usage: replay <study dir> <exhaustive dir> [--db <profile db>] [--device <name>] [-v]"
+            "usage: accuracy-report replay <study dir> <exhaustive dir> [--db <profile db>] [--device <name>] [-v]"
         );
     };
     let (study, sweeps) = (Path::new(study), Path::new(sweeps));

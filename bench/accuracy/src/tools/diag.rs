@@ -1,16 +1,28 @@
 //! Prints, for one kernel of a study at one size, every shape's measured time (from a
 //! recorded sweep) beside the rational program's prediction and metrics.
-//! cargo run --release --example diag -- <manifest.json> <records dir> <size,size..>
+//! accuracy-report diag <manifest.json> <records dir> <size,size..>
 
 use anyhow::{Context, Result};
 use klaraptor::rational::RationalProgram;
 use klaraptor::validate;
 
-fn main() -> Result<()> {
-    let a: Vec<String> = std::env::args().skip(1).collect();
-    let prog: RationalProgram = serde_json::from_str(&std::fs::read_to_string(&a[0])?)?;
-    let dir = std::path::Path::new(&a[1]);
-    let size: Vec<i64> = a[2].split(',').map(|s| s.parse().unwrap()).collect();
+pub fn run(a: &[String]) -> Result<()> {
+    let [manifest, records, size] = a else {
+        anyhow::bail!("usage: accuracy-report diag <manifest.json> <records dir> <size,size..>");
+    };
+    let prog: RationalProgram = serde_json::from_str(
+        &std::fs::read_to_string(manifest).with_context(|| format!("reading {manifest}"))?,
+    )
+    .with_context(|| format!("{manifest}: not a rational program manifest"))?;
+    let dir = std::path::Path::new(records);
+    let size: Vec<i64> = size
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .with_context(|| format!("size '{s}': not an integer"))
+        })
+        .collect::<Result<_>>()?;
     let sweeps = validate::read_records(dir)?;
     let sweep = sweeps
         .iter()

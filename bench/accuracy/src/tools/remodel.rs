@@ -12,7 +12,7 @@
 //! The programs are written beside the others with the manifest's device, so `replay
 //! --device` measures them against that device's sweep.
 //!
-//! cargo run --release --example remodel -- <study dir> <profile db>
+//! accuracy-report remodel <study dir> <profile db>
 
 use std::path::PathBuf;
 
@@ -21,11 +21,10 @@ use klaraptor::linkspec::LinkSpec;
 use klaraptor::rational::{self, RationalProgram};
 use klaraptor_profiler::db::ProfileDb;
 
-fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (study, db) = match args.as_slice() {
+pub fn run(args: &[String]) -> Result<()> {
+    let (study, db) = match args {
         [s, d] => (PathBuf::from(s), PathBuf::from(d)),
-        _ => anyhow::bail!("usage: remodel <study dir> <profile db>"),
+        _ => anyhow::bail!("usage: accuracy-report remodel <study dir> <profile db>"),
     };
     let db = ProfileDb::open(&db)?;
     let from = std::env::var("KL_REMODEL_FROM").ok();

@@ -1,0 +1,8 @@
+//! The study's tools for model work without a GPU: `replay` ranks recorded exhaustive sweeps
+//! with a study's rational programs, `remodel` rebuilds those programs from the profile
+//! database with the current model, `diag` prints one kernel's ranking beside what a sweep
+//! measured at one size.
+
+pub mod diag;
+pub mod remodel;
+pub mod replay;
