@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod report;
 pub mod sizes;
 pub mod study;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 

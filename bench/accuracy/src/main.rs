@@ -58,6 +58,26 @@ enum Cmd {
         #[arg(long, default_value = ".dev/study-db")]
         db: PathBuf,
     },
+    /// Replay recorded exhaustive sweeps against a study's rational programs, without a
+    /// GPU: per case the choice's ratio to the sweep's optimum, the model's and
+    /// profiled_best's; per kernel the link's decision. Arguments: <study dir> <exhaustive
+    /// dir> [--db <profile db>] [--device <name>] [-v]; KL_REPLAY_DUMP, KL_REPLAY_RANKS.
+    Replay {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Rebuild a study's rational programs in place from its profile database with the
+    /// current model. Arguments: <study dir> <profile db>; KL_REMODEL_FROM=<device>.
+    Remodel {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// One kernel at one size: every shape's measured time beside the program's prediction
+    /// and metrics. Arguments: <manifest.json> <records dir> <size,size..>.
+    Diag {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -71,7 +91,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    use klaraptor_accuracy::tools;
     match cli.command {
+        Cmd::Replay { args } => tools::replay::run(&args),
+        Cmd::Remodel { args } => tools::remodel::run(&args),
+        Cmd::Diag { args } => tools::diag::run(&args),
         Cmd::Jobs {
             study,
             sizes,
