@@ -8,7 +8,7 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-use klaraptor_passes::expr;
+use klaraptor_spec::expr;
 
 fn symbols(path: &Path) -> String {
     let o = Command::new("nm").arg(path).output().unwrap();

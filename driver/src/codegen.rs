@@ -5,8 +5,8 @@
 
 use std::fmt::Write;
 
-use klaraptor_passes::expr::{self, C_PRELUDE};
-use klaraptor_passes::spec::KernelSpec;
+use klaraptor_spec::expr::{self, C_PRELUDE};
+use klaraptor_spec::spec::KernelSpec;
 
 /// The runtime interface the generated code includes.
 pub const KLARAPTOR_H: &str = include_str!("../../runtime-shim/include/klaraptor.h");

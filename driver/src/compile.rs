@@ -1111,7 +1111,7 @@ impl Invocation {
 /// The `klaraptor.toml` beside `source` (the one its annotations may come from), if there
 /// is one.
 fn toml_beside(source: &Path) -> Option<PathBuf> {
-    let t = klaraptor_passes::annotations::toml_path_for(source);
+    let t = klaraptor_spec::annotations::toml_path_for(source);
     t.is_file().then_some(t)
 }
 
@@ -1277,8 +1277,8 @@ fn generation_note(generation: &Path) -> String {
 }
 
 /// A `klaraptor.toml` entry in one line, in the syntax of `#pragma klaraptor`.
-fn canonical_entry(t: &klaraptor_passes::config::TomlKernel) -> String {
-    use klaraptor_passes::annotations::ArgRef;
+fn canonical_entry(t: &klaraptor_spec::config::TomlKernel) -> String {
+    use klaraptor_spec::annotations::ArgRef;
     let a = &t.annotation;
     let data: Vec<String> = a
         .data

@@ -40,7 +40,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use klaraptor_passes::frontend::Analysis;
 use klaraptor_passes::inject::{self, InjectReport, InjectTarget};
-use klaraptor_passes::spec::KernelSpec;
+use klaraptor_spec::spec::KernelSpec;
 
 use crate::codegen;
 use crate::nvcc_args::{Arg, ClangFlags, CommandLine, Role};
@@ -155,19 +155,19 @@ pub fn targets(a: &Analysis) -> Vec<InjectTarget> {
 pub fn detected_shmem(
     spec: &KernelSpec,
     report: &InjectReport,
-) -> Option<std::result::Result<klaraptor_passes::expr::IntExpr, String>> {
+) -> Option<std::result::Result<klaraptor_spec::expr::IntExpr, String>> {
     if spec.shmem.is_some() {
         return None;
     }
     let text = spec.mangled.iter().find_map(|m| report.shmem_formula(m))?;
     let labels: Vec<&str> = spec.data.iter().map(|d| d.label.as_str()).collect();
     Some(
-        klaraptor_passes::expr::parse_int(text, &labels)
+        klaraptor_spec::expr::parse_int(text, &labels)
             .map_err(|e| e.message)
             .and_then(|e| {
                 // Every block dimension may appear: the runtime's shapes have 1 beyond the
                 // kernel's dimensions, which is what the formula then gets.
-                klaraptor_passes::annotations::check_shmem(&e, 3)?;
+                klaraptor_spec::annotations::check_shmem(&e, 3)?;
                 Ok(e)
             }),
     )
@@ -605,7 +605,7 @@ pub fn write_prepared_copy(source: &Path, a: &Analysis, dir: &Path) -> Result<Pa
 /// line count, and with it every line marker, is unchanged.
 fn blank_klaraptor_pragmas(ii: &Path) -> Result<()> {
     let text = std::fs::read_to_string(ii).with_context(|| format!("reading {}", ii.display()))?;
-    let is_ours = klaraptor_passes::annotations::is_own_pragma_line;
+    let is_ours = klaraptor_spec::annotations::is_own_pragma_line;
     if !text.lines().any(is_ours) {
         return Ok(());
     }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use klaraptor_passes::spec::KernelSpec;
+use klaraptor_spec::spec::KernelSpec;
 
 use crate::rational::RationalProgram;
 use serde::{Deserialize, Serialize};

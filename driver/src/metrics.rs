@@ -59,8 +59,8 @@ use anyhow::{bail, Context, Result};
 use klaraptor_fitting::{
     fit, fit_degrees, DegreeBounds, Domain, FitOptions, FitProblem, RationalFn, Variable,
 };
-use klaraptor_passes::expr::{self, IntExpr};
 use klaraptor_profiler::record::{Counters, Entry, Sample, MIN_MEASURED};
+use klaraptor_spec::expr::{self, IntExpr};
 use serde::{Deserialize, Serialize};
 
 use crate::linkspec::LinkSpec;

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use klaraptor_fitting::RationalFn;
 use klaraptor_model::{device_to_c, predict, Device, Launch, Prediction, WarpMetrics, C_MODEL};
-use klaraptor_passes::expr::{self, BoolExpr, IntExpr, C_PRELUDE};
 use klaraptor_profiler::record::{self, Counters, Entry, Sample};
+use klaraptor_spec::expr::{self, BoolExpr, IntExpr, C_PRELUDE};
 use serde::{Deserialize, Serialize};
 
 use crate::linkspec::LinkSpec;
@@ -252,7 +252,7 @@ pub fn slug(s: &str) -> String {
 /// 1-D: 1, 2, 4, 8, 16 and every multiple of 32 up to 1024; 2-D: every power-of-two shape
 /// with at most 1024 threads; 3-D: the same with bz ≤ 64.
 pub fn candidates(dim: u8) -> Vec<[u32; 3]> {
-    klaraptor_passes::spec::candidate_blocks(dim)
+    klaraptor_spec::spec::candidate_blocks(dim)
 }
 
 /// The device description for `entry`'s device: a calibrated or shipped description of that

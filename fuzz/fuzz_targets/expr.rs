@@ -3,7 +3,7 @@
 //! by zero are errors).
 #![no_main]
 
-use klaraptor_passes::expr;
+use klaraptor_spec::expr;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

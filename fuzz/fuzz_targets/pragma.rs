@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use klaraptor_passes::{annotations, config};
+use klaraptor_spec::{annotations, config};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

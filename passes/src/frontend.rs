@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::annotations::{self, FileScan, KernelAnnotation, Style};
 use crate::clang::{self, ClangConfig};
-use crate::config;
-use crate::diag::{Diagnostic, Diagnostics};
-use crate::includes::{self, UnitFile};
-use crate::spec::{self, KernelSpec};
+use klaraptor_spec::annotations::{self, FileScan, KernelAnnotation, Style};
+use klaraptor_spec::config;
+use klaraptor_spec::diag::{Diagnostic, Diagnostics};
+use klaraptor_spec::includes::{self, UnitFile};
+use klaraptor_spec::spec::{self, KernelSpec};
 
 /// What the front-end made of a source.
 #[derive(Debug)]
@@ -110,7 +110,7 @@ pub fn misspelled_pragmas_of_tu(
     source: &Path,
     text: &str,
     include_dirs: &[PathBuf],
-) -> Vec<crate::diag::Diagnostic> {
+) -> Vec<klaraptor_spec::diag::Diagnostic> {
     includes::quoted_closure(source, text, include_dirs)
         .iter()
         .flat_map(|f| annotations::misspelled_pragmas(&f.path, &f.text))

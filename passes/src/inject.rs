@@ -2171,8 +2171,8 @@ fn shmem_formula(
     dims: &[Option<usize>; 3],
     dim3s: &[BasicValueEnum<'_>],
     depth: usize,
-) -> Option<crate::expr::IntExpr> {
-    use crate::expr::{IntExpr, IntOp};
+) -> Option<klaraptor_spec::expr::IntExpr> {
+    use klaraptor_spec::expr::{IntExpr, IntOp};
     if depth > 32 {
         return None;
     }
@@ -2186,7 +2186,7 @@ fn shmem_formula(
         .position(|d| *d == Some(key))
         .or_else(|| dim3_field(v, dim3s))
     {
-        return Some(IntExpr::Var(crate::expr::BLOCK_VARS[d].into()));
+        return Some(IntExpr::Var(klaraptor_spec::expr::BLOCK_VARS[d].into()));
     }
     let i = v.as_instruction_value()?;
     if let Some(var) = written_once(i) {
@@ -2267,7 +2267,7 @@ pub fn shmem_use(push: InstructionValue<'_>) -> ShmemUse {
     }
     match shmem_formula(shmem, &keys, &dims.dim3s, 0) {
         // A formula negative (or overflowing) at a candidate shape is no amount to pass.
-        Some(f) if !f.vars().is_empty() => match crate::annotations::check_shmem(&f, 3) {
+        Some(f) if !f.vars().is_empty() => match klaraptor_spec::annotations::check_shmem(&f, 3) {
             Ok(()) => ShmemUse::Follows(f.to_string()),
             Err(why) => ShmemUse::Unreadable(format!(
                 "its dynamic shared memory reads as {f}, which klaraptor cannot use: {why}"

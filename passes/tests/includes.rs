@@ -14,11 +14,11 @@ mod clang_common;
 
 use std::path::{Path, PathBuf};
 
-use klaraptor_passes::annotations::{scan_file, scan_unit, Scanned};
 use klaraptor_passes::clang::{inspect, ClangConfig};
 use klaraptor_passes::frontend::{analyze, annotations_of, annotations_of_tu, Outcome};
-use klaraptor_passes::includes::quoted_closure;
-use klaraptor_passes::spec::KernelSpec;
+use klaraptor_spec::annotations::{scan_file, scan_unit, Scanned};
+use klaraptor_spec::includes::quoted_closure;
+use klaraptor_spec::spec::KernelSpec;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/includes")

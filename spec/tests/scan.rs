@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use klaraptor_passes::annotations::{scan, strip, ArgRef, Style};
-use klaraptor_passes::config;
+use klaraptor_spec::annotations::{scan, strip, ArgRef, Style};
+use klaraptor_spec::config;
 
 fn first_error(src: &str) -> String {
     let d = scan(Path::new("a.cu"), src).expect_err("should be rejected");
@@ -194,7 +194,7 @@ fn a_deeply_nested_formula_is_an_error_naming_the_pragma() {
 
 #[test]
 fn a_misspelled_klaraptor_pragma_is_found() {
-    use klaraptor_passes::annotations::misspelled_pragmas;
+    use klaraptor_spec::annotations::misspelled_pragmas;
     let src = "#pragma klaraptr kernel(k) data(n)\n\
                #pragma once\n\
                #  pragma   Klaraptor kernel(k)\n\
@@ -234,7 +234,7 @@ fn a_two_dimensional_block_may_have_a_batch_on_the_grids_z_axis() {
 
 #[test]
 fn an_annotation_that_leaves_no_launch_is_refused() {
-    use klaraptor_passes::spec::check_launchable;
+    use klaraptor_spec::spec::check_launchable;
     let ann = |src: &str| scan(Path::new("a.cu"), src).unwrap().annotations.remove(0);
     // A division by zero at every block shape.
     let e = check_launchable(&ann(

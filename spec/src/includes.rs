@@ -10,7 +10,7 @@
 //! This is a textual reading: every quoted include outside comments is followed, including
 //! those inside `#if 0` or a branch the preprocessor would not take, and an include spelled
 //! through a macro (`#include KERNELS`) is not. The full front-end asks libclang which files
-//! the translation unit really includes ([`crate::clang::SourceInfo::inclusions`]).
+//! the translation unit really includes ([`crate::source::SourceInfo::inclusions`]).
 
 use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};

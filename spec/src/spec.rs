@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use crate::annotations::{ArgRef, KernelAnnotation, ProfileRecipe, Style};
-use crate::clang::{FunctionInfo, KernelParam, SourceInfo};
 use crate::diag::Diagnostic;
 use crate::expr::{BoolExpr, IntExpr};
+use crate::source::{FunctionInfo, KernelParam, SourceInfo};
 
 /// A data parameter bound to a kernel argument.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
