@@ -329,7 +329,7 @@ fn klaraptor_cc_instruments_kernels_annotated_in_included_files() {
         "app.o is not instrumented:\n{err}"
     );
     let obj = src.join("app.o");
-    let specs = klaraptor::linkspec::scan_bytes(&std::fs::read(&obj).unwrap(), &obj).unwrap();
+    let specs = klaraptor_spec::link::scan_bytes(&std::fs::read(&obj).unwrap(), &obj).unwrap();
     let mut at: Vec<String> = specs
         .iter()
         .map(|s| format!("{} {}", s.name, s.annotated_at))

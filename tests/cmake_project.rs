@@ -164,7 +164,7 @@ impl Scratch {
                     stack.push(p);
                 } else if p.extension().is_some_and(|x| x == "o" || x == "a") {
                     let bytes = std::fs::read(&p).unwrap();
-                    if klaraptor::runtime::carries_runtime(&bytes) {
+                    if klaraptor_profiler::gpu_profile::carries_runtime(&bytes) {
                         out.push((p.clone(), bytes));
                     }
                 }
@@ -214,7 +214,7 @@ fn builds_with_ninja_and_makefiles_and_the_executable_carries_the_program() {
         );
         // The library carries the runtime and the program; so does the executable.
         let lib = std::fs::read(s.path().join(build).join("libsaxpy.a")).unwrap();
-        assert!(klaraptor::runtime::carries_runtime(&lib));
+        assert!(klaraptor_profiler::gpu_profile::carries_runtime(&lib));
         assert!(contains(&lib, b"KLARAPTOR-MODEL-BEGIN"));
         assert_carries_saxpy(&s.inspect(build));
         // Nothing to do the second time: the database's generation file is a dependency,
@@ -411,7 +411,10 @@ fn objects_carrying_the_runtime_link_with_gpp_into_an_executable_and_a_shared_li
     }
     for f in ["saxpy.o", "scale.o"] {
         let bytes = std::fs::read(src.join(f)).unwrap();
-        assert!(klaraptor::runtime::carries_runtime(&bytes), "{f}");
+        assert!(
+            klaraptor_profiler::gpu_profile::carries_runtime(&bytes),
+            "{f}"
+        );
     }
     let cuda = nvcc().parent().unwrap().parent().unwrap().to_path_buf();
     let lib_dirs = [

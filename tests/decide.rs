@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use klaraptor::decide::{self, ChosenBy, DecisionRule};
-use klaraptor::linkspec::LinkSpec;
-use klaraptor::rational;
 use klaraptor_profiler::record::Entry;
+use klaraptor_program::decide::{self, ChosenBy, DecisionRule};
+use klaraptor_program::rational;
+use klaraptor_spec::link::LinkSpec;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -114,13 +114,13 @@ fn a_model_measured_slow_at_the_held_out_sizes_gives_the_choice_to_the_profile()
     // The profiled best each fold compares with: that of the sizes below it.
     let pb_below = |sz: &[i64]| -> [u32; 3] {
         let w: i64 = sz.iter().product();
-        let times: Vec<klaraptor::validate::ProfileSample> = e
+        let times: Vec<klaraptor_program::validate::ProfileSample> = e
             .samples
             .iter()
             .filter(|x| x.sizes.iter().product::<i64>() < w && x.error.is_none())
             .filter_map(|x| Some((x.sizes.clone(), x.block, x.counters.as_ref()?.time_ms)))
             .collect();
-        klaraptor::validate::profiled_best(&times, sz)
+        klaraptor_program::validate::profiled_best(&times, sz)
             .unwrap()
             .block
     };

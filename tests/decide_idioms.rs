@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use klaraptor::decide::{self, ChosenBy, DecisionRule};
-use klaraptor::linkspec::LinkSpec;
-use klaraptor::rational;
 use klaraptor_profiler::record::Entry;
+use klaraptor_program::decide::{self, ChosenBy, DecisionRule};
+use klaraptor_program::rational;
+use klaraptor_spec::link::LinkSpec;
 
 fn entry(file: &str) -> Entry {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -130,7 +130,7 @@ fn a_row_kernel_whose_threads_do_not_follow_the_data_is_chosen_by_its_profile() 
     check("softmax_rows.toml", "M", &["bx % 32 == 0"]);
     let e = entry("softmax_rows.toml");
     let s = spec(&e, "M", &["bx % 32 == 0"]);
-    let excess = klaraptor::metrics::coverage_excess(&s, &e).unwrap();
+    let excess = klaraptor_program::metrics::coverage_excess(&s, &e).unwrap();
     assert!(excess > decide::LOOP_EXCESS, "{excess}");
     let folds = decide::held_out(&s, &e, &DecisionRule::default());
     let d = DecisionRule::default().apply_with(folds.clone(), Some(excess));
@@ -154,18 +154,20 @@ fn a_row_kernel_whose_threads_do_not_follow_the_data_is_chosen_by_its_profile() 
 
 /// The launches of a kernel whose grid follows its block (`ceil(N, bx)`) cover its domain
 /// once, those of a grid-stride kernel under a capped grid and of a block-per-row kernel do
-/// not ([`klaraptor::metrics::coverage_excess`]).
+/// not ([`klaraptor_program::metrics::coverage_excess`]).
 #[test]
 fn coverage_excess_tells_grids_that_follow_the_block_from_those_that_do_not() {
     let e = entry("stencil1d-3.toml");
-    let x = klaraptor::metrics::coverage_excess(&spec(&e, "ceil(N, bx)", &[]), &e).unwrap();
+    let x = klaraptor_program::metrics::coverage_excess(&spec(&e, "ceil(N, bx)", &[]), &e).unwrap();
     assert!(x <= 1.0 + 1e-9, "{x}");
     let e = entry("saxpy_gs.toml");
     let x =
-        klaraptor::metrics::coverage_excess(&spec(&e, "min(ceil(N, bx), 1056)", &[]), &e).unwrap();
+        klaraptor_program::metrics::coverage_excess(&spec(&e, "min(ceil(N, bx), 1056)", &[]), &e)
+            .unwrap();
     assert!(x > decide::LOOP_EXCESS, "{x}");
     let e = entry("rowsum_block.toml");
-    let x = klaraptor::metrics::coverage_excess(&spec(&e, "M", &["1024 % bx == 0"]), &e).unwrap();
+    let x = klaraptor_program::metrics::coverage_excess(&spec(&e, "M", &["1024 % bx == 0"]), &e)
+        .unwrap();
     assert!(x > decide::LOOP_EXCESS, "{x}");
 }
 

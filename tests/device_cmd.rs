@@ -147,7 +147,7 @@ fn the_shipped_h100_description_comes_from_its_calibration_report() {
         std::fs::read_to_string(root.join("model/devices/nvidia-h100-80gb-hbm3.toml")).unwrap();
     assert_eq!(text(&o.stdout), shipped);
     // And the model finds it by name, with no calibration cached.
-    let d = klaraptor::devices::find("NVIDIA H100 80GB HBM3", "GPU-not-this-one")
+    let d = klaraptor_profiler::devices::find("NVIDIA H100 80GB HBM3", "GPU-not-this-one")
         .unwrap()
         .expect("the H100 is shipped");
     assert_eq!(d.sm_count, 132);

@@ -395,7 +395,7 @@ void go(float *x, int n, int b) {
         assert!(relocs.contains(f), "no call of {f}:\n{relocs}");
     }
 
-    let specs = klaraptor::linkspec::scan_bytes(
+    let specs = klaraptor_spec::link::scan_bytes(
         &std::fs::read(d.path().join("k.o")).unwrap(),
         Path::new("k.o"),
     )
@@ -517,14 +517,14 @@ int main(void) { return 0; }
     );
     // The link specs keep the source name (the profile database and the rational programs
     // are keyed by the mangled one), and the name the tools show follows from them.
-    let specs = klaraptor::linkspec::scan_bytes(
+    let specs = klaraptor_spec::link::scan_bytes(
         &std::fs::read(d.path().join("t.o")).unwrap(),
         Path::new("t.o"),
     )
     .unwrap();
     let mut names: Vec<String> = specs
         .iter()
-        .map(|s| klaraptor::names::instance_name(&s.name, &s.mangled))
+        .map(|s| klaraptor_spec::names::instance_name(&s.name, &s.mangled))
         .collect();
     names.sort();
     assert_eq!(names, ["plain", "scale<16>", "scale<3>"]);
@@ -590,9 +590,9 @@ int main(void) {
         .unwrap();
     let log = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{log}");
-    let decisions: Vec<klaraptor::validate::Decision> = log
+    let decisions: Vec<klaraptor_program::validate::Decision> = log
         .lines()
-        .filter_map(klaraptor::validate::parse_decision)
+        .filter_map(klaraptor_program::validate::parse_decision)
         .map(|d| d.unwrap())
         .collect();
     assert_eq!(decisions.len(), 2, "{log}");
@@ -604,7 +604,7 @@ int main(void) {
         ("_Z5scaleILi3EEvPfi", "scale<3>", 256, "program"),
         ("_Z5scaleILi16EEvPfi", "scale<16>", 64, "forced"),
     ] {
-        let k = klaraptor::validate::KernelName::new("scale", mangled, all.iter().copied());
+        let k = klaraptor_program::validate::KernelName::new("scale", mangled, all.iter().copied());
         let mine: Vec<_> = decisions.iter().filter(|d| k.matches(&d.kernel)).collect();
         assert_eq!(mine.len(), 1, "{name}: {log}");
         assert_eq!(mine[0].kernel, name, "{log}");

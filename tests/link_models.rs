@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use klaraptor::linkspec::{scan_bytes, LinkSpec};
-use klaraptor::rational::{self, RationalProgram};
 use klaraptor_profiler::db::ProfileDb;
+use klaraptor_program::rational::{self, RationalProgram};
+use klaraptor_spec::link::{scan_bytes, LinkSpec};
 
 const MM: &str = "_Z2mmPKfS0_Pfi";
 const SAXPY: &str = "_Z5saxpyfPKfPfi";
@@ -266,7 +266,7 @@ fn inspect_lists_both_kernels_with_device_and_fit_quality() {
         ] {
             assert!(block.contains(&want), "{want:?} missing:\n{block}");
         }
-        for m in klaraptor::metrics::METRICS {
+        for m in klaraptor_program::metrics::METRICS {
             let line = block
                 .lines()
                 .find(|l| l.trim_start().starts_with(&format!("{m} ")))

@@ -23,11 +23,11 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use klaraptor::gpu_profile::{self, Outcome, Settings, Target};
-use klaraptor::linkspec::LinkSpec;
-use klaraptor::profile_cmd::{execute, ProfileCommand};
 use klaraptor_profiler::db::{ProfileDb, Status};
+use klaraptor_profiler::gpu_profile::{self, Outcome, Settings, Target};
+use klaraptor_profiler::profile_cmd::{execute, ProfileCommand};
 use klaraptor_profiler::record::{self, DeviceId, Sample};
+use klaraptor_spec::link::LinkSpec;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const CUDA_INCLUDE: &str = env!("KLARAPTOR_RT_CUDA_INCLUDE");
@@ -128,7 +128,7 @@ fn profile(
     std::fs::create_dir_all(&scratch).unwrap();
     let plan = scratch.join("plan");
     let owned: Vec<LinkSpec> = specs.iter().map(|s| (*s).clone()).collect();
-    std::fs::write(&plan, klaraptor::profiling::plan_file(&owned)).unwrap();
+    std::fs::write(&plan, klaraptor_profiler::plan::plan_file(&owned)).unwrap();
     let dev = device();
     let target = Target {
         db: &db,
@@ -505,7 +505,7 @@ fn child_link() {
 
 /// The shapes of vadd's plan with at least `threads` threads, sorted.
 fn planned_from(spec: &LinkSpec, threads: u32) -> Vec<[u32; 3]> {
-    let mut v: Vec<[u32; 3]> = klaraptor::profiling::plan_shapes_for(spec)
+    let mut v: Vec<[u32; 3]> = klaraptor_profiler::plan::plan_shapes_for(spec)
         .into_iter()
         .filter(|b| b[0] * b[1] * b[2] >= threads)
         .collect();
@@ -539,7 +539,7 @@ fn shapes_that_fault_lose_only_themselves_and_are_never_chosen() {
     assert_eq!(entries.len(), 1);
     let e = &entries[0];
     assert_eq!(e.incompleteness(), None);
-    let mut planned = klaraptor::profiling::plan_shapes_for(&spec);
+    let mut planned = klaraptor_profiler::plan::plan_shapes_for(&spec);
     planned.sort();
     let faulting = planned_from(&spec, 288);
     assert_eq!(faulting.len(), 6, "{faulting:?}");
@@ -572,7 +572,7 @@ fn shapes_that_fault_lose_only_themselves_and_are_never_chosen() {
 
     // The model: a faulted shape is never a candidate, nor a shape the profile did not run
     // that has as many threads as one that faulted; those that ran are.
-    let prog = klaraptor::rational::build(&spec, e, &dir).unwrap();
+    let prog = klaraptor_program::rational::build(&spec, e, &dir).unwrap();
     let mut faulted = prog.faulted.clone();
     faulted.sort();
     assert_eq!(faulted, faulting);
@@ -594,11 +594,11 @@ fn shapes_that_fault_lose_only_themselves_and_are_never_chosen() {
         .all(|r| r.block[0] < 288));
     // The manifest keeps them (and one written before loads without them).
     let json = serde_json::to_string(&prog).unwrap();
-    let back: klaraptor::rational::RationalProgram = serde_json::from_str(&json).unwrap();
+    let back: klaraptor_program::rational::RationalProgram = serde_json::from_str(&json).unwrap();
     assert_eq!(back.faulted, prog.faulted);
     let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
     old.as_object_mut().unwrap().remove("faulted");
-    let old: klaraptor::rational::RationalProgram = serde_json::from_value(old).unwrap();
+    let old: klaraptor_program::rational::RationalProgram = serde_json::from_value(old).unwrap();
     assert!(old.faulted.is_empty());
 }
 
@@ -628,7 +628,7 @@ fn a_fault_in_a_profiler_session_blames_no_shape_until_each_runs_alone() {
             assert!(s.error.is_none() && s.counters.is_some(), "{s:?}");
         }
     }
-    let prog = klaraptor::rational::build(&spec, e, &dir).unwrap();
+    let prog = klaraptor_program::rational::build(&spec, e, &dir).unwrap();
     assert_eq!(prog.faulted, faulting);
     assert!(prog.candidates.contains(&[1, 1, 1]));
 }
@@ -693,7 +693,7 @@ fn the_runtime_stops_at_a_fault_and_resumes_without_the_shapes_done() {
     let plan = dir.join("plan");
     std::fs::write(
         &plan,
-        klaraptor::profiling::plan_file(std::slice::from_ref(&spec)),
+        klaraptor_profiler::plan::plan_file(std::slice::from_ref(&spec)),
     )
     .unwrap();
     let run = |name: &str, skip: Option<&str>| {
@@ -712,7 +712,7 @@ fn the_runtime_stops_at_a_fault_and_resumes_without_the_shapes_done() {
             cmd.env("KLARAPTOR_PROFILE_SKIP", f);
         }
         let o = cmd.output().unwrap();
-        let samples = klaraptor::profiling::read_samples(&out, &spec.mangled).unwrap();
+        let samples = klaraptor_profiler::plan::read_samples(&out, &spec.mangled).unwrap();
         let stopped = std::fs::read_to_string(out.join("stopped.tsv")).ok();
         (o, samples, stopped)
     };
@@ -757,7 +757,7 @@ fn the_runtime_stops_at_a_fault_and_resumes_without_the_shapes_done() {
     assert!(samples[12].error.as_deref().is_some_and(record::is_fault));
     assert!(stopped.unwrap().contains("\t1000\t320x1x1\t"));
     // Everything at 1000 done: no sweep there; the one at 2000 is swept whole, as a first.
-    let all: Vec<String> = klaraptor::profiling::plan_shapes_for(&spec)
+    let all: Vec<String> = klaraptor_profiler::plan::plan_shapes_for(&spec)
         .iter()
         .map(|b| format!("{}x{}x{}", b[0], b[1], b[2]))
         .collect();

@@ -1,5 +1,5 @@
 //! `klaraptor plan`: the sampling plan of every kernel spec a binary carries, drawn from the
-//! shapes each kernel's constraints allow (profiling::kernel_plan). No nvcc, no GPU: the
+//! shapes each kernel's constraints allow (plan::kernel_plan). No nvcc, no GPU: the
 //! "binary" is a file holding embedded specs as an instrumented object does.
 
 mod common;
@@ -8,8 +8,8 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use klaraptor::linkspec::LinkSpec;
-use klaraptor::profiling;
+use klaraptor_profiler::plan;
+use klaraptor_spec::link::LinkSpec;
 
 fn kernel(
     name: &str,
@@ -95,11 +95,11 @@ fn klaraptor_plan_prints_the_shapes_each_kernel_allows() {
          192x1x1"
     );
     // An unconstrained kernel: the generic plan.
-    let generic: Vec<String> = profiling::plan_shapes(2)
+    let generic: Vec<String> = plan::plan_shapes(2)
         .iter()
         .map(|b| format!("{}x{}x{}", b[0], b[1], b[2]))
         .collect();
     assert_eq!(lines[3], format!("_Z4freePfi {}", generic.join(" ")));
     // The same text the profiling variant's plan file gets.
-    assert_eq!(out, profiling::plan_file(&specs));
+    assert_eq!(out, plan::plan_file(&specs));
 }

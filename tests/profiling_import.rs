@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use klaraptor::linkspec::{scan_bytes, LinkSpec};
-use klaraptor::profiling::{self, import_captures, import_ncu};
 use klaraptor_profiler::db::ProfileDb;
+use klaraptor_profiler::plan::{self, import_captures, import_ncu};
 use klaraptor_profiler::record::{Counters, Entry, Sample};
+use klaraptor_spec::link::{scan_bytes, LinkSpec};
 
 const MM: &str = "_Z2mmPKfS0_Pfi";
 const SAXPY: &str = "_Z5saxpyfPKfPfi";
@@ -102,7 +102,7 @@ fn the_variant_carries_the_sample_specs_and_its_plan() {
     assert_eq!(ids.len(), 2);
     assert!(ids.contains(&MM) && ids.contains(&SAXPY), "{ids:?}");
     let plan = std::fs::read_to_string(variant().with_extension("profile.plan")).unwrap();
-    assert_eq!(plan, profiling::plan_file(&s));
+    assert_eq!(plan, plan::plan_file(&s));
 }
 
 #[test]
@@ -226,7 +226,7 @@ fn saxpy_records_the_refused_shapes_as_failed_samples() {
     // The 1-D plan, in order: the five shapes under one warp break the constraint bx >= 32
     // and were never launched; the 14 others were. saxpy runs on n*n = 4096 elements.
     let blocks: Vec<[u32; 3]> = e.samples.iter().map(|s| s.block).collect();
-    assert_eq!(blocks, profiling::plan_shapes(1));
+    assert_eq!(blocks, plan::plan_shapes(1));
     assert_eq!(e.samples.len(), 19);
     for s in &e.samples {
         assert_eq!(s.sizes, [4096]);
@@ -309,10 +309,9 @@ fn klaraptor_import_stores_the_entries() {
 fn a_launch_log_that_does_not_match_the_csv_is_refused() {
     let csv = std::fs::read_to_string(job().join("ncu.csv")).unwrap();
     let dir = job().join("launches");
-    let log = std::fs::read_to_string(
-        dir.join(format!("{}.launches.jsonl", profiling::stem_in(&dir, MM))),
-    )
-    .unwrap();
+    let log =
+        std::fs::read_to_string(dir.join(format!("{}.launches.jsonl", plan::stem_in(&dir, MM))))
+            .unwrap();
     let (all, _) = import_ncu(&csv, &log, MM).unwrap();
     assert_eq!(all.len(), 66);
 

@@ -80,7 +80,7 @@ fn the_reduce_sample_builds_and_its_plans_hold_powers_of_two() {
 
     // What the object carries to the link: the formulas, the constraints, the recipe.
     let specs =
-        klaraptor::linkspec::scan_bytes(&std::fs::read(dir.join("reduce.o")).unwrap(), &dir)
+        klaraptor_spec::link::scan_bytes(&std::fs::read(dir.join("reduce.o")).unwrap(), &dir)
             .unwrap();
     let spec = |name: &str| {
         specs

@@ -691,7 +691,7 @@ fn profiling_progress_in_launch_mode_reports_every_planned_shape() {
     );
     // The driver reads every line the runtime writes.
     let text = std::fs::read_to_string(&progress).unwrap();
-    let events = klaraptor::profiling::ProgressReader::default().feed(text.as_bytes());
+    let events = klaraptor_profiler::plan::ProgressReader::default().feed(text.as_bytes());
     assert_eq!(events.len(), text.lines().count());
 }
 

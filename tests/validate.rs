@@ -215,8 +215,10 @@ fn check_case(j: &Value, program: &str, job: &str, kernel: &str, sizes: &[i64], 
         }
     }
     // Spearman over the shapes, from the rational program's ranking at that size.
-    let models =
-        klaraptor::rational::load_dir(&klaraptor::rational::models_dir(&binary(program))).unwrap();
+    let models = klaraptor_program::rational::load_dir(&klaraptor_program::rational::models_dir(
+        &binary(program),
+    ))
+    .unwrap();
     let (_, m) = models
         .iter()
         .find(|(_, m)| m.kernel == kernel && m.device.name == "NVIDIA H200")

@@ -7,9 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use klaraptor::linkspec::LinkSpec;
-use klaraptor::validate::{self, Case, Method};
-use klaraptor::validate_cmd::{analyze, table, Validation};
+use klaraptor_program::validate::{self, Case, Method};
+use klaraptor_program::validate_cmd::{analyze, table, Validation};
+use klaraptor_spec::link::LinkSpec;
 
 const R3: &str = "_Z9stencil1dILi3EEvPKfPfi";
 const R16: &str = "_Z9stencil1dILi16EEvPKfPfi";
@@ -71,7 +71,7 @@ fn named_runs() -> tempfile::TempDir {
 }
 
 fn analyse(dir: &Path) -> Validation {
-    let manifests: Vec<_> = klaraptor::rational::load_dir(&fixture().join("models"))
+    let manifests: Vec<_> = klaraptor_program::rational::load_dir(&fixture().join("models"))
         .unwrap()
         .into_iter()
         .map(|(_, p)| p)
@@ -110,7 +110,7 @@ fn case<'a>(v: &'a Validation, job: &str, kernel: &str, n: i64) -> &'a Case {
 /// build's model (the runs were made by the build of 2026-11-26, whose model may rank
 /// otherwise: `klaraptor validate` then notes the disagreement).
 fn first_ranked(mangled: &str, n: i64) -> [u32; 3] {
-    klaraptor::rational::load_dir(&fixture().join("models"))
+    klaraptor_program::rational::load_dir(&fixture().join("models"))
         .unwrap()
         .into_iter()
         .map(|(_, p)| p)

@@ -148,7 +148,7 @@ impl Invocation {
                 }
                 // Objects instrumented by an earlier `klaraptor-cc -c` call the runtime.
                 self.say("linking instrumented objects: adding rational programs and the runtime");
-                let dir = crate::interrupt::Scratch::new("klaraptor-")?;
+                let dir = klaraptor_profiler::interrupt::Scratch::new("klaraptor-")?;
                 let inputs: Vec<PathBuf> = self.view.inputs().map(Path::to_path_buf).collect();
                 let code = self.link(args, inputs, dir.path());
                 if self.cl.has_kl(&KlOption::Keep) {
@@ -331,7 +331,7 @@ impl Invocation {
     /// objects (`-c`) or links, else (`-rdc`, `-lib`, `-ptx`, …) compiled from the prepared
     /// copies with the program's own launch dimensions.
     fn compile_annotated(&self, analyses: &[(PathBuf, Analysis)]) -> Result<i32> {
-        let work = crate::interrupt::Scratch::new("klaraptor-")
+        let work = klaraptor_profiler::interrupt::Scratch::new("klaraptor-")
             .context("creating a temporary directory")?;
         let phase = self.view.phase();
         let code = if matches!(phase, Phase::Compile | Phase::Link | Phase::Run) && !self.view.rdc()
@@ -528,7 +528,7 @@ impl Invocation {
     ) -> Result<Vec<PathBuf>> {
         let bytes = std::fs::read(instrumented)
             .with_context(|| format!("reading {}", instrumented.display()))?;
-        let specs = crate::linkspec::scan_bytes(&bytes, instrumented)?;
+        let specs = klaraptor_spec::link::scan_bytes(&bytes, instrumented)?;
         let mut used = Vec::new();
         let mut parts: Vec<PathBuf> = Vec::new();
         if crate::runtime::calls_runtime(&bytes) {
@@ -585,7 +585,7 @@ impl Invocation {
     /// compile: a database that cannot be read is a warning.
     fn programs_for(
         &self,
-        specs: &[crate::linkspec::LinkSpec],
+        specs: &[klaraptor_spec::link::LinkSpec],
         dir: &Path,
     ) -> (Vec<PathBuf>, Vec<PathBuf>) {
         let mut deps = Vec::new();
@@ -645,7 +645,7 @@ impl Invocation {
         }
         let mut objects = Vec::new();
         let mut programs = Vec::new();
-        let transferred = crate::transfer::expand(&mut wanted);
+        let transferred = klaraptor_program::transfer::expand(&mut wanted);
         for built in crate::link::build_programs(&wanted, &transferred, dir, self.verbose()) {
             match built {
                 Ok(b) => {
@@ -1351,48 +1351,12 @@ fn make_escaped(path: &Path) -> String {
     out
 }
 
-/// Writes `text` to stderr as one write, ignoring errors: klaraptor's own messages must
-/// never fail a build whose stderr is closed (`klaraptor-cc … 2>&1 | head -1`), where
-/// `eprintln!` would panic.
-pub fn stderr_lossy(text: &str) {
-    use std::io::Write;
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(text.as_bytes());
-    let _ = err.flush();
-}
-
-/// Writes `text` to stdout, ignoring errors (a closed pipe: `klaraptor … | head -1`), where
-/// `println!` would panic.
-pub fn stdout_lossy(text: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-}
-
 /// Writes `bytes` to stdout, ignoring errors, as [`stdout_lossy`].
 fn stdout_bytes_lossy(bytes: &[u8]) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(bytes);
     let _ = out.flush();
-}
-
-/// `eprintln!` that ignores write errors ([`stderr_lossy`]): for every message of klaraptor's
-/// own.
-#[macro_export]
-macro_rules! kl_eprintln {
-    ($($arg:tt)*) => {
-        $crate::compile::stderr_lossy(&format!("{}\n", format_args!($($arg)*)))
-    };
-}
-
-/// `println!` that ignores write errors ([`stdout_lossy`]).
-#[macro_export]
-macro_rules! kl_println {
-    ($($arg:tt)*) => {
-        $crate::compile::stdout_lossy(&format!("{}\n", format_args!($($arg)*)))
-    };
 }
 
 fn shell_words(args: &[String]) -> String {
@@ -1448,7 +1412,7 @@ fn hand_to_cache(args: &[String]) -> Option<anyhow::Error> {
 
 /// Entry point of the `klaraptor-cc` binary.
 pub fn main_with(args: Vec<OsString>) -> i32 {
-    crate::interrupt::install();
+    klaraptor_profiler::interrupt::install();
     let args: Vec<String> = args
         .into_iter()
         .map(|a| a.to_string_lossy().into_owned())

@@ -42,8 +42,8 @@ use klaraptor_passes::frontend::Analysis;
 use klaraptor_passes::inject::{self, InjectReport, InjectTarget};
 use klaraptor_spec::spec::KernelSpec;
 
-use crate::codegen;
 use crate::nvcc_args::{Arg, ClangFlags, CommandLine, Role};
+use klaraptor_program::codegen;
 
 /// The tools besides nvcc.
 #[derive(Debug, Clone)]
@@ -262,7 +262,7 @@ pub fn compile_unit(
         verbose,
         "clang++-19 (host object)",
     )?;
-    let hash = crate::linkspec::code_hash(
+    let hash = klaraptor_spec::link::code_hash(
         &std::fs::read_to_string(&ii).with_context(|| format!("reading {}", ii.display()))?,
     );
     finish_object(tools, unit, &host_o, &hash, &report, object, verbose)?;
@@ -306,19 +306,19 @@ fn finish_object(
     let specs = specs_with_detected_shmem(&unit.analysis.specs, report);
     let link_specs: Vec<_> = specs
         .iter()
-        .flat_map(|s| crate::linkspec::LinkSpec::from_spec(s, hash, &cwd))
+        .flat_map(|s| klaraptor_spec::link::LinkSpec::from_spec(s, hash, &cwd))
         .collect();
     std::fs::write(
         &desc_c,
         format!(
             "{}\n{}",
             codegen::descriptors(&unit.source.display().to_string(), &specs),
-            crate::linkspec::c_section(&link_specs)?
+            klaraptor_spec::link::c_section(&link_specs)?
         ),
     )?;
     let desc_o = w.join("kernels.o");
     run(
-        crate::toolchain::HostCc::from_env()?
+        klaraptor_program::host_cc::HostCc::from_env()?
             .command()
             .args(["-std=c99", "-O2", "-fPIC", "-c", "-I"])
             .arg(&inc)
@@ -539,7 +539,7 @@ pub fn compile_unit_clang(
     for b in bytes {
         text.push_str(&format!("{b:02x}"));
     }
-    let hash = crate::linkspec::code_hash(&text);
+    let hash = klaraptor_spec::link::code_hash(&text);
     finish_object(tools, unit, &host_o, &hash, &report, object, verbose)?;
     Ok(report)
 }

@@ -23,12 +23,14 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use klaraptor_profiler::db::ProfileDb;
-use klaraptor_profiler::record::{DeviceId, Entry};
+use klaraptor_profiler::gpu_profile::{
+    carries_runtime, collector_path, current_device, gpu_present, run_recipes, Gpu,
+};
+use klaraptor_profiler::record::Entry;
+use klaraptor_program::rational::{self, kept_variant, ProgramFiles, RationalProgram};
+use klaraptor_spec::link::{scan_inputs, LinkSpec};
 
-use crate::linkspec::{scan_inputs, LinkSpec};
-use crate::profiling;
-use crate::rational::{ProgramFiles, RationalProgram};
-use crate::{gpu_profile, rational, runtime};
+use crate::runtime;
 
 /// What the link needs from the driver.
 pub struct LinkJob<'a> {
@@ -97,50 +99,6 @@ fn replace_output(args: &mut Vec<String>, path: &Path) {
     }
 }
 
-/// Whether this machine has an NVIDIA GPU the profiling variant could run on.
-/// `KLARAPTOR_NO_GPU=1` says no (for tests and for builds that must not profile).
-pub fn gpu_present() -> bool {
-    if std::env::var_os("KLARAPTOR_NO_GPU").is_some_and(|v| v != "0" && !v.is_empty()) {
-        return false;
-    }
-    Path::new("/dev/nvidiactl").exists() || Path::new("/dev/nvidia0").exists()
-}
-
-/// The collector library: `KLARAPTOR_COLLECTOR`, else `libklaraptor_collector.so` beside
-/// the klaraptor-cc executable.
-pub fn collector_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("KLARAPTOR_COLLECTOR") {
-        return Some(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.join("libklaraptor_collector.so");
-    p.is_file().then_some(p)
-}
-
-/// The device the profiling variant runs on (device 0, or the first of
-/// `CUDA_VISIBLE_DEVICES`), from its calibration report: the first profile on a device
-/// calibrates it (`klaraptor device calibrate`, about 10 s), later ones reuse the report.
-/// Returns the device, the driver version and the CUDA runtime version.
-fn current_device(nvcc: &Path) -> Result<(DeviceId, String, String)> {
-    crate::kl_eprintln!("klaraptor-cc: identifying and (once per device) calibrating the GPU");
-    let r = klaraptor_profiler::calibration::ensure_calibrated(nvcc)
-        .context("calibrating the GPU before its first profile")?;
-    let sm = r
-        .attributes
-        .get("MultiProcessorCount")
-        .map_or(0, |v| u32::try_from(*v).unwrap_or(0));
-    Ok((
-        DeviceId {
-            name: r.device.name.clone(),
-            uuid: r.device.uuid.clone(),
-            cc: r.device.cc.clone(),
-            sm_count: sm,
-        },
-        r.device.driver_version.clone(),
-        r.device.runtime_version.clone(),
-    ))
-}
-
 /// Runs the link; returns nvcc's exit status.
 pub fn link(job: &LinkJob) -> Result<i32> {
     let specs = scan_inputs(job.inputs.iter().map(PathBuf::as_path))?;
@@ -186,7 +144,7 @@ pub fn link(job: &LinkJob) -> Result<i32> {
         crate::kl_eprintln!("klaraptor-cc: warning: {w}");
     }
     // GPUs of a profiled kernel's architecture without a profile of their own.
-    let transferred = crate::transfer::expand(&mut entries);
+    let transferred = klaraptor_program::transfer::expand(&mut entries);
     let mut unmodelled = Vec::new();
     for (s, e) in &entries {
         if e.is_empty() {
@@ -199,7 +157,7 @@ pub fn link(job: &LinkJob) -> Result<i32> {
             .map(|s| {
                 format!(
                     "{} (annotated at {}: {})",
-                    crate::names::instance_name(&s.name, &s.mangled),
+                    klaraptor_spec::names::instance_name(&s.name, &s.mangled),
                     s.annotated_at,
                     why_no_profile(s, job.no_profile, collector_missing, &tried)
                 )
@@ -272,7 +230,7 @@ pub fn link(job: &LinkJob) -> Result<i32> {
             Ok(b) => {
                 job.say(format!(
                     "rational program of {} for {}{}: {}",
-                    crate::names::instance_name(&b.spec.name, &b.spec.mangled),
+                    klaraptor_spec::names::instance_name(&b.spec.name, &b.spec.mangled),
                     b.program.device.name,
                     b.program
                         .transferred_from
@@ -324,7 +282,7 @@ fn check_inputs_carry_runtime(inputs: &[PathBuf]) -> Result<()> {
         let Ok(bytes) = std::fs::read(p) else {
             continue; // nvcc reports missing inputs
         };
-        if runtime::calls_runtime(&bytes) && !runtime::carries_runtime(&bytes) {
+        if runtime::calls_runtime(&bytes) && !carries_runtime(&bytes) {
             bail!(
                 "{} calls the klaraptor runtime but does not carry it: it was instrumented by \
                  an older klaraptor-cc; rebuild it with this one ({})",
@@ -343,7 +301,7 @@ fn carried_models(inputs: &[PathBuf]) -> Result<Vec<RationalProgram>> {
         let Ok(bytes) = std::fs::read(p) else {
             continue;
         };
-        out.extend(crate::linkspec::scan_models(&bytes, p)?);
+        out.extend(klaraptor_program::manifests::scan_models(&bytes, p)?);
     }
     Ok(out)
 }
@@ -385,7 +343,7 @@ impl NotBuilt {
 /// an `Err`: the caller says why, and the kernel keeps the program's own launch.
 pub fn build_programs(
     wanted: &[(LinkSpec, Vec<Entry>)],
-    transferred: &crate::transfer::Transferred,
+    transferred: &klaraptor_program::transfer::Transferred,
     staging: &Path,
     verbose: bool,
 ) -> Vec<std::result::Result<BuiltProgram, NotBuilt>> {
@@ -411,7 +369,7 @@ pub fn build_programs(
                     device: e.device.name.clone(),
                     how: format!(
                         "no rational program of {} (annotated at {}) for {}: {err:#}",
-                        crate::names::instance_name(&s.name, &s.mangled),
+                        klaraptor_spec::names::instance_name(&s.name, &s.mangled),
                         s.annotated_at,
                         e.device.name
                     ),
@@ -433,9 +391,12 @@ pub fn manifests_object(
     std::fs::create_dir_all(&dir)?;
     let src = dir.join("manifests.c");
     let obj = dir.join("manifests.o");
-    std::fs::write(&src, crate::linkspec::c_models_section(programs)?)
-        .with_context(|| format!("writing {}", src.display()))?;
-    crate::toolchain::HostCc::from_env()?.compile(
+    std::fs::write(
+        &src,
+        klaraptor_program::manifests::c_models_section(programs)?,
+    )
+    .with_context(|| format!("writing {}", src.display()))?;
+    klaraptor_program::host_cc::HostCc::from_env()?.compile(
         &["-std=c99", "-O2", "-fPIC"],
         &src,
         &obj,
@@ -474,7 +435,7 @@ fn why_no_profile(
 fn publish(staging: &Path, dir: &Path) -> Result<()> {
     let tmp = dir.with_extension("klaraptor-new");
     let _ = std::fs::remove_dir_all(&tmp);
-    let _interrupted = crate::interrupt::guard(&tmp);
+    let _interrupted = klaraptor_profiler::interrupt::guard(&tmp);
     std::fs::create_dir_all(&tmp)?;
     for e in std::fs::read_dir(staging)? {
         let p = e?.path();
@@ -503,16 +464,6 @@ fn keep_variant(variant: &Path, output: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Where the link keeps the profiling variant of `output`:
-/// `<output>.klaraptor/<output's file name>.profiling`.
-pub fn kept_variant(output: &Path) -> PathBuf {
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    rational::models_dir(output).join(format!("{name}.profiling"))
-}
-
 /// Links the profiling variant to `path` and writes its plan to `<path>.plan`.
 fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path) -> Result<()> {
     // The objects carry the profiling runtime: the program as linked, without rational
@@ -522,7 +473,7 @@ fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path) -> Result<()> {
         bail!("linking the profiling variant failed ({status})");
     }
     let plan = PathBuf::from(format!("{}.plan", path.display()));
-    std::fs::write(&plan, profiling::plan_file(specs))
+    std::fs::write(&plan, klaraptor_profiler::plan::plan_file(specs))
         .with_context(|| format!("writing {}", plan.display()))?;
     crate::kl_eprintln!(
         "klaraptor-cc: profiling variant: {} (plan {})",
@@ -530,69 +481,6 @@ fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path) -> Result<()> {
         plan.display()
     );
     Ok(())
-}
-
-/// The GPU the recipes run on, and the collector that measures them.
-pub struct Gpu {
-    pub device: DeviceId,
-    pub driver: String,
-    pub cuda: String,
-    pub collector: PathBuf,
-}
-
-impl Gpu {
-    /// This machine's GPU (calibrated once per device, `current_device`) and the collector
-    /// ([`collector_path`]); an error says what is missing.
-    pub fn here(nvcc: &Path) -> Result<Gpu> {
-        let Some(collector) = collector_path() else {
-            bail!(
-                "the collector (libklaraptor_collector.so beside klaraptor-cc, or \
-                 KLARAPTOR_COLLECTOR) was not found"
-            );
-        };
-        let (device, driver, cuda) = current_device(nvcc)?;
-        Ok(Gpu {
-            device,
-            driver,
-            cuda,
-            collector,
-        })
-    }
-}
-
-/// Runs the profile recipes of `specs` on `gpu` (the program they run must be in place: a
-/// binary carrying the runtime profiles when told to, runtime.rs) and stores the entries
-/// in `db`, one kernel at a time under the GPU's lock (gpu_profile.rs); `dir` is scratch.
-/// Returns one outcome per spec.
-pub fn run_recipes(
-    gpu: &Gpu,
-    specs: &[&LinkSpec],
-    db: &ProfileDb,
-    dir: &Path,
-    verbose: bool,
-) -> Result<Vec<gpu_profile::Outcome>> {
-    let plan = dir.join("plan");
-    let specs_owned: Vec<LinkSpec> = specs.iter().map(|s| (*s).clone()).collect();
-    std::fs::write(&plan, profiling::plan_file(&specs_owned))
-        .with_context(|| format!("writing {}", plan.display()))?;
-    let (runs, warmup) = (5, 1);
-    let settings = gpu_profile::Settings::from_env()?;
-    let lock_dir = klaraptor_profiler::calibration::Cache::from_env()?.devices_dir();
-    let target = gpu_profile::Target {
-        db,
-        device: &gpu.device,
-        driver_version: &gpu.driver,
-        cuda_version: &gpu.cuda,
-        lock_dir: &lock_dir,
-        scratch: dir,
-        plan: &plan,
-        collector: &gpu.collector.display().to_string(),
-        runs,
-        warmup,
-        verbose,
-        settings,
-    };
-    gpu_profile::profile_kernels(&target, specs)
 }
 
 /// Profiles `specs` on this machine's GPU and stores the entries (one kernel at a time under
@@ -636,7 +524,7 @@ fn profile(
         }
         Err(e) => return Err(e),
     };
-    let dir = profiling::scratch(job.work)?;
+    let dir = klaraptor_profiler::plan::scratch(job.work)?;
     // The recipe runs the program by the name the user gave it: the variant goes there, and
     // the final link replaces it.
     // The objects carry the profiling runtime: the program as linked is the variant.

@@ -15,10 +15,6 @@ use anyhow::{bail, Context, Result};
 /// The runtime every instrumented object carries, as build.rs made it.
 pub const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/klaraptor_rt_embedded.o"));
 
-/// The string by which an object, archive or binary shows it carries [`EMBEDDED`]
-/// (runtime-shim/src/klaraptor_embed.c).
-pub const EMBEDDED_MARKER: &[u8] = b"KLARAPTOR-RT-EMBEDDED v1";
-
 /// The launch entry point of the carried runtime: an instrumented object's calls of the CUDA
 /// runtime's `__cudaLaunchKernel` are renamed to it, so that the carried profiling runtime
 /// sees them when asked to profile (it passes every launch on otherwise).
@@ -29,13 +25,6 @@ pub fn embedded(dir: &Path) -> Result<PathBuf> {
     let p = dir.join("klaraptor_rt_embedded.o");
     std::fs::write(&p, EMBEDDED).with_context(|| format!("writing {}", p.display()))?;
     Ok(p)
-}
-
-/// Whether `bytes` (an object, archive or binary) carries the runtime.
-pub fn carries_runtime(bytes: &[u8]) -> bool {
-    bytes
-        .windows(EMBEDDED_MARKER.len())
-        .any(|w| w == EMBEDDED_MARKER)
 }
 
 /// `objcopy`: `KLARAPTOR_OBJCOPY`, else `objcopy` on the PATH.

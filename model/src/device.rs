@@ -554,6 +554,15 @@ const ATTRIBUTES: &[AttrField] = &[
 ];
 
 impl Device {
+    /// Whether block `b` is within the device's limits (threads per block, each dimension).
+    pub fn within_limits(&self, b: [u32; 3]) -> bool {
+        b[0] <= self.max_block_dim[0]
+            && b[1] <= self.max_block_dim[1]
+            && b[2] <= self.max_block_dim[2]
+            && u64::from(b[0]) * u64::from(b[1]) * u64::from(b[2])
+                <= u64::from(self.max_threads_per_block)
+    }
+
     /// The architecture table's description of compute capability `major.minor`, with the
     /// reference board's SM count and clocks.
     pub fn for_arch(major: u32, minor: u32) -> Result<Device, DeviceError> {

@@ -15,8 +15,10 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use klaraptor::validate::parse_block;
-pub use klaraptor::validate::{parse_decision, read_decisions, read_records, Decision, Sweep};
+use klaraptor_program::validate::parse_block;
+pub use klaraptor_program::validate::{
+    parse_decision, read_decisions, read_records, Decision, Sweep,
+};
 
 /// The machine a phase ran on (env.txt).
 #[derive(Debug, Clone, Default, PartialEq)]

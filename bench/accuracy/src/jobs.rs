@@ -18,8 +18,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use klaraptor::linkspec::{self, LinkSpec};
-use klaraptor::{profiling, rational};
+use klaraptor_profiler::plan;
+use klaraptor_program::rational;
+use klaraptor_spec::link::{self, LinkSpec};
 
 use crate::sizes::Sizes;
 
@@ -49,7 +50,7 @@ pub fn specs_of(binary: &Path) -> Result<Vec<LinkSpec>> {
             binary.display()
         )
     })?;
-    let specs = linkspec::scan_bytes(&bytes, binary)?;
+    let specs = link::scan_bytes(&bytes, binary)?;
     if specs.is_empty() {
         bail!(
             "{} holds no klaraptor kernel specs: it is not a binary klaraptor-cc linked",
@@ -78,7 +79,7 @@ pub fn recipes(program: &str, specs: &[LinkSpec], sizes: &Sizes) -> Result<Vec<S
             continue;
         }
         for size in &s.profile_sizes {
-            let cmd = profiling::recipe_command(s, size)?;
+            let cmd = plan::recipe_command(s, size)?;
             if !out.contains(&cmd) {
                 out.push(cmd);
             }
@@ -149,7 +150,7 @@ pub fn write(study: &Path, sizes: &Sizes, programs: &[String]) -> Result<Written
             );
         }
         std::fs::write(dir.join("kernels.tsv"), tsv)?;
-        std::fs::write(dir.join(format!("{p}.plan")), profiling::plan_file(&specs))?;
+        std::fs::write(dir.join(format!("{p}.plan")), plan::plan_file(&specs))?;
         let mut cands = String::from("# every candidate shape (an exhaustive search)\n");
         for s in &specs {
             cands.push_str(&plan_line(s));
@@ -158,10 +159,7 @@ pub fn write(study: &Path, sizes: &Sizes, programs: &[String]) -> Result<Written
         // Profile jobs.
         let recipes = recipes(p, &specs, sizes)?;
         std::fs::write(dir.join("recipes.txt"), recipes.join("\n") + "\n")?;
-        let shapes_per_run: usize = specs
-            .iter()
-            .map(|s| profiling::plan_shapes_for(s).len())
-            .sum();
+        let shapes_per_run: usize = specs.iter().map(|s| plan::plan_shapes_for(s).len()).sum();
         for (i, cmd) in recipes.iter().enumerate() {
             check_command(cmd)?;
             let est = RUN_OVERHEAD_S + PROFILE_S_PER_SHAPE * shapes_per_run as f64;

@@ -38,7 +38,7 @@ pub struct Written {
 pub fn gpu_tag(name: &str) -> String {
     let n = name.trim();
     let n = n.strip_prefix("NVIDIA ").unwrap_or(n);
-    let out = klaraptor::rational::slug(n);
+    let out = klaraptor_program::rational::slug(n);
     if out.is_empty() {
         "gpu".into()
     } else {

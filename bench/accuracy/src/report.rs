@@ -4,18 +4,18 @@ use std::fmt::Write as _;
 
 use crate::study::{self, Case, Method, Study};
 
-pub use klaraptor::validate::{MethodSummary, Record};
+pub use klaraptor_program::validate::{MethodSummary, Record};
 
 /// The records of `accuracy-<gpu>-<date>.json`: one per case × method.
 pub fn records(st: &Study) -> Vec<Record> {
-    klaraptor::validate::records(&st.cases)
+    klaraptor_program::validate::records(&st.cases)
 }
 
 /// The summary of `accuracy-<gpu>-<date>-summary.json`: one line per compared method, with
 /// settled's counts of cases that did not settle and that are more than 3 % slower than
 /// default, and profiled_best's of cases without a profile.
 pub fn summary(st: &Study) -> Vec<MethodSummary> {
-    klaraptor::validate::summaries(&st.cases)
+    klaraptor_program::validate::summaries(&st.cases)
 }
 
 /// One case of two sweeps: the same job, kernel and sizes.

@@ -14,7 +14,7 @@
 //!   than default;
 //! - **profiled_best**: the fastest shape of the kernel's profile (the study database's entry
 //!   its rational program was built from, else the profile phase's records) at the profiled
-//!   size nearest in the logarithm of the sizes ([`klaraptor::validate::profiled_best`]);
+//!   size nearest in the logarithm of the sizes ([`klaraptor_program::validate::profiled_best`]);
 //! - **default**: the program's own shape (the block `KLARAPTOR_DISABLE=1 --time` reports,
 //!   read back from the device: 32×8 for 2-D kernels, 256 for 1-D ones);
 //! - **occupancy**: the block size `cudaOccupancyMaxPotentialBlockSize` returns (the
@@ -29,12 +29,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use klaraptor::rational::{self, RationalProgram};
-use klaraptor::validate::{
+use klaraptor_profiler::db::ProfileDb;
+use klaraptor_program::rational::{self, RationalProgram};
+use klaraptor_program::validate::{
     self as kv, occupancy_shape, shape_text, ProfileTimes, Refines, OCCUPANCY_API,
 };
-pub use klaraptor::validate::{spearman, stats, Case, Method, Pick, Stats};
-use klaraptor_profiler::db::ProfileDb;
+pub use klaraptor_program::validate::{spearman, stats, Case, Method, Pick, Stats};
 
 use crate::inputs::{self, Decision, Env, SummaryRow, TimingOutput};
 use crate::sizes::Sizes;
@@ -481,7 +481,9 @@ fn build_case(
         .find(|d| log_name.matches(&d.kernel) && d.sizes() == sizes);
     let mut k = Pick::default();
     match decision {
-        Some(d) => k = klaraptor::validate::decision_pick(d, model_first, "the instrumented build"),
+        Some(d) => {
+            k = klaraptor_program::validate::decision_pick(d, model_first, "the instrumented build")
+        }
         None => {
             if let Some(f) = model_first {
                 k.block = Some(f);

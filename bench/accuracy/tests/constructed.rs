@@ -9,15 +9,15 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use klaraptor::linkspec::LinkSpec;
-use klaraptor::profiling::kernel_stem;
-use klaraptor::rational::{self, RationalProgram};
 use klaraptor_accuracy::sizes::Sizes;
 use klaraptor_accuracy::study::{self, Method, Paths, Study};
 use klaraptor_profiler::db::ProfileDb;
+use klaraptor_profiler::plan::kernel_stem;
 use klaraptor_profiler::record::{
     Counters, DeviceId, Entry, KernelId, Plan, Sample, FORMAT_VERSION,
 };
+use klaraptor_program::rational::{self, RationalProgram};
+use klaraptor_spec::link::LinkSpec;
 
 const GPU_LINE: &str = "NVIDIA H200, GPU-00000000-0000-0000-0000-000000000000, 9.0, 580.00.00";
 

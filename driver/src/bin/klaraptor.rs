@@ -37,7 +37,7 @@ enum Cmd {
     /// Show which nvcc and CUDA installation klaraptor-cc uses.
     Toolchain,
     /// Calibrate this machine's GPU for the performance model, or show the cached figures.
-    Device(klaraptor::device_cmd::DeviceArgs),
+    Device(klaraptor_profiler::device_cmd::DeviceArgs),
     /// List the rational programs of a binary (or of every binary in a build directory):
     /// kernels, the C of each, the device each was built for, and the fit quality.
     Inspect {
@@ -60,10 +60,10 @@ enum Cmd {
         device: Option<String>,
     },
     /// Look into the profile database and clean it: list, show, prune.
-    Profile(klaraptor::profile_cmd::ProfileArgs),
+    Profile(klaraptor_profiler::profile_cmd::ProfileArgs),
     /// Look into the choices cache (the launch shapes an instrumented program settled on
     /// by timing its first launches, kept across runs) and clean it: list, show, prune.
-    Choices(klaraptor::choices_cmd::ChoicesArgs),
+    Choices(klaraptor_profiler::choices_cmd::ChoicesArgs),
     /// Print what a profiling variant (klaraptor-cc --kl-profiling-variant=…) profiles: its
     /// sampling plan (the file KLARAPTOR_PROFILE_PLAN names), or with --candidates every
     /// candidate shape of its kernels (an exhaustive search), or with --recipes the recipe
@@ -95,7 +95,7 @@ enum Cmd {
     /// annotated kernels, then the program itself; prints per kernel and data size the
     /// optimum, klaraptor's choice, the program's own shape, their ratios and the rank
     /// correlation of predicted and measured times.
-    Validate(klaraptor::validate_cmd::ValidateArgs),
+    Validate(klaraptor_program::validate_cmd::ValidateArgs),
 }
 
 fn main() -> ExitCode {
@@ -110,12 +110,12 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Cmd::Device(args) => klaraptor::device_cmd::run(args),
-        Cmd::Profile(args) => klaraptor::profile_cmd::run(args),
-        Cmd::Choices(args) => klaraptor::choices_cmd::run(args),
-        Cmd::Validate(args) => klaraptor::validate_cmd::run(args),
+        Cmd::Device(args) => klaraptor_profiler::device_cmd::run(args, &find_nvcc),
+        Cmd::Profile(args) => klaraptor_profiler::profile_cmd::run(args, &find_nvcc),
+        Cmd::Choices(args) => klaraptor_profiler::choices_cmd::run(args),
+        Cmd::Validate(args) => klaraptor_program::validate_cmd::run(args),
         Cmd::Inspect { target } => {
-            klaraptor::inspect_cmd::inspect(&target)?;
+            klaraptor_program::inspect_cmd::inspect(&target)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Explain {
@@ -124,7 +124,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             size,
             device,
         } => {
-            klaraptor::inspect_cmd::explain(&target, &kernel, &size, device.as_deref())?;
+            klaraptor_program::inspect_cmd::explain(&target, &kernel, &size, device.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Plan {
@@ -133,7 +133,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             recipes,
         } => {
             let bytes = std::fs::read(&binary)?;
-            let specs = klaraptor::linkspec::scan_bytes(&bytes, &binary)?;
+            let specs = klaraptor_spec::link::scan_bytes(&bytes, &binary)?;
             if specs.is_empty() {
                 anyhow::bail!("{} holds no klaraptor kernel specs", binary.display());
             }
@@ -141,7 +141,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let mut seen = std::collections::BTreeSet::new();
                 for s in &specs {
                     for size in &s.profile_sizes {
-                        let cmd = klaraptor::profiling::recipe_command(s, size)?;
+                        let cmd = klaraptor_profiler::plan::recipe_command(s, size)?;
                         if seen.insert(cmd.clone()) {
                             klaraptor::kl_println!("{cmd}");
                         }
@@ -150,14 +150,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else if candidates {
                 klaraptor::kl_println!("# every candidate shape (an exhaustive search)");
                 for s in &specs {
-                    let shapes: Vec<String> = klaraptor::rational::candidates(s.dim)
+                    let shapes: Vec<String> = klaraptor_spec::spec::candidate_blocks(s.dim)
                         .iter()
                         .map(|b| format!("{}x{}x{}", b[0], b[1], b[2]))
                         .collect();
                     klaraptor::kl_println!("{} {}", s.mangled, shapes.join(" "));
                 }
             } else {
-                klaraptor::compile::stdout_lossy(&klaraptor::profiling::plan_file(&specs));
+                klaraptor_profiler::console::stdout_lossy(&klaraptor_profiler::plan::plan_file(
+                    &specs,
+                ));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -170,7 +172,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(p) => klaraptor_profiler::db::ProfileDb::open(p)?,
                 None => klaraptor_profiler::db::ProfileDb::locate()?,
             };
-            let entries = klaraptor::profiling::import_captures(&binary, &captures)?;
+            let entries = klaraptor_profiler::plan::import_captures(&binary, &captures)?;
             for e in &entries {
                 let ok = e.samples.iter().filter(|s| s.error.is_none()).count();
                 let path = db.put(e)?;
@@ -237,4 +239,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// The nvcc that builds what a command compiles on the GPU machine (the calibration
+/// benchmark): the driver's toolchain discovery.
+fn find_nvcc() -> anyhow::Result<std::path::PathBuf> {
+    Ok(Toolchain::discover(None)?.nvcc)
 }

@@ -3,8 +3,8 @@
 //! accuracy-report diag <manifest.json> <records dir> <size,size..>
 
 use anyhow::{Context, Result};
-use klaraptor::rational::RationalProgram;
-use klaraptor::validate;
+use klaraptor_program::rational::RationalProgram;
+use klaraptor_program::validate;
 
 pub fn run(a: &[String]) -> Result<()> {
     let [manifest, records, size] = a else {

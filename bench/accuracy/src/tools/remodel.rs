@@ -17,9 +17,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use klaraptor::linkspec::LinkSpec;
-use klaraptor::rational::{self, RationalProgram};
 use klaraptor_profiler::db::ProfileDb;
+use klaraptor_program::rational::{self, RationalProgram};
+use klaraptor_spec::link::LinkSpec;
 
 pub fn run(args: &[String]) -> Result<()> {
     let (study, db) = match args {

@@ -5,10 +5,10 @@
 //! With a profile database (`--db`, default `.dev/study-db` when it exists), it also replays
 //! `profiled_best`: the fastest shape of the profile each rational program was built from, at
 //! the profiled size nearest to the case's in the logarithm of the sizes
-//! (`klaraptor::validate::profiled_best`, what the study and `klaraptor validate` use), looked
+//! (`klaraptor_program::validate::profiled_best`, what the study and `klaraptor validate` use), looked
 //! up in the same sweep; and lists the kernels where it beats the model by more than 5 %.
 //!
-//! Per kernel it prints the link's decision (`klaraptor::decide`: chosen by, the held-out
+//! Per kernel it prints the link's decision (`klaraptor_program::decide`: chosen by, the held-out
 //! scores; with `-v` every fold) beside the sweep's geomeans of klaraptor (the decided
 //! choice), the model alone and profiled_best, and lists the kernels below 0.95 × their
 //! profiled_best. `KL_REPLAY_DUMP=<file>` appends one line per case (program, kernel,
@@ -31,8 +31,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use klaraptor::{rational, validate};
 use klaraptor_profiler::db::ProfileDb;
+use klaraptor_program::{rational, validate};
 
 /// One kernel × size of a sweep.
 struct Row {
@@ -46,7 +46,7 @@ struct Row {
     /// The model's own first-ranked shape (before the link's decision) and its ratio.
     model_pick: [u32; 3],
     model_ratio: f64,
-    /// Who chooses (the link's decision, `klaraptor::decide`).
+    /// Who chooses (the link's decision, `klaraptor_program::decide`).
     chosen_by: &'static str,
     /// The documented default (256, 32×8) and its ratio (NaN: not measured).
     default: f64,

@@ -56,10 +56,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use klaraptor_profiler::record::{Counters, Entry, Sample};
 use serde::{Deserialize, Serialize};
 
-use crate::linkspec::LinkSpec;
 use crate::metrics;
 use crate::rational::{self, RationalProgram};
 use crate::validate::{self, ProfileSample};
+use klaraptor_spec::link::LinkSpec;
 
 /// Profiled sizes of less work a fold's fit needs below its held-out size.
 pub const MIN_FOLD_SIZES: usize = 3;

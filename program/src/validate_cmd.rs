@@ -44,9 +44,9 @@ use serde::Serialize;
 
 use klaraptor_profiler::db::{LocateEnv, ProfileDb};
 
-use crate::linkspec::{scan_bytes, LinkSpec};
 use crate::rational::{self, RationalProgram};
 use crate::validate::{self, shape_text, Case, Decision, Method, Pick};
+use klaraptor_spec::link::{scan_bytes, LinkSpec};
 
 /// What tells a profiling variant from the program itself: the profiling runtime
 /// (runtime-shim/src/klaraptor_prof.c) reads this variable.
@@ -152,7 +152,7 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
         from.clone()
     } else {
         let variant = find_variant(&args.binary, args.variant.as_deref(), &chosen)?;
-        if !crate::link::gpu_present() {
+        if !klaraptor_profiler::gpu_profile::gpu_present() {
             bail!(
                 "no GPU on this machine (no /dev/nvidiactl or /dev/nvidia0{}): run klaraptor \
                  validate where the program runs, or run it there with --out <dir> and analyse \
@@ -196,14 +196,14 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
         v.notes
             .push(format!("no profile database ({e:#}): no profiled_best"));
     }
-    crate::compile::stdout_lossy(&table(&v));
+    klaraptor_profiler::console::stdout_lossy(&table(&v));
     if let Some(j) = &args.json {
         let text = serde_json::to_string_pretty(&json(&v, &args.binary))? + "\n";
         std::fs::write(j, text).with_context(|| format!("writing {}", j.display()))?;
-        crate::kl_eprintln!("klaraptor validate: wrote {}", j.display());
+        klaraptor_profiler::kl_eprintln!("klaraptor validate: wrote {}", j.display());
     }
     if args.out.is_some() {
-        crate::kl_eprintln!(
+        klaraptor_profiler::kl_eprintln!(
             "klaraptor validate: the runs' records and logs are in {}",
             dir.display()
         );
@@ -294,7 +294,7 @@ pub fn find_variant(binary: &Path, given: Option<&Path>, kernels: &[LinkSpec]) -
     let path = match given {
         Some(p) => p.to_path_buf(),
         None => {
-            let p = crate::link::kept_variant(binary);
+            let p = crate::rational::kept_variant(binary);
             if !p.is_file() {
                 bail!(
                     "no profiling variant of {b}: {p} does not exist (klaraptor-cc keeps one \
@@ -343,7 +343,7 @@ pub fn find_variant(binary: &Path, given: Option<&Path>, kernels: &[LinkSpec]) -
 pub fn find_collector(given: Option<&Path>) -> Result<PathBuf> {
     let p = match given {
         Some(p) => p.to_path_buf(),
-        None => crate::link::collector_path().context(
+        None => klaraptor_profiler::gpu_profile::collector_path().context(
             "no collector: pass --collector <path of libklaraptor_collector.so>, set \
              KLARAPTOR_COLLECTOR, or put libklaraptor_collector.so beside klaraptor (cargo \
              build --release -p klaraptor-collector builds it)",
@@ -355,7 +355,7 @@ pub fn find_collector(given: Option<&Path>) -> Result<PathBuf> {
         .windows(TIME_ONLY_MARK.len())
         .any(|w| w == TIME_ONLY_MARK)
     {
-        crate::kl_eprintln!(
+        klaraptor_profiler::kl_eprintln!(
             "klaraptor validate: warning: {} has no time-only mode ({}): every shape will also \
              run the profiler's passes, which takes much longer (the times are still event \
              times)",
@@ -364,64 +364,6 @@ pub fn find_collector(given: Option<&Path>) -> Result<PathBuf> {
         );
     }
     Ok(p)
-}
-
-/// Splits an argument string as a shell would for plain words: blanks separate, single and
-/// double quotes group, a backslash escapes the next character (outside single quotes).
-pub fn split_args(s: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            c if c.is_whitespace() => {
-                if in_word {
-                    out.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(x) => cur.push(x),
-                        None => bail!("unbalanced ' in {s:?}"),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(x) => cur.push(x),
-                            None => bail!("a \\ ends {s:?}"),
-                        },
-                        Some(x) => cur.push(x),
-                        None => bail!("unbalanced \" in {s:?}"),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some(x) => cur.push(x),
-                    None => bail!("a \\ ends {s:?}"),
-                }
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        out.push(cur);
-    }
-    Ok(out)
 }
 
 /// The plan of an exhaustive search: every candidate shape of each kernel. Shapes the
@@ -507,7 +449,8 @@ fn sweep_runs(
         .collect();
     let n = args.sizes.len();
     for (i, sizes) in args.sizes.iter().enumerate() {
-        let argv = split_args(sizes).with_context(|| format!("--sizes {sizes:?}"))?;
+        let argv =
+            crate::host_cc::split_args(sizes).with_context(|| format!("--sizes {sizes:?}"))?;
         let dir = out.join(format!("run{}", i + 1));
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
@@ -515,7 +458,7 @@ fn sweep_runs(
         let records = dir.join("records");
         std::fs::create_dir_all(&records)?;
         std::fs::write(dir.join("args"), format!("{sizes}\n"))?;
-        crate::kl_eprintln!(
+        klaraptor_profiler::kl_eprintln!(
             "klaraptor validate: run {}/{n} `{sizes}`: sweeping {} over every candidate shape \
              ({} timed launches per shape after {} warm-up)",
             i + 1,
@@ -556,20 +499,20 @@ fn sweep_runs(
             );
         }
         let swept = validate::read_records(&records)?;
-        crate::kl_eprintln!(
+        klaraptor_profiler::kl_eprintln!(
             "klaraptor validate:   swept {} kernel(s) in {:.1} s (exit status {})",
             swept.len(),
             t.elapsed().as_secs_f64(),
             status_text(vs)
         );
         if vs.is_none() {
-            crate::kl_eprintln!(
+            klaraptor_profiler::kl_eprintln!(
                 "klaraptor validate: warning: the profiling variant ran past --timeout {} s and \
                  was stopped; what it recorded is kept",
                 args.timeout
             );
         } else if swept.is_empty() {
-            crate::kl_eprintln!(
+            klaraptor_profiler::kl_eprintln!(
                 "klaraptor validate: warning: the profiling variant recorded nothing at `{sizes}` \
                  (exit status {}); its last lines:\n{}",
                 status_text(vs),
@@ -607,7 +550,7 @@ fn sweep_runs(
             }
         }
         std::fs::write(dir.join("binary.status"), status_text(bs) + "\n")?;
-        crate::kl_eprintln!(
+        klaraptor_profiler::kl_eprintln!(
             "klaraptor validate:   ran the binary for klaraptor's choice {} in {:.1} s (exit \
              status {})",
             if runs == 1 {
@@ -1194,7 +1137,7 @@ fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
         binary: binary.display().to_string(),
         program: &v.program,
         device: v.device.as_deref(),
-        written_at: crate::now_iso8601(),
+        written_at: klaraptor_profiler::console::now_iso8601(),
         runs: &v.runs,
         summary,
         cases: v
@@ -1257,21 +1200,6 @@ mod tests {
         assert_eq!(cli.args.sizes, ["-s 4096 -q", "-n 5", "--big"]);
         assert_eq!(cli.args.runs, 3);
         assert_eq!(cli.args.binary, Path::new("./app"));
-    }
-
-    #[test]
-    fn argument_splitting() {
-        assert_eq!(split_args("1000 1000").unwrap(), ["1000", "1000"]);
-        assert_eq!(split_args("  -n 5\t--x ").unwrap(), ["-n", "5", "--x"]);
-        assert_eq!(
-            split_args(r#"a 'b c' "d \"e\"" f\ g"#).unwrap(),
-            ["a", "b c", "d \"e\"", "f g"]
-        );
-        assert_eq!(split_args("''").unwrap(), [""]);
-        assert!(split_args("").unwrap().is_empty());
-        assert!(split_args("'a").is_err());
-        assert!(split_args("\"a").is_err());
-        assert!(split_args("a\\").is_err());
     }
 
     #[test]

@@ -11,10 +11,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::spec::KernelSpec;
 use anyhow::{bail, Context, Result};
-use klaraptor_spec::spec::KernelSpec;
 
-use crate::rational::RationalProgram;
 use serde::{Deserialize, Serialize};
 
 const BEGIN: &str = "KLARAPTOR-SPEC-BEGIN v1\n";
@@ -120,7 +119,7 @@ impl LinkSpec {
 }
 
 /// `text` as a C string literal (split at its newlines), for `cc -std=c99`.
-fn c_literal(text: &str) -> String {
+pub fn c_literal(text: &str) -> String {
     let mut lit = String::from("\"");
     for b in text.bytes() {
         match b {
@@ -139,7 +138,7 @@ fn c_literal(text: &str) -> String {
 
 /// The C that embeds `specs` in an object: string constants in section `.klaraptor_spec`.
 pub fn c_section(specs: &[LinkSpec]) -> Result<String> {
-    let mut c = String::from("/* Kernel specs for the link (driver/src/linkspec.rs). */\n");
+    let mut c = String::from("/* Kernel specs for the link (klaraptor-spec, link.rs). */\n");
     for (i, s) in specs.iter().enumerate() {
         let lit = c_literal(&s.embedded()?);
         c.push_str(&format!(
@@ -147,59 +146,6 @@ pub fn c_section(specs: &[LinkSpec]) -> Result<String> {
         ));
     }
     Ok(c)
-}
-
-const MODEL_BEGIN: &str = "KLARAPTOR-MODEL-BEGIN v1\n";
-const MODEL_END: &str = "\nKLARAPTOR-MODEL-END\n";
-
-/// The C that embeds the manifests of `programs` (the rational programs the object or
-/// binary carries) in section `.klaraptor_model`: what `klaraptor inspect` reads from a
-/// binary that no klaraptor link wrote a models directory for, and what tells a klaraptor
-/// link which programs its inputs carry already.
-pub fn c_models_section(programs: &[RationalProgram]) -> Result<String> {
-    let mut c = String::from(
-        "/* Manifests of the rational programs this object carries (driver/src/linkspec.rs). */\n",
-    );
-    for (i, p) in programs.iter().enumerate() {
-        let json = serde_json::to_string(p).context("serialising a rational program")?;
-        let lit = c_literal(&format!("{MODEL_BEGIN}{json}{MODEL_END}"));
-        c.push_str(&format!(
-            "__attribute__((section(\".klaraptor_model\"), used, aligned(1)))\nstatic const char kl_model_manifest_{i}[] =\n  {lit};\n"
-        ));
-    }
-    Ok(c)
-}
-
-/// The manifests of the rational programs embedded in `bytes` (an object, archive or
-/// binary), one per (kernel, device, code hash), in order of appearance.
-pub fn scan_models(bytes: &[u8], origin: &Path) -> Result<Vec<RationalProgram>> {
-    let mut out: Vec<RationalProgram> = Vec::new();
-    let b = MODEL_BEGIN.as_bytes();
-    let mut i = 0;
-    while let Some(at) = find(&bytes[i..], b) {
-        let start = i + at + b.len();
-        let Some(len) = find(&bytes[start..], MODEL_END.as_bytes()) else {
-            break;
-        };
-        let p: RationalProgram =
-            serde_json::from_slice(&bytes[start..start + len]).with_context(|| {
-                format!(
-                    "{}: cannot read an embedded rational program manifest (built by another \
-                     klaraptor-cc version? rebuild it)",
-                    origin.display()
-                )
-            })?;
-        let same = |q: &RationalProgram| {
-            q.mangled == p.mangled
-                && q.device.name == p.device.name
-                && q.provenance.code_hash == p.provenance.code_hash
-        };
-        if !out.iter().any(same) {
-            out.push(p);
-        }
-        i = start + len + MODEL_END.len();
-    }
-    Ok(out)
 }
 
 /// The specs embedded in `bytes` (an object or an archive), in order of appearance.
@@ -228,7 +174,8 @@ pub fn scan_bytes(bytes: &[u8], origin: &Path) -> Result<Vec<LinkSpec>> {
     Ok(out)
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+/// Where `needle` first occurs in `hay`.
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 

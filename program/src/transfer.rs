@@ -22,13 +22,13 @@ pub fn known_devices() -> Vec<Device> {
     if let Ok(cache) = klaraptor_profiler::calibration::Cache::from_env() {
         for c in cache.list().unwrap_or_default() {
             if let Ok(r) = c.report {
-                if let Ok(d) = crate::devices::from_report(&r) {
+                if let Ok(d) = klaraptor_profiler::devices::from_report(&r) {
                     out.push(d);
                 }
             }
         }
     }
-    for (file, text) in crate::devices::SHIPPED {
+    for (file, text) in klaraptor_profiler::devices::SHIPPED {
         if let Ok(d) = Device::from_toml_str(text, file) {
             out.push(d);
         }
@@ -83,7 +83,7 @@ pub type Transferred = std::collections::BTreeMap<(String, String), String>;
 
 /// Adds to each kernel's entries the transferred ones ([`transfers`]) for every known device
 /// ([`known_devices`]); returns which they are. `KLARAPTOR_TRANSFER=off` adds none.
-pub fn expand(entries: &mut [(crate::linkspec::LinkSpec, Vec<Entry>)]) -> Transferred {
+pub fn expand(entries: &mut [(klaraptor_spec::link::LinkSpec, Vec<Entry>)]) -> Transferred {
     let mut out = Transferred::new();
     if std::env::var("KLARAPTOR_TRANSFER").is_ok_and(|v| v == "off" || v == "0") {
         return out;

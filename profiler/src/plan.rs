@@ -1,6 +1,6 @@
 //! Profiling at link time: the sampling plan, the profiling variant's runs, and turning
 //! what they leave (the collector's JSON lines, or an ncu report joined with the launch log)
-//! into profile records (`klaraptor_profiler::record`).
+//! into profile records (`crate::record`).
 //!
 //! The profiling variant is the user's program linked with `--wrap=__cudaLaunchKernel` and
 //! the profiling runtime (runtime-shim/src/klaraptor_prof.c): every launch of an annotated
@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::record::{Counters, Plan, Sample};
 use anyhow::{bail, Context, Result};
-use klaraptor_profiler::record::{Counters, Plan, Sample};
 use serde::Deserialize;
 
-use crate::linkspec::LinkSpec;
+use klaraptor_spec::link::LinkSpec;
 
 /// The generic sample of block shapes for a kernel of dimensionality `dim`: the plan of a
 /// kernel whose constraints allow all of it ([`kernel_plan`], where every plan comes from,
@@ -106,7 +106,7 @@ pub struct KernelPlan {
 /// here.
 ///
 /// The shapes are drawn from those the model may choose: the candidates of the kernel's
-/// dimensionality ([`crate::rational::candidates`], what the rational program searches)
+/// dimensionality ([`klaraptor_spec::spec::candidate_blocks`], what the rational program searches)
 /// within the generic device limits (the sm_90 table: 1024 threads, 1024 × 1024 × 64),
 /// allowed by the kernel's block constraints. A constraint that names a data label is
 /// evaluated at each profile size: a shape is allowed when at some profile size every
@@ -129,13 +129,9 @@ pub struct KernelPlan {
 pub fn kernel_plan(spec: &LinkSpec) -> KernelPlan {
     let generic = plan_shapes(spec.dim);
     let limits = klaraptor_model::Device::for_arch(9, 0).ok();
-    let candidates: Vec<[u32; 3]> = crate::rational::candidates(spec.dim)
+    let candidates: Vec<[u32; 3]> = klaraptor_spec::spec::candidate_blocks(spec.dim)
         .into_iter()
-        .filter(|b| {
-            limits
-                .as_ref()
-                .is_none_or(|d| crate::rational::within_limits(d, *b))
-        })
+        .filter(|b| limits.as_ref().is_none_or(|d| d.within_limits(*b)))
         .collect();
     let n_candidates = candidates.len();
     let unfiltered = |rule| KernelPlan {
@@ -144,18 +140,18 @@ pub fn kernel_plan(spec: &LinkSpec) -> KernelPlan {
         allowed: 0,
         candidates: n_candidates,
     };
-    let Ok(constraints) = crate::rational::kernel_constraints(&spec.data, &spec.block) else {
+    let Ok(constraints) = klaraptor_spec::shapes::kernel_constraints(&spec.data, &spec.block)
+    else {
         return unfiltered(PlanRule::Unreadable);
     };
     let allowed: Vec<[u32; 3]> = candidates
         .into_iter()
         .filter(|&b| {
-            crate::rational::allowed_for_some_data(&constraints, b)
+            klaraptor_spec::shapes::allowed_for_some_data(&constraints, b)
                 && (spec.profile_sizes.is_empty()
-                    || spec
-                        .profile_sizes
-                        .iter()
-                        .any(|size| crate::rational::allowed_at(&constraints, &spec.data, size, b)))
+                    || spec.profile_sizes.iter().any(|size| {
+                        klaraptor_spec::shapes::allowed_at(&constraints, &spec.data, size, b)
+                    }))
         })
         .collect();
     if allowed.is_empty() {
@@ -861,7 +857,7 @@ impl PlainProgress {
 fn progress_sizes(spec: &LinkSpec, kernel: &str, sizes: &[i64]) -> String {
     let mine = kernel == spec.name
         || kernel == spec.mangled
-        || kernel == crate::names::instance_name(&spec.name, &spec.mangled);
+        || kernel == klaraptor_spec::names::instance_name(&spec.name, &spec.mangled);
     if mine && sizes.len() == spec.data.len() {
         fmt_size(&spec.data, sizes)
     } else {
@@ -1288,13 +1284,10 @@ fn refused_first(refused: Vec<Sample>, launched: Vec<Sample>) -> Vec<Sample> {
 /// Builds profile entries from ncu captures (directories written by
 /// bench/gpu/fixtures/ncu_capture.sh: `ncu.csv`, `launches/`, and `env.txt` one level up) of
 /// the profiling variant `binary`, whose kernel specs say what was profiled.
-pub fn import_captures(
-    binary: &Path,
-    jobs: &[PathBuf],
-) -> Result<Vec<klaraptor_profiler::record::Entry>> {
-    use klaraptor_profiler::record::{DeviceId, Entry, KernelId, FORMAT_VERSION};
+pub fn import_captures(binary: &Path, jobs: &[PathBuf]) -> Result<Vec<crate::record::Entry>> {
+    use crate::record::{DeviceId, Entry, KernelId, FORMAT_VERSION};
     let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
-    let specs = crate::linkspec::scan_bytes(&bytes, binary)?;
+    let specs = klaraptor_spec::link::scan_bytes(&bytes, binary)?;
     if specs.is_empty() {
         bail!(
             "{} holds no klaraptor kernel specs: give the profiling variant klaraptor-cc linked",

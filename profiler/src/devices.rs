@@ -4,9 +4,9 @@
 //! the driver's attributes and a calibration run), else the caller falls back to the
 //! architecture's table.
 
+use crate::calibration::{Cache, DeviceReport};
 use anyhow::{Context, Result};
 use klaraptor_model::{Device, Measured};
-use klaraptor_profiler::calibration::{Cache, DeviceReport};
 
 /// Descriptions shipped with klaraptor: (file, TOML).
 pub const SHIPPED: &[(&str, &str)] = &[

@@ -2,7 +2,7 @@
 //! `klaraptor profile <binary>`: profile a program's annotated kernels into it, where the
 //! link was not klaraptor's (CMake, g++).
 //!
-//! The database itself (layout, locking, validity) is `klaraptor_profiler::db`; this module
+//! The database itself (layout, locking, validity) is `crate::db`; this module
 //! parses the subcommand, renders tables and says which database it used.
 
 use std::fmt::Write as _;
@@ -10,12 +10,12 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::db::{Date, Listed, Pattern, ProfileDb, PruneFilter, Status};
+use crate::record::{Counters, Entry, Plan, Sample};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use klaraptor_profiler::db::{Date, Listed, Pattern, ProfileDb, PruneFilter, Status};
-use klaraptor_profiler::record::{Counters, Entry, Plan, Sample};
 
-use crate::linkspec::LinkSpec;
+use klaraptor_spec::link::LinkSpec;
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true, arg_required_else_help = true)]
@@ -95,15 +95,16 @@ pub enum ProfileCommand {
     },
 }
 
-/// Runs a `klaraptor profile` command and prints its output.
-pub fn run(args: ProfileArgs) -> Result<ExitCode> {
+/// Runs a `klaraptor profile` command and prints its output; `find_nvcc` finds the nvcc that calibrates the GPU (asked
+/// only when something is profiled).
+pub fn run(args: ProfileArgs, find_nvcc: &dyn Fn() -> Result<PathBuf>) -> Result<ExitCode> {
     let db = match &args.db {
         Some(p) => ProfileDb::open(p)?,
         None => ProfileDb::locate()?,
     };
     let command = match (&args.command, &args.binary) {
         (Some(c), _) => c,
-        (None, Some(binary)) => return profile_binary(&db, binary),
+        (None, Some(binary)) => return profile_binary(&db, binary, find_nvcc),
         (None, None) => bail!("say what to do: klaraptor profile <binary> | list | show | prune"),
     };
     let mut out = String::new();
@@ -119,7 +120,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
 pub fn binary_recipes(binary: &Path) -> Result<(Vec<LinkSpec>, Vec<LinkSpec>)> {
     let bytes = std::fs::read(binary)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", binary.display()))?;
-    let specs = crate::linkspec::scan_inputs([binary])?;
+    let specs = klaraptor_spec::link::scan_inputs([binary])?;
     if specs.is_empty() {
         bail!(
             "{} holds no annotated kernel that klaraptor-cc instrumented (build it with \
@@ -128,7 +129,7 @@ pub fn binary_recipes(binary: &Path) -> Result<(Vec<LinkSpec>, Vec<LinkSpec>)> {
             binary.display()
         );
     }
-    if !crate::runtime::carries_runtime(&bytes) {
+    if !crate::gpu_profile::carries_runtime(&bytes) {
         bail!(
             "{} does not carry klaraptor's runtime (it was built by an older klaraptor-cc, or \
              linked with --kl-off): rebuild it with this klaraptor-cc ({})",
@@ -142,7 +143,11 @@ pub fn binary_recipes(binary: &Path) -> Result<(Vec<LinkSpec>, Vec<LinkSpec>)> {
 }
 
 /// `klaraptor profile <binary>`.
-fn profile_binary(db: &ProfileDb, binary: &Path) -> Result<ExitCode> {
+fn profile_binary(
+    db: &ProfileDb,
+    binary: &Path,
+    find_nvcc: &dyn Fn() -> Result<PathBuf>,
+) -> Result<ExitCode> {
     let (runnable, without) = binary_recipes(binary)?;
     for s in &without {
         crate::kl_eprintln!(
@@ -158,7 +163,7 @@ fn profile_binary(db: &ProfileDb, binary: &Path) -> Result<ExitCode> {
             binary.display()
         );
     }
-    if !crate::link::gpu_present() {
+    if !crate::gpu_profile::gpu_present() {
         let names: Vec<String> = runnable
             .iter()
             .map(|s| format!("{} (annotated at {})", s.name, s.annotated_at))
@@ -172,8 +177,7 @@ fn profile_binary(db: &ProfileDb, binary: &Path) -> Result<ExitCode> {
             db.origin()
         );
     }
-    let toolchain = crate::toolchain::Toolchain::discover(None)?;
-    let gpu = crate::link::Gpu::here(&toolchain.nvcc)?;
+    let gpu = crate::gpu_profile::Gpu::here(&find_nvcc()?)?;
     let mut todo: Vec<&LinkSpec> = Vec::new();
     for s in &runnable {
         match db.get(&s.mangled, &s.code_hash, &gpu.device.name)? {
@@ -191,8 +195,8 @@ fn profile_binary(db: &ProfileDb, binary: &Path) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let scratch = crate::interrupt::Scratch::new("klaraptor-profile-")?;
-    let dir = crate::profiling::scratch(scratch.path())?;
-    let outcomes = crate::link::run_recipes(&gpu, &todo, db, &dir, false)?;
+    let dir = crate::plan::scratch(scratch.path())?;
+    let outcomes = crate::gpu_profile::run_recipes(&gpu, &todo, db, &dir, false)?;
     let mut code = ExitCode::SUCCESS;
     for (s, o) in todo.iter().zip(&outcomes) {
         if o.has_entry() {
@@ -378,9 +382,7 @@ fn list(db: &ProfileDb, only_incomplete: bool, out: &mut String) -> Result<ExitC
                 "moved aside by a link that found it damaged ({message}); never read (klaraptor \
                  profile prune --invalid removes it)"
             ),
-            Status::OtherVersion { version }
-                if *version < klaraptor_profiler::record::FORMAT_VERSION =>
-            {
+            Status::OtherVersion { version } if *version < crate::record::FORMAT_VERSION => {
                 format!("format version {version}: not used (re-profiled when needed)")
             }
             Status::OtherVersion { version } => {
@@ -850,9 +852,9 @@ fn ratio(num: u64, den: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::code_hash;
+    use crate::record::{DeviceId, KernelId, FORMAT_VERSION};
     use clap::Parser;
-    use klaraptor_profiler::db::code_hash;
-    use klaraptor_profiler::record::{DeviceId, KernelId, FORMAT_VERSION};
 
     #[derive(Parser)]
     struct Cli {

@@ -63,7 +63,7 @@ use klaraptor_profiler::record::{Counters, Entry, Sample, MIN_MEASURED};
 use klaraptor_spec::expr::{self, IntExpr};
 use serde::{Deserialize, Serialize};
 
-use crate::linkspec::LinkSpec;
+use klaraptor_spec::link::LinkSpec;
 
 /// The per-warp metrics, in the order of [`per_warp`]'s result.
 pub const METRICS: [&str; 9] = [

@@ -150,8 +150,8 @@ pub fn descriptors(source: &str, specs: &[KernelSpec]) -> String {
             }
         };
         // The name the runtime logs and keys its choices by: one per instance of a template
-        // (`stencil1d<3>`), the source name for a plain kernel (crate::names).
-        let run_names = crate::names::instance_names(&s.name, &s.mangled);
+        // (`stencil1d<3>`), the source name for a plain kernel (klaraptor_spec::names).
+        let run_names = klaraptor_spec::names::instance_names(&s.name, &s.mangled);
         for (m, (mangled, run_name)) in s.mangled.iter().zip(&run_names).enumerate() {
             let _ = writeln!(
                 c,

@@ -17,11 +17,12 @@ use anyhow::{bail, Context, Result};
 use klaraptor_fitting::RationalFn;
 use klaraptor_model::{device_to_c, predict, Device, Launch, Prediction, WarpMetrics, C_MODEL};
 use klaraptor_profiler::record::{self, Counters, Entry, Sample};
-use klaraptor_spec::expr::{self, BoolExpr, IntExpr, C_PRELUDE};
+use klaraptor_spec::expr::{self, IntExpr, C_PRELUDE};
+use klaraptor_spec::shapes::{allowed_at, allowed_for_some_data, parse_constraints, FullEnv};
 use serde::{Deserialize, Serialize};
 
-use crate::linkspec::LinkSpec;
 use crate::metrics::{self, METRICS};
+use klaraptor_spec::link::LinkSpec;
 
 /// Version of the manifest format.
 pub const FORMAT: u32 = 1;
@@ -230,6 +231,16 @@ pub fn models_dir(output: &Path) -> PathBuf {
     PathBuf::from(format!("{}.klaraptor", output.display()))
 }
 
+/// Where the link keeps the profiling variant of `output`:
+/// `<output>.klaraptor/<output's file name>.profiling`.
+pub fn kept_variant(output: &Path) -> PathBuf {
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    models_dir(output).join(format!("{name}.profiling"))
+}
+
 /// Lower case, every run of other characters one `-` (file names of the models).
 pub fn slug(s: &str) -> String {
     let mut out: String = s
@@ -258,7 +269,7 @@ pub fn candidates(dim: u8) -> Vec<[u32; 3]> {
 /// The device description for `entry`'s device: a calibrated or shipped description of that
 /// device when one exists, else the architecture's table with the entry's SM count.
 pub fn device_for(entry: &Entry) -> Result<Device> {
-    if let Some(d) = crate::devices::find(&entry.device.name, &entry.device.uuid)? {
+    if let Some(d) = klaraptor_profiler::devices::find(&entry.device.name, &entry.device.uuid)? {
         return Ok(d);
     }
     let (maj, min) = entry
@@ -281,57 +292,6 @@ fn parse_grid(spec_grid: &[String], labels: &[&str]) -> Result<Vec<IntExpr>> {
         .collect()
 }
 
-/// Parses the block constraints of a kernel; `labels` are the names they may use (the data
-/// labels and [`expr::BLOCK_VARS`]).
-pub(crate) fn parse_constraints(block: &[String], labels: &[&str]) -> Result<Vec<BoolExpr>> {
-    block
-        .iter()
-        .map(|b| expr::parse_bool(b, labels).map_err(|e| anyhow::anyhow!("block {b:?}: {e}")))
-        .collect()
-}
-
-/// The block constraints of a kernel whose data labels are `data`, parsed.
-pub(crate) fn kernel_constraints(data: &[String], block: &[String]) -> Result<Vec<BoolExpr>> {
-    let mut labels: Vec<&str> = data.iter().map(String::as_str).collect();
-    labels.extend(expr::BLOCK_VARS);
-    parse_constraints(block, &labels)
-}
-
-/// Whether block `b` is within `device`'s limits (threads per block, each dimension).
-pub(crate) fn within_limits(device: &Device, b: [u32; 3]) -> bool {
-    b[0] <= device.max_block_dim[0]
-        && b[1] <= device.max_block_dim[1]
-        && b[2] <= device.max_block_dim[2]
-        && u64::from(b[0]) * u64::from(b[1]) * u64::from(b[2])
-            <= u64::from(device.max_threads_per_block)
-}
-
-/// Whether no constraint rules block `b` out for every data size: a constraint that names a
-/// data label cannot be evaluated without the data (nor can one whose evaluation fails) and
-/// is left for the launch.
-pub(crate) fn allowed_for_some_data(constraints: &[BoolExpr], b: [u32; 3]) -> bool {
-    constraints
-        .iter()
-        .all(|c| c.eval(&BlockEnv(b)).unwrap_or(true))
-}
-
-/// Whether every constraint holds for block `b` at the data values `data` (of the labels
-/// `labels`); one that cannot be evaluated there (division by zero, overflow, a missing
-/// value) does not.
-pub(crate) fn allowed_at(
-    constraints: &[BoolExpr],
-    labels: &[String],
-    data: &[i64],
-    b: [u32; 3],
-) -> bool {
-    let env = FullEnv {
-        labels,
-        data,
-        block: b,
-    };
-    constraints.iter().all(|c| c.eval(&env).unwrap_or(false))
-}
-
 /// Builds the program of `spec` from its profile `entry`: the model
 /// ([`build_model`]), then the decision whether the model or the profile's fastest shape
 /// chooses ([`crate::decide`]), from the profile alone.
@@ -346,13 +306,13 @@ pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
     let device = device_for(entry)?;
     let mut labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
     labels.extend(expr::BLOCK_VARS);
-    let constraints = parse_constraints(&spec.block, &labels)?;
+    let constraints = parse_constraints(&spec.block, &labels).map_err(anyhow::Error::msg)?;
     parse_grid(&spec.grid, &labels)?;
     // Constraints that depend on the data are checked at run time; here only those that
     // rule a shape out for every size.
     let allowed: Vec<[u32; 3]> = candidates(spec.dim)
         .into_iter()
-        .filter(|b| within_limits(&device, *b) && allowed_for_some_data(&constraints, *b))
+        .filter(|b| device.within_limits(*b) && allowed_for_some_data(&constraints, *b))
         .collect();
     if allowed.is_empty() {
         bail!(
@@ -433,7 +393,7 @@ pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
             samples: entry.samples.len(),
             failed_samples: entry.samples.iter().filter(|s| s.error.is_some()).count(),
             generated_by: format!("klaraptor-cc {}", env!("CARGO_PKG_VERSION")),
-            generated_at: crate::build_time(&entry.captured_at),
+            generated_at: klaraptor_profiler::console::build_time(&entry.captured_at),
         },
         c_name,
         time_fit: TimeFit::default(),
@@ -560,32 +520,6 @@ pub(crate) fn fit_time_with(
             }
         })
         .unwrap_or_default()
-}
-
-struct BlockEnv([u32; 3]);
-
-impl expr::Env for BlockEnv {
-    fn get(&self, name: &str) -> Option<i64> {
-        expr::BLOCK_VARS
-            .iter()
-            .position(|b| *b == name)
-            .map(|i| i64::from(self.0[i]))
-    }
-}
-
-struct FullEnv<'a> {
-    labels: &'a [String],
-    data: &'a [i64],
-    block: [u32; 3],
-}
-
-impl expr::Env for FullEnv<'_> {
-    fn get(&self, name: &str) -> Option<i64> {
-        if let Some(i) = self.labels.iter().position(|l| l == name) {
-            return self.data.get(i).copied();
-        }
-        BlockEnv(self.block).get(name)
-    }
 }
 
 impl RationalProgram {
@@ -728,7 +662,7 @@ impl RationalProgram {
         let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
         labels.extend(expr::BLOCK_VARS);
         let grid = parse_grid(&self.grid, &labels)?;
-        let cons = parse_constraints(&self.block, &labels)?;
+        let cons = parse_constraints(&self.block, &labels).map_err(anyhow::Error::msg)?;
         let domain = metrics::domain_threads(&self.data, &grid, data);
         let mut out = Vec::new();
         for &b in &self.candidates {
@@ -903,7 +837,7 @@ impl RationalProgram {
         let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
         labels.extend(expr::BLOCK_VARS);
         let grid = parse_grid(&self.grid, &labels)?;
-        let cons = parse_constraints(&self.block, &labels)?;
+        let cons = parse_constraints(&self.block, &labels).map_err(anyhow::Error::msg)?;
         crate::codegen::c_grid_and_constraints(&mut c, "", &self.data, &grid, &cons);
         c.push('\n');
         // Shared memory that follows the block.
@@ -1116,7 +1050,7 @@ pub fn compile(dir: &Path, files: &ProgramFiles, verbose: bool) -> Result<PathBu
     let src = dir.join(&files.c_name);
     let obj = dir.join(files.c_name.replace(".c", ".o"));
     let include = format!("-I{}", inc.display());
-    crate::toolchain::HostCc::from_env()?.compile(
+    crate::host_cc::HostCc::from_env()?.compile(
         &["-std=c99", "-O2", "-fPIC", "-ffp-contract=off", &include],
         &src,
         &obj,
@@ -1175,7 +1109,7 @@ mod time_fit_tests {
 }
 
 /// The stem of a rational program's files: the kernel's name, and for an instance of a
-/// template kernel its template arguments too (as [`crate::names`] reads them), so that two
+/// template kernel its template arguments too (as [`klaraptor_spec::names`] reads them), so that two
 /// instances linked into one binary (`stencil1d<3>`, `stencil1d<16>`) get a file each:
 /// `stencil1d-3`, `stencil1d-16`, `scale-float-m2` for `scale<float,-2>`. An instance with
 /// an argument that is not a word (a qualified or pointer type, a cast literal) or that
@@ -1188,7 +1122,7 @@ pub fn program_stem(name: &str, mangled: &str) -> String {
             .map_or(a.to_string(), |d| format!("m{d}"));
         (!a.is_empty() && a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')).then_some(a)
     };
-    match crate::names::template_args(name, mangled) {
+    match klaraptor_spec::names::template_args(name, mangled) {
         None => base,
         Some(args) => {
             match args.and_then(|a| a.iter().map(|x| word(x)).collect::<Option<Vec<_>>>()) {

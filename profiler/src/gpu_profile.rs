@@ -3,7 +3,7 @@
 //! with someone else's profiler, and no partial profile stored as complete.
 //!
 //! For each kernel, in turn:
-//! 1. take the GPU's lock ([`klaraptor_profiler::gpu_lock`], keyed by the GPU's UUID),
+//! 1. take the GPU's lock ([`crate::gpu_lock`], keyed by the GPU's UUID),
 //!    waiting at most [`Settings::wait_bound`] (`KLARAPTOR_GPU_WAIT`); a link that waits
 //!    says once whom for. Past the bound the kernel keeps the program's launch;
 //! 2. look in the database again: a kernel another link profiled meanwhile (the same object
@@ -34,13 +34,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
-use klaraptor_profiler::db::ProfileDb;
-use klaraptor_profiler::gpu_lock::{self, Acquired, GpuLock};
-use klaraptor_profiler::record::{self, DeviceId, Entry, KernelId, Sample, FORMAT_VERSION};
+use crate::db::ProfileDb;
+use crate::gpu_lock::{self, Acquired, GpuLock};
+use crate::record::{self, DeviceId, Entry, KernelId, Sample, FORMAT_VERSION};
+use anyhow::{anyhow, bail, Context, Result};
 
-use crate::linkspec::LinkSpec;
-use crate::profiling::{self, ResumedSweep, RunEnv};
+use crate::plan::{ResumedSweep, RunEnv};
+use klaraptor_spec::link::LinkSpec;
 
 /// How long a run whose GPU is busy with another profiler is tried again: seconds, or a
 /// number with `s`, `m` or `h`.
@@ -238,11 +238,11 @@ fn profile_one(
         return Ok(Outcome::Reused { path });
     }
     let start = Instant::now();
-    let plan = profiling::read_plan(t.plan)?;
+    let plan = crate::plan::read_plan(t.plan)?;
     // Per profile size: its command and the runs that serve it.
     let mut runs: Vec<(usize, String, Chain)> = Vec::new();
     for (i, size) in spec.profile_sizes.iter().enumerate() {
-        let cmd = profiling::recipe_command(spec, size)?;
+        let cmd = crate::plan::recipe_command(spec, size)?;
         let reusable = match ran.get(&cmd) {
             Some(chain) => {
                 let samples = chain.samples(&spec.mangled, &plan)?;
@@ -317,10 +317,10 @@ fn profile_one(
         },
         device: t.device.clone(),
         collector: format!("klaraptor-collector {}", env!("CARGO_PKG_VERSION")),
-        captured_at: crate::now_iso8601(),
+        captured_at: crate::console::now_iso8601(),
         cuda_version: t.cuda_version.to_string(),
         driver_version: t.driver_version.to_string(),
-        plan: profiling::plan_record(spec, t.runs, t.warmup),
+        plan: crate::plan::plan_record(spec, t.runs, t.warmup),
         samples,
         incomplete: (!why.is_empty()).then(|| why.join("; ")),
     };
@@ -368,8 +368,8 @@ fn run_until_free(
             verbose: t.verbose,
             resume,
         };
-        profiling::run_command(spec, i, cmd, &env)?;
-        let samples = profiling::read_samples(&dir, &spec.mangled)?;
+        crate::plan::run_command(spec, i, cmd, &env)?;
+        let samples = crate::plan::read_samples(&dir, &spec.mangled)?;
         let Some(busy) = first_transient(&samples) else {
             return Ok(dir);
         };
@@ -444,7 +444,7 @@ impl Chain {
     fn merged(&self, id: &str) -> Result<Vec<(Sample, Standing)>> {
         let mut out: Vec<(Sample, Standing)> = Vec::new();
         for dir in &self.dirs {
-            let samples = profiling::read_samples(dir, id)?;
+            let samples = crate::plan::read_samples(dir, id)?;
             let standing = standings(&samples);
             // (One run's records are kept as they are, repeated shapes too: a recipe may run
             // the program twice.)
@@ -519,14 +519,14 @@ impl Chain {
     }
 
     /// What a run that resumes these leaves out (`KLARAPTOR_PROFILE_SKIP`,
-    /// [`profiling::skip_file`]): per kernel of the plan and data size the runs swept it at,
+    /// [`crate::plan::skip_file`]): per kernel of the plan and data size the runs swept it at,
     /// the shapes settled there. A sweep that a fault interrupted is resumed with the rest,
     /// one shape per request; one that ended is not made again.
     fn resume_sweeps(&self, plan: &[(String, Vec<[u32; 3]>)]) -> Result<Vec<ResumedSweep>> {
         let mut out: Vec<ResumedSweep> = Vec::new();
         let mut ids: Vec<String> = plan.iter().map(|(id, _)| id.clone()).collect();
         for dir in &self.dirs {
-            for id in profiling::kernels_in(dir) {
+            for id in crate::plan::kernels_in(dir) {
                 if !ids.contains(&id) {
                     ids.push(id);
                 }
@@ -573,13 +573,13 @@ fn run_resuming(
     let mut last_skip: Option<String> = None;
     loop {
         let dir = chain.dirs.last().expect("the first run");
-        let stops = profiling::read_stopped(dir)?;
+        let stops = crate::plan::read_stopped(dir)?;
         let Some(stop) = stops.first() else {
             return Ok(chain);
         };
         let what = describe_fault(spec, dir, stop);
         let sweeps = chain.resume_sweeps(plan)?;
-        let skip = profiling::skip_file(&sweeps);
+        let skip = crate::plan::skip_file(&sweeps);
         let planned = plan
             .iter()
             .find(|(k, _)| *k == stop.id)
@@ -632,9 +632,9 @@ fn run_resuming(
 
 /// `vadd at n=1000: shape 1024x1x1 faulted (an error in the kernel: …)`: the fault a run of
 /// `spec`'s recipe stopped at (`dir`: its records).
-fn describe_fault(spec: &LinkSpec, dir: &Path, stop: &profiling::Stopped) -> String {
+fn describe_fault(spec: &LinkSpec, dir: &Path, stop: &crate::plan::Stopped) -> String {
     let name = if stop.id == spec.mangled {
-        crate::names::instance_name(&spec.name, &spec.mangled)
+        klaraptor_spec::names::instance_name(&spec.name, &spec.mangled)
     } else {
         std::fs::read_to_string(dir.join("kernels.tsv"))
             .unwrap_or_default()
@@ -661,7 +661,7 @@ fn describe_fault(spec: &LinkSpec, dir: &Path, stop: &profiling::Stopped) -> Str
             .join(",")
     };
     // A profiler session that faulted gives each of its shapes the fault.
-    let together: Vec<String> = profiling::read_samples(dir, &stop.id)
+    let together: Vec<String> = crate::plan::read_samples(dir, &stop.id)
         .unwrap_or_default()
         .iter()
         .filter(|s| s.sizes == stop.sizes && s.error.as_deref().is_some_and(record::is_fault))
@@ -684,10 +684,9 @@ fn describe_fault(spec: &LinkSpec, dir: &Path, stop: &profiling::Stopped) -> Str
 
 /// The first sample whose error is the collector's and may go away by itself.
 fn first_transient(samples: &[Sample]) -> Option<&Sample> {
-    samples.iter().find(|s| {
-        s.collector_error()
-            .is_some_and(klaraptor_profiler::record::is_transient)
-    })
+    samples
+        .iter()
+        .find(|s| s.collector_error().is_some_and(crate::record::is_transient))
 }
 
 /// `N=64 M=128`, or the bare values when the labels do not match.
@@ -702,4 +701,122 @@ fn fmt_values(labels: &[String], values: &[i64]) -> String {
     } else {
         format!("{values:?}")
     }
+}
+
+/// Whether this machine has an NVIDIA GPU the profiling variant could run on.
+/// `KLARAPTOR_NO_GPU=1` says no (for tests and for builds that must not profile).
+pub fn gpu_present() -> bool {
+    if std::env::var_os("KLARAPTOR_NO_GPU").is_some_and(|v| v != "0" && !v.is_empty()) {
+        return false;
+    }
+    Path::new("/dev/nvidiactl").exists() || Path::new("/dev/nvidia0").exists()
+}
+
+/// The collector library: `KLARAPTOR_COLLECTOR`, else `libklaraptor_collector.so` beside
+/// the klaraptor-cc executable.
+pub fn collector_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KLARAPTOR_COLLECTOR") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join("libklaraptor_collector.so");
+    p.is_file().then_some(p)
+}
+
+/// The device the profiling variant runs on (device 0, or the first of
+/// `CUDA_VISIBLE_DEVICES`), from its calibration report: the first profile on a device
+/// calibrates it (`klaraptor device calibrate`, about 10 s), later ones reuse the report.
+/// Returns the device, the driver version and the CUDA runtime version.
+pub fn current_device(nvcc: &Path) -> Result<(DeviceId, String, String)> {
+    crate::kl_eprintln!("klaraptor-cc: identifying and (once per device) calibrating the GPU");
+    let r = crate::calibration::ensure_calibrated(nvcc)
+        .context("calibrating the GPU before its first profile")?;
+    let sm = r
+        .attributes
+        .get("MultiProcessorCount")
+        .map_or(0, |v| u32::try_from(*v).unwrap_or(0));
+    Ok((
+        DeviceId {
+            name: r.device.name.clone(),
+            uuid: r.device.uuid.clone(),
+            cc: r.device.cc.clone(),
+            sm_count: sm,
+        },
+        r.device.driver_version.clone(),
+        r.device.runtime_version.clone(),
+    ))
+}
+
+/// The GPU the recipes run on, and the collector that measures them.
+pub struct Gpu {
+    pub device: DeviceId,
+    pub driver: String,
+    pub cuda: String,
+    pub collector: PathBuf,
+}
+
+impl Gpu {
+    /// This machine's GPU (calibrated once per device, `current_device`) and the collector
+    /// ([`collector_path`]); an error says what is missing.
+    pub fn here(nvcc: &Path) -> Result<Gpu> {
+        let Some(collector) = collector_path() else {
+            bail!(
+                "the collector (libklaraptor_collector.so beside klaraptor-cc, or \
+                 KLARAPTOR_COLLECTOR) was not found"
+            );
+        };
+        let (device, driver, cuda) = current_device(nvcc)?;
+        Ok(Gpu {
+            device,
+            driver,
+            cuda,
+            collector,
+        })
+    }
+}
+
+/// Runs the profile recipes of `specs` on `gpu` (the program they run must be in place: a
+/// binary carrying the runtime profiles when told to, runtime.rs) and stores the entries
+/// in `db`, one kernel at a time under the GPU's lock (gpu_profile.rs); `dir` is scratch.
+/// Returns one outcome per spec.
+pub fn run_recipes(
+    gpu: &Gpu,
+    specs: &[&LinkSpec],
+    db: &ProfileDb,
+    dir: &Path,
+    verbose: bool,
+) -> Result<Vec<Outcome>> {
+    let plan = dir.join("plan");
+    let specs_owned: Vec<LinkSpec> = specs.iter().map(|s| (*s).clone()).collect();
+    std::fs::write(&plan, crate::plan::plan_file(&specs_owned))
+        .with_context(|| format!("writing {}", plan.display()))?;
+    let (runs, warmup) = (5, 1);
+    let settings = Settings::from_env()?;
+    let lock_dir = crate::calibration::Cache::from_env()?.devices_dir();
+    let target = Target {
+        db,
+        device: &gpu.device,
+        driver_version: &gpu.driver,
+        cuda_version: &gpu.cuda,
+        lock_dir: &lock_dir,
+        scratch: dir,
+        plan: &plan,
+        collector: &gpu.collector.display().to_string(),
+        runs,
+        warmup,
+        verbose,
+        settings,
+    };
+    profile_kernels(&target, specs)
+}
+
+/// The string by which an object, archive or binary shows it carries [`EMBEDDED`]
+/// (runtime-shim/src/klaraptor_embed.c).
+pub const EMBEDDED_MARKER: &[u8] = b"KLARAPTOR-RT-EMBEDDED v1";
+
+/// Whether `bytes` (an object, archive or binary) carries the runtime.
+pub fn carries_runtime(bytes: &[u8]) -> bool {
+    bytes
+        .windows(EMBEDDED_MARKER.len())
+        .any(|w| w == EMBEDDED_MARKER)
 }

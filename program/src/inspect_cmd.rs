@@ -69,7 +69,7 @@ fn programs(target: &Path) -> Result<Vec<(PathBuf, RationalProgram)>> {
         } else {
             Vec::new()
         };
-        for p in crate::linkspec::scan_models(&bytes, target)? {
+        for p in crate::manifests::scan_models(&bytes, target)? {
             let same = |q: &RationalProgram| {
                 q.mangled == p.mangled
                     && q.device.name == p.device.name
@@ -106,9 +106,9 @@ fn pct(x: Option<f64>) -> String {
 }
 
 /// The name a rational program's kernel goes by at run time (in the logs, the choices
-/// cache): `stencil1d<3>` for an instance of a template ([`crate::names`]).
+/// cache): `stencil1d<3>` for an instance of a template ([`klaraptor_spec::names`]).
 fn run_name(p: &RationalProgram) -> String {
-    crate::names::instance_name(&p.kernel, &p.mangled)
+    klaraptor_spec::names::instance_name(&p.kernel, &p.mangled)
 }
 
 /// `klaraptor inspect <binary or dir>`.

@@ -1,19 +1,17 @@
 //! `klaraptor device calibrate|show`: measure this machine's GPU for the performance model,
 //! and show what was measured.
 //!
-//! The measurements and the cache live in `klaraptor_profiler::calibration`; this module only
+//! The measurements and the cache live in `crate::calibration`; this module only
 //! parses the subcommand, finds nvcc, and prints.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::calibration::{gpu_present, Cache, CachedReport, DeviceReport};
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use klaraptor_profiler::calibration::{gpu_present, Cache, CachedReport, DeviceReport};
-
-use crate::toolchain::Toolchain;
 
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
@@ -46,28 +44,35 @@ pub enum DeviceCommand {
     },
 }
 
-pub fn run(args: DeviceArgs) -> Result<ExitCode> {
+/// Runs `klaraptor device`; `find_nvcc` finds the nvcc that builds the calibration
+/// benchmark (asked only when one is built).
+pub fn run(args: DeviceArgs, find_nvcc: &dyn Fn() -> Result<PathBuf>) -> Result<ExitCode> {
     let cache = Cache::from_env()?;
     match args.command {
-        DeviceCommand::Calibrate { force, device } => calibrate(&cache, force, device),
-        DeviceCommand::Show { json, description } => show(&cache, json, description),
+        DeviceCommand::Calibrate { force, device } => calibrate(&cache, force, device, find_nvcc),
+        DeviceCommand::Show { json, description } => show(&cache, json, description, find_nvcc),
     }
 }
 
-fn calibrate(cache: &Cache, force: bool, device: u32) -> Result<ExitCode> {
-    let tc = Toolchain::discover(None)?;
+fn calibrate(
+    cache: &Cache,
+    force: bool,
+    device: u32,
+    find_nvcc: &dyn Fn() -> Result<PathBuf>,
+) -> Result<ExitCode> {
+    let nvcc = find_nvcc()?;
     if gpu_present() {
         eprintln!(
             "klaraptor: calibrating CUDA device {device} with {} (the benchmark is compiled \
              once; measuring takes about 10 s)",
-            tc.nvcc.display()
+            nvcc.display()
         );
     }
     let (report, path, measured) = if force {
-        let (r, p) = cache.calibrate(&tc.nvcc, device)?;
+        let (r, p) = cache.calibrate(&nvcc, device)?;
         (r, p, true)
     } else {
-        let e = cache.ensure(&tc.nvcc, device)?;
+        let e = cache.ensure(&nvcc, device)?;
         (e.report, e.path, e.measured)
     };
     let mut out = String::new();
@@ -83,13 +88,18 @@ fn calibrate(cache: &Cache, force: bool, device: u32) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn show(cache: &Cache, json: bool, description: bool) -> Result<ExitCode> {
+fn show(
+    cache: &Cache,
+    json: bool,
+    description: bool,
+    find_nvcc: &dyn Fn() -> Result<PathBuf>,
+) -> Result<ExitCode> {
     let listed = cache.list()?;
     if listed.is_empty() {
         if json {
             emit("[]\n")?;
         }
-        return nothing_cached(cache, json);
+        return nothing_cached(cache, json, find_nvcc);
     }
     let mut ok = true;
     if json {
@@ -155,7 +165,11 @@ fn emit(text: &str) -> Result<()> {
 
 /// No report cached: say what to do, and with a GPU and a person at the terminal, offer to
 /// measure now.
-fn nothing_cached(cache: &Cache, json: bool) -> Result<ExitCode> {
+fn nothing_cached(
+    cache: &Cache,
+    json: bool,
+    find_nvcc: &dyn Fn() -> Result<PathBuf>,
+) -> Result<ExitCode> {
     let dir = cache.devices_dir();
     if !gpu_present() {
         eprintln!(
@@ -182,7 +196,7 @@ fn nothing_cached(cache: &Cache, json: bool) -> Result<ExitCode> {
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     if matches!(answer.trim(), "y" | "Y" | "yes" | "Yes") {
-        calibrate(cache, false, 0)
+        calibrate(cache, false, 0, find_nvcc)
     } else {
         Ok(ExitCode::FAILURE)
     }

@@ -15,7 +15,7 @@
 //!
 //! The names never reach a file name unsanitised: the runtime's choices cache keeps letters
 //! and digits only (`stencil1d_3_-<hash>.choice`), and the rational programs' files are
-//! [`crate::rational::program_stem`]s.
+//! named by `klaraptor_program::rational::program_stem`.
 
 /// The run-time name of the kernel `name` (its name in the source, perhaps qualified) whose
 /// mangled name is `mangled` ([module docs](self)).
@@ -55,7 +55,7 @@ pub fn is_template_instance(name: &str, mangled: &str) -> bool {
 /// (`I…E` right after `<len><name>`), each as C++ without blanks (`3`, `-2`, `16u`, `float`,
 /// `unsigned_int`, `ns::Plus`, `float*`): `None` for no template instance, `Some(None)` for
 /// one whose arguments this does not read.
-pub(crate) fn template_args(name: &str, mangled: &str) -> Option<Option<Vec<String>>> {
+pub fn template_args(name: &str, mangled: &str) -> Option<Option<Vec<String>>> {
     let short = name.rsplit("::").next().unwrap_or(name);
     if !mangled.starts_with("_Z") || short.is_empty() {
         return None;

@@ -916,7 +916,7 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
 }
 
 /// How the runtime's log lines (and the choices cache) name one annotated kernel instance:
-/// its run-time name ([`crate::names`]: the source name of a plain kernel, `stencil1d<3>` for
+/// its run-time name ([`klaraptor_spec::names`]: the source name of a plain kernel, `stencil1d<3>` for
 /// an instance of a template), which its descriptor gives the runtime, or its mangled name.
 /// Lines are attributed to an instance by these, never by the template's bare name where
 /// the program has more than one instance of it.
@@ -934,7 +934,7 @@ pub struct KernelName {
 impl KernelName {
     /// The kernel `name` (source) / `mangled` of a program whose annotated kernels are `all`
     /// (source name, mangled name); as the generated descriptors name it
-    /// ([`crate::names::instance_names`] over the instances of that name).
+    /// ([`klaraptor_spec::names::instance_names`] over the instances of that name).
     pub fn new<'a>(
         name: &str,
         mangled: &str,
@@ -949,7 +949,7 @@ impl KernelName {
         if !siblings.iter().any(|s| s == mangled) {
             siblings.push(mangled.to_string());
         }
-        let names = crate::names::instance_names(name, &siblings);
+        let names = klaraptor_spec::names::instance_names(name, &siblings);
         let at = siblings.iter().position(|s| s == mangled).unwrap_or(0);
         let instance = names[at].clone();
         let source = (siblings.len() == 1 && instance != name).then(|| name.to_string());
@@ -2127,7 +2127,7 @@ mod tests {
         }
         assert!(differ.is_empty(), "{differ:?}");
         assert!(agree >= 40, "only {agree} kernels compared");
-        crate::kl_eprintln!(
+        klaraptor_profiler::kl_eprintln!(
             "max_potential_block_size equals the API on {agree} of {} study kernels",
             api.len()
         );
