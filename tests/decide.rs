@@ -1,4 +1,4 @@
-//! The link's decision between the model and the profiled best (driver/src/decide.rs), on
+//! The link's decision between the model and the profiled best (program/src/decide.rs), on
 //! committed PolyBench profiles (NVIDIA H200), without a GPU.
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! The link's decision (driver/src/decide.rs) on kernels whose per-thread work follows the
+//! The link's decision (program/src/decide.rs) on kernels whose per-thread work follows the
 //! launched grid or block: profiles captured on an NVIDIA H100 80GB HBM3 on 2026-11-25
 //! (tests/fixtures/idioms-h100-2026-11-25/). The model mispredicts both at their own
 //! profiled sizes; the link must give their choice to the profile's fastest shape. And a

@@ -465,7 +465,7 @@ fn build_harness(tu: &Path, harness: &str) -> std::path::PathBuf {
 }
 
 /// A kernel template with two instances under one annotation: each instance's descriptor
-/// gives the runtime a name of its own (`scale<3>`, `scale<16>`; driver/src/names.rs), so
+/// gives the runtime a name of its own (`scale<3>`, `scale<16>`; spec/src/names.rs), so
 /// that their `klaraptor: <name> …` log lines, choices-cache files and KLARAPTOR_FORCE
 /// entries are told apart; a plain kernel keeps its source name. The names are one word
 /// (no blank) and the ids stay the mangled names.

@@ -1,5 +1,5 @@
 //! `make -j` on a GPU machine, without a GPU: the driver's profiling step
-//! (driver/src/gpu_profile.rs) with its real recipe runs, the real profiling runtime
+//! (profiler/src/gpu_profile.rs) with its real recipe runs, the real profiling runtime
 //! (runtime-shim/src/klaraptor_prof.c, in runtime-shim/tests/test_prof.c's program) and
 //! runtime-shim/tests/fake_collector.c in the collector's place, standing in for the GPU: it
 //! can answer as the CUPTI collector does when another process holds the GPU's counters

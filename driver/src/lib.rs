@@ -1,13 +1,16 @@
 //! # klaraptor (the driver)
 //!
 //! What it is for: `klaraptor-cc`, the drop-in replacement for `nvcc`, and `klaraptor`, the
-//! inspection tool. The driver reads the nvcc command line ([`nvcc_args`]), finds the CUDA
-//! toolchain ([`toolchain`]), and orchestrates the stages: the front-end and (to come) the
-//! launch-injection pass in `klaraptor-passes`, profiling in `klaraptor-profiler`, fitting
-//! in `klaraptor-fitting`, code generation and the instrumented link ([`compile`]).
+//! tool around it. The driver is glue: it reads the nvcc command line ([`nvcc_args`]), finds
+//! the CUDA toolchain ([`toolchain`]), compiles and instruments a translation unit
+//! ([`compile`], [`instrument`]: the front end and the launch pass of `klaraptor-passes`),
+//! carries the runtime into every object ([`runtime`]), and links ([`link`]): profiling
+//! through `klaraptor-profiler`, the rational programs through `klaraptor-program`. The two
+//! binaries' command lines live in `src/bin/`.
 //!
-//! What it is not: no analysis, model or numerical code lives here; the driver only wires
-//! the stages together and maps their errors to messages and exit codes.
+//! What it is not: no analysis, measurement, model or numerical code lives here
+//! (`docs/architecture.md` says which crate owns which); the driver wires the stages
+//! together and maps their errors to messages and exit codes.
 
 pub mod compile;
 pub mod instrument;

@@ -3,7 +3,8 @@
 //! What it is for: every measurement klaraptor makes on a GPU, and where it is kept. The
 //! sampling plan of a kernel and the recipe runs of the profiling variant ([`plan`]); the
 //! runs on this machine's GPU, one kernel at a time under the GPU's lock ([`gpu_profile`],
-//! [`gpu_lock`]); the profile-record format shared by the in-process CUPTI collector
+//! [`gpu_lock`]); the one table of hardware counters and how they are read ([`metrics`]);
+//! the profile-record format shared by the in-process CUPTI collector
 //! (`profiler/collector`), the ncu importer, the database and the fit ([`record`]); the
 //! profile database that lets rebuilds and GPU-less build farms skip profiling ([`db`]);
 //! device calibration by micro-benchmarks and the device descriptions built from it
@@ -25,6 +26,7 @@ pub mod devices;
 pub mod gpu_lock;
 pub mod gpu_profile;
 pub mod interrupt;
+pub mod metrics;
 pub mod plan;
 pub mod profile_cmd;
 pub mod record;

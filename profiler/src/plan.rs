@@ -8,10 +8,11 @@
 //! launch. The recipe of the annotation (`profile(run="./app {N}", sizes=[…])`) says how to
 //! run the program at each profiling size.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::metrics::{self, Field};
 use crate::record::{Counters, Plan, Sample};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -289,7 +290,7 @@ pub fn plan_record(spec: &LinkSpec, runs: u32, warmup: u32) -> Plan {
         runs,
         warmup,
         note: format!(
-            "{how} (kernel_plan in driver/src/profiling.rs: the shapes the model may choose, \
+            "{how} (kernel_plan in profiler/src/plan.rs: the shapes the model may choose, \
              within 1024 threads, filtered by the block constraints at the profile sizes; the \
              generic sample when all of it is allowed, every allowed shape when fewer than the \
              generic sample's count or fewer than {MIN_GENERIC_ALLOWED} of its shapes are, \
@@ -1003,103 +1004,34 @@ fn csv_fields(line: &str) -> Vec<String> {
     out
 }
 
-/// The ncu metric names that give each counter, most specific first. ncu must be run with
-/// `--csv --page raw --print-units base --print-kernel-base mangled`.
-pub const NCU_METRICS: &[(&str, &[&str])] = &[
-    ("inst_executed", &["smsp__inst_executed.sum"]),
-    (
-        "inst_global_ld",
-        &[
-            "smsp__sass_inst_executed_op_global_ld.sum",
-            "smsp__inst_executed_op_global_ld.sum",
-        ],
-    ),
-    (
-        "inst_global_st",
-        &[
-            "smsp__sass_inst_executed_op_global_st.sum",
-            "smsp__inst_executed_op_global_st.sum",
-        ],
-    ),
-    (
-        "inst_shared_ld",
-        &[
-            "smsp__sass_inst_executed_op_shared_ld.sum",
-            "smsp__inst_executed_op_shared_ld.sum",
-        ],
-    ),
-    (
-        "inst_shared_st",
-        &[
-            "smsp__sass_inst_executed_op_shared_st.sum",
-            "smsp__inst_executed_op_shared_st.sum",
-        ],
-    ),
-    (
-        "inst_barrier",
-        &[
-            "smsp__inst_executed_op_barrier.sum",
-            "smsp__sass_inst_executed_op_barrier.sum",
-            "smsp__inst_executed_op_bar.sum",
-        ],
-    ),
-    ("pipe_adu", &["smsp__inst_executed_pipe_adu.sum"]),
-    ("op_ldc", &["smsp__inst_executed_op_ldc.sum"]),
-    ("stall_barrier", &["smsp__warps_issue_stalled_barrier.sum"]),
-    (
-        "gld_requests",
-        &["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"],
-    ),
-    (
-        "gst_requests",
-        &["l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"],
-    ),
-    (
-        "gld_sectors",
-        &["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"],
-    ),
-    (
-        "gst_sectors",
-        &["l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"],
-    ),
-    (
-        "gld_l1_hit_sectors",
-        &["l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum"],
-    ),
-    ("dram_bytes_read", &["dram__bytes_read.sum"]),
-    ("dram_bytes_write", &["dram__bytes_write.sum"]),
-    (
-        "achieved_active_warps",
-        &["sm__warps_active.avg.per_cycle_active"],
-    ),
-    ("time_ns", &["gpu__time_duration.sum"]),
-    ("regs_per_thread", &["launch__registers_per_thread"]),
-    ("smem_static", &["launch__shared_mem_per_block_static"]),
-    ("smem_dynamic", &["launch__shared_mem_per_block_dynamic"]),
-    ("block_x", &["launch__block_dim_x"]),
-    ("block_y", &["launch__block_dim_y"]),
-    ("block_z", &["launch__block_dim_z"]),
-    ("sm_count", &["device__attribute_multiprocessor_count"]),
+/// The launch attributes an ncu raw page gives beside the counters ([`crate::metrics`] has
+/// those): what a sample needs of the launch itself, by the ncu column it is read from.
+const NCU_LAUNCH: &[(&str, &str)] = &[
+    ("time_ns", "gpu__time_duration.sum"),
+    ("regs_per_thread", "launch__registers_per_thread"),
+    ("smem_static", "launch__shared_mem_per_block_static"),
+    ("smem_dynamic", "launch__shared_mem_per_block_dynamic"),
+    ("block_x", "launch__block_dim_x"),
+    ("block_y", "launch__block_dim_y"),
+    ("block_z", "launch__block_dim_z"),
 ];
 
-/// Counters whose metric may be missing on a GPU (recorded as 0, and said so). The achieved
-/// occupancy is only shown (`klaraptor profile show`), never fitted; captures made before
-/// bench/gpu/fixtures/ncu_capture.sh found its metric name lack it, and captures made before
-/// the model used L1 hits lack those (recorded as unknown, not 0).
-const OPTIONAL: &[&str] = &[
-    "gld_l1_hit_sectors",
-    "inst_barrier",
-    "sm_count",
-    "pipe_adu",
-    "op_ldc",
-    "stall_barrier",
-    "achieved_active_warps",
+/// The counters an ncu report may lack and still be imported, as 0 (the collector needs them
+/// all, but an ncu run of an older or narrower metric set is still worth its other figures):
+/// L1 hits, barrier instructions (read from the ADU pipe, as the collector does) and the
+/// achieved occupancy.
+const NCU_OPTIONAL: &[Field] = &[
+    Field::GldL1HitSectors,
+    Field::InstBarrier,
+    Field::AchievedActiveWarps,
 ];
 
 /// Joins an ncu raw-page CSV with the runtime's launch log for kernel `id`: the n-th ncu row
 /// of the kernel is the n-th logged launch. Rows of other kernels are skipped; the program's
 /// own launches (logged with `"own": true`) are skipped after the join. Returns the samples
-/// and the names of optional counters that were missing.
+/// and the names of optional counters that were missing. The counters are read by the
+/// metric table ([`crate::metrics`]), as the collector reads them. ncu must be run with
+/// `--csv --page raw --print-units base --print-kernel-base mangled`.
 pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, Vec<String>)> {
     let mut lines = csv
         .lines()
@@ -1110,19 +1042,27 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
         .context("the ncu CSV has no header row (run ncu with --csv --page raw)")?;
     let col = |name: &str| header.iter().position(|h| h == name);
     let name_col = col("Kernel Name").context("the ncu CSV has no \"Kernel Name\" column")?;
+    let resolved = metrics::resolve_with(metrics::TABLE, NCU_OPTIONAL, |m| col(m).is_some())
+        .map_err(|missing| {
+            anyhow::anyhow!(
+                "the ncu CSV has no column for {} (run ncu with --csv --page raw and the \
+                 counters of klaraptor's metric table)",
+                missing.join("; ")
+            )
+        })?;
+    let missing_optional: Vec<String> = NCU_OPTIONAL
+        .iter()
+        .filter(|f| resolved.source_of(**f).is_none())
+        .map(|f| format!("{f:?}"))
+        .collect();
     let mut cols: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut missing_optional = Vec::new();
-    for (field, names) in NCU_METRICS {
-        match names.iter().find_map(|n| col(n)) {
-            Some(c) => {
-                cols.insert(field, c);
-            }
-            None if OPTIONAL.contains(field) => missing_optional.push(field.to_string()),
-            None => bail!(
-                "the ncu CSV has no column for {field} (looked for {})",
-                names.join(", ")
-            ),
-        }
+    for m in resolved.metric_names() {
+        cols.insert(m, col(m).expect("resolved against the header"));
+    }
+    for (field, name) in NCU_LAUNCH {
+        let c =
+            col(name).with_context(|| format!("the ncu CSV has no column for {field} ({name})"))?;
+        cols.insert(name, c);
     }
     let rows: Vec<Vec<String>> = lines
         .filter(|r| r.get(name_col).is_some_and(|n| n == id))
@@ -1142,16 +1082,22 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
             ok_launches.len()
         );
     }
-    let num = |row: &[String], field: &str| -> Result<f64> {
-        let Some(&c) = cols.get(field) else {
-            return Ok(0.0);
-        };
+    let num = |row: &[String], name: &str| -> Result<f64> {
+        let c = cols[name];
         let raw = row.get(c).map(String::as_str).unwrap_or("");
         let clean: String = raw.chars().filter(|c| *c != ',').collect();
         clean
             .trim()
             .parse::<f64>()
-            .with_context(|| format!("ncu value of {field} is not a number: {raw:?}"))
+            .with_context(|| format!("ncu value of {name} is not a number: {raw:?}"))
+    };
+    let launch = |row: &[String], field: &str| -> Result<f64> {
+        let name = NCU_LAUNCH
+            .iter()
+            .find(|(f, _)| *f == field)
+            .map(|(_, n)| *n)
+            .expect("a launch attribute");
+        num(row, name)
     };
     let mut samples = Vec::new();
     let mut it = rows.iter();
@@ -1170,9 +1116,9 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
         }
         let row = it.next().expect("counted above");
         let block = [
-            num(row, "block_x")? as u32,
-            num(row, "block_y")? as u32,
-            num(row, "block_z")? as u32,
+            launch(row, "block_x")? as u32,
+            launch(row, "block_y")? as u32,
+            launch(row, "block_z")? as u32,
         ];
         if block != l.block {
             bail!(
@@ -1184,61 +1130,61 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
         if l.own {
             continue;
         }
-        let u = |f: &str| num(row, f).map(|v| v.round().max(0.0) as u64);
-        let time_ms = num(row, "time_ns")? / 1e6;
+        let values: HashMap<&str, f64> = resolved
+            .metric_names()
+            .into_iter()
+            .map(|m| num(row, m).map(|v| (m, v)))
+            .collect::<Result<_>>()?;
+        let hw = metrics::decode(&resolved, &values)
+            .map_err(|e| anyhow::anyhow!("ncu row of {id}: {e}"))?;
+        let u = |f: &str| launch(row, f).map(|v| v.round().max(0.0) as u32);
+        let time_ms = launch(row, "time_ns")? / 1e6;
         samples.push(Sample {
             sizes: l.sizes.clone(),
             block: l.block,
             grid: l.grid,
             error: None,
             counters: Some(Counters {
-                inst_executed: u("inst_executed")?,
-                inst_global_ld: u("inst_global_ld")?,
-                inst_global_st: u("inst_global_st")?,
-                inst_shared_ld: u("inst_shared_ld")?,
-                inst_shared_st: u("inst_shared_st")?,
-                // No chip of CUPTI 13 counts barriers directly. As the collector does
-                // (profiler/collector/src/metrics.rs): the ADU pipe's instructions less the
-                // constant loads it also runs, counted only where some warp stalled at a
-                // barrier (else 0); an upper bound by the index-register reads per warp.
-                inst_barrier: if cols.contains_key("inst_barrier") {
-                    u("inst_barrier")?
-                } else if cols.contains_key("stall_barrier") && u("stall_barrier")? == 0 {
-                    0
-                } else {
-                    u("pipe_adu")?.saturating_sub(u("op_ldc")?)
-                },
-                gld_requests: u("gld_requests")?,
-                gst_requests: u("gst_requests")?,
-                gld_sectors: u("gld_sectors")?,
-                gst_sectors: u("gst_sectors")?,
-                gld_l1_hit_sectors: if cols.contains_key("gld_l1_hit_sectors") {
-                    Some(u("gld_l1_hit_sectors")?)
-                } else {
-                    None
-                },
-                dram_bytes_read: u("dram_bytes_read")?,
-                dram_bytes_write: u("dram_bytes_write")?,
-                achieved_active_warps: num(row, "achieved_active_warps")?,
+                inst_executed: hw.inst_executed,
+                inst_global_ld: hw.inst_global_ld,
+                inst_global_st: hw.inst_global_st,
+                inst_shared_ld: hw.inst_shared_ld,
+                inst_shared_st: hw.inst_shared_st,
+                inst_barrier: hw.inst_barrier,
+                gld_requests: hw.gld_requests,
+                gst_requests: hw.gst_requests,
+                gld_sectors: hw.gld_sectors,
+                gst_sectors: hw.gst_sectors,
+                gld_l1_hit_sectors: hw.gld_l1_hit_sectors,
+                dram_bytes_read: hw.dram_bytes_read,
+                dram_bytes_write: hw.dram_bytes_write,
+                achieved_active_warps: hw.achieved_active_warps,
                 time_ms,
                 time_runs_ms: vec![time_ms],
                 launches_per_run: None,
-                regs_per_thread: u("regs_per_thread")? as u32,
-                smem_static: u("smem_static")? as u32,
-                smem_dynamic: u("smem_dynamic")? as u32,
+                regs_per_thread: u("regs_per_thread")?,
+                smem_static: u("smem_static")?,
+                smem_dynamic: u("smem_dynamic")?,
             }),
         });
     }
     Ok((samples, missing_optional))
 }
 
-/// The ncu `--metrics` list: the first candidate of each counter.
+/// The ncu `--metrics` list: the metrics of each counter's first source in the table, and
+/// the launch attributes.
 pub fn ncu_metric_list() -> String {
-    NCU_METRICS
-        .iter()
-        .map(|(_, names)| names[0])
-        .collect::<Vec<_>>()
-        .join(",")
+    let mut out: Vec<&str> = Vec::new();
+    for spec in metrics::TABLE {
+        for m in spec.sources[0].metrics() {
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+    }
+    out.extend(NCU_LAUNCH.iter().map(|(_, n)| *n));
+    out.push("device__attribute_multiprocessor_count");
+    out.join(",")
 }
 
 /// A scratch directory for one profiling session.

@@ -189,7 +189,7 @@ pub fn failure_cause(error: &str) -> FailureCause {
 /// fault ([`lost_to_fault`]), nor a launch the GPU refused ("launch failed: …" alone).
 ///
 /// A profiler session that faults gives the same message to each of its shapes: which one
-/// faulted is then known only once each is run alone (driver/src/gpu_profile.rs does).
+/// faulted is then known only once each is run alone (profiler/src/gpu_profile.rs does).
 pub fn is_fault(error: &str) -> bool {
     error.starts_with("an error in the kernel")
         || (error.starts_with("launch failed") && error.contains(", then "))

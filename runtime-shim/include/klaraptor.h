@@ -52,7 +52,7 @@ typedef struct klaraptor_kernel {
   const char *id;           /* the kernel's mangled name: the id the pass passes */
   const char *name;         /* for logs, KLARAPTOR_FORCE and the choices cache: the name in
                              * the source; for a template instance, klaraptor-cc gives it
-                             * its template arguments, stencil1d<3> (driver/src/names.rs) */
+                             * its template arguments, stencil1d<3> (spec/src/names.rs) */
   int n_data;               /* number of data parameters */
   const char *const *data_names; /* their labels, n_data of them */
   int dim;                  /* 1, 2 or 3 */

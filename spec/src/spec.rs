@@ -166,58 +166,52 @@ pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, D
 }
 
 impl KernelSpec {
-    /// A human-readable TOML rendering (what `--kl-keep` leaves and `klaraptor specs` prints).
+    /// The spec as TOML (what `klaraptor specs` prints): a `[kernel."<name>"]` table, the
+    /// expressions in the annotation language, through the same serialiser as the spec an
+    /// object carries to the link ([`crate::link::LinkSpec`]).
     pub fn to_toml(&self) -> String {
-        let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
-        let list = |v: Vec<String>| format!("[{}]", v.join(", "));
-        let mut s = format!("[kernel.{}]\n", q(&self.name));
-        s += &format!(
-            "mangled = {}\n",
-            list(self.mangled.iter().map(|m| q(m)).collect())
-        );
-        s += &format!(
-            "defined_at = {}\n",
-            q(&format!(
-                "{}:{}",
-                self.defined_in.display(),
-                self.defined_line
-            ))
-        );
-        s += &format!("annotated_at = {}\n", q(&self.annotated_at.to_string()));
-        s += &format!(
-            "data = {}\n",
-            list(
-                self.data
-                    .iter()
-                    .map(|d| q(&format!("{}={} ({} {})", d.label, d.index, d.ty, d.param)))
-                    .collect()
-            )
-        );
-        s += &format!("dim = {}\n", self.dim);
-        s += &format!(
-            "grid = {}\n",
-            list(self.grid.iter().map(|g| q(&g.to_string())).collect())
-        );
-        s += &format!(
-            "block = {}\n",
-            list(self.constraints.iter().map(|c| q(&c.to_string())).collect())
-        );
-        if let Some(e) = &self.shmem {
-            s += &format!("shmem = {}\n", q(&e.to_string()));
+        #[derive(serde::Serialize)]
+        struct Profile<'a> {
+            run: &'a str,
+            sizes: &'a [Vec<i64>],
         }
-        if let Some(p) = &self.profile {
-            let sizes = p
-                .sizes
+        #[derive(serde::Serialize)]
+        struct View<'a> {
+            mangled: &'a [String],
+            defined_at: String,
+            annotated_at: String,
+            data: Vec<String>,
+            dim: u8,
+            grid: Vec<String>,
+            block: Vec<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            shmem: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            profile: Option<Profile<'a>>,
+        }
+        let view = View {
+            mangled: &self.mangled,
+            defined_at: format!("{}:{}", self.defined_in.display(), self.defined_line),
+            annotated_at: self.annotated_at.to_string(),
+            data: self
+                .data
                 .iter()
-                .map(|r| list(r.iter().map(|v| v.to_string()).collect()))
-                .collect();
-            s += &format!(
-                "profile = {{ run = {}, sizes = {} }}\n",
-                q(&p.run),
-                list(sizes)
-            );
-        }
-        s
+                .map(|d| format!("{}={} ({} {})", d.label, d.index, d.ty, d.param))
+                .collect(),
+            dim: self.dim,
+            grid: self.grid.iter().map(ToString::to_string).collect(),
+            block: self.constraints.iter().map(ToString::to_string).collect(),
+            shmem: self.shmem.as_ref().map(ToString::to_string),
+            profile: self.profile.as_ref().map(|p| Profile {
+                run: &p.run,
+                sizes: &p.sizes,
+            }),
+        };
+        let doc = std::collections::BTreeMap::from([(
+            "kernel",
+            std::collections::BTreeMap::from([(self.name.as_str(), view)]),
+        )]);
+        toml::to_string(&doc).unwrap_or_else(|e| format!("# cannot render {}: {e}\n", self.name))
     }
 }
 

@@ -1,4 +1,4 @@
-//! The accuracy study of klaraptor on the PolyBench samples (issue #7, "the proof").
+//! The accuracy study of klaraptor on its two suites (samples/polybench, samples/idioms).
 //!
 //! `accuracy-report jobs` turns `sizes.toml` and the profiling variants that
 //! `bench/accuracy/prepare.sh` built into the GPU machine's job list; `bench/accuracy/device.sh`
@@ -12,6 +12,7 @@ pub mod inputs;
 pub mod jobs;
 pub mod report;
 pub mod sizes;
+pub mod split;
 pub mod study;
 pub mod tools;
 
@@ -76,6 +77,7 @@ pub fn report(
                 device: paths.device.clone(),
                 exhaustive: Some(x),
                 profile_db: paths.profile_db.clone(),
+                split: paths.split.clone(),
             };
             Some(study::Study::load(&p, sizes)?)
         }

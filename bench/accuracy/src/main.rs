@@ -10,7 +10,7 @@ use klaraptor_accuracy::{jobs, sizes::Sizes, study::Paths};
 #[command(
     name = "accuracy-report",
     version,
-    about = "klaraptor's accuracy study on the PolyBench samples (bench/accuracy/README.md)"
+    about = "klaraptor's accuracy study on the PolyBench and idioms suites (bench/accuracy/README.md)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -57,6 +57,10 @@ enum Cmd {
         /// the profile phase's records in --device are read.
         #[arg(long, default_value = ".dev/study-db")]
         db: PathBuf,
+        /// The suites' tuning and test halves: each record says its program's suite and
+        /// half, and the report summarises each half.
+        #[arg(long, default_value = "bench/accuracy/split.toml")]
+        split: PathBuf,
     },
     /// Replay recorded exhaustive sweeps against a study's rational programs, without a
     /// GPU: per case the choice's ratio to the sweep's optimum, the model's and
@@ -126,6 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             shape_kernels,
             repeat,
             db,
+            split,
         } => {
             let s = Sizes::load(&sizes)?;
             let kernels = shape_kernels.unwrap_or_else(|| {
@@ -140,6 +145,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     device,
                     exhaustive: None,
                     profile_db: Some(db),
+                    split: split.is_file().then_some(split),
                 },
                 &s,
                 &out,

@@ -6,9 +6,124 @@ use crate::study::{self, Case, Method, Study};
 
 pub use klaraptor_program::validate::{MethodSummary, Record};
 
+/// A record of `accuracy-<gpu>-<date>.json` with its program's suite and half
+/// (bench/accuracy/split.toml; null where the split does not name the program).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SplitRecord {
+    #[serde(flatten)]
+    pub record: Record,
+    pub suite: Option<String>,
+    pub half: Option<String>,
+}
+
 /// The records of `accuracy-<gpu>-<date>.json`: one per case × method.
-pub fn records(st: &Study) -> Vec<Record> {
+pub fn records(st: &Study) -> Vec<SplitRecord> {
     klaraptor_program::validate::records(&st.cases)
+        .into_iter()
+        .map(|record| {
+            let of = st.split.of(&record.program);
+            SplitRecord {
+                suite: of.map(|(s, _)| s.to_string()),
+                half: of.map(|(_, h)| h.to_string()),
+                record,
+            }
+        })
+        .collect()
+}
+
+/// The suite the study's cases belong to, as the report's title names it.
+fn suite_title(st: &Study) -> String {
+    let suites: std::collections::BTreeSet<&str> = st
+        .cases
+        .iter()
+        .filter_map(|c| st.split.of(&c.program).map(|(s, _)| s))
+        .collect();
+    match suites.into_iter().collect::<Vec<_>>().as_slice() {
+        ["polybench"] | [] => "PolyBench samples".into(),
+        ["idioms"] => "idioms suite".into(),
+        many => format!("{} suites", many.join(" and ")),
+    }
+}
+
+/// Per half (tuning, test): each method's geometric mean and minimum over the half's cases,
+/// and the kernels whose klaraptor geometric mean falls below 0.95 × their profiled_best's.
+fn halves_section(st: &Study) -> String {
+    let mut s = String::new();
+    let half_of = |c: &Case| st.split.of(&c.program).map(|(_, h)| h);
+    if !st.cases.iter().any(|c| half_of(c).is_some()) {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\n### Tuning and test halves\n\nThe halves are fixed in bench/accuracy/split.toml: \
+         model changes are justified on the tuning half; the test half is only measured.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| half | method | cases | geometric mean | minimum | cases < 0.80 |"
+    );
+    let _ = writeln!(s, "| --- | --- | ---: | ---: | ---: | ---: |");
+    for half in ["tuning", "test"] {
+        let cases: Vec<&Case> = st
+            .cases
+            .iter()
+            .filter(|c| half_of(c) == Some(half))
+            .collect();
+        for m in Method::COMPARED {
+            let r: Vec<f64> = cases.iter().filter_map(|c| c.ratio(m)).collect();
+            if let Some(x) = study::stats(&r) {
+                let _ = writeln!(
+                    s,
+                    "| {half} | {} | {} | {:.3} | {:.3} | {} |",
+                    m.as_str(),
+                    x.n,
+                    x.geomean,
+                    x.min,
+                    x.below_080
+                );
+            }
+        }
+    }
+    let mut kernels: std::collections::BTreeMap<(&str, &str), (Vec<f64>, Vec<f64>)> =
+        std::collections::BTreeMap::new();
+    for c in &st.cases {
+        if let (Some(k), Some(p)) = (c.ratio(Method::Klaraptor), c.ratio(Method::ProfiledBest)) {
+            let e = kernels.entry((&c.program, &c.mangled)).or_default();
+            e.0.push(k);
+            e.1.push(p);
+        }
+    }
+    let below: Vec<String> = kernels
+        .iter()
+        .filter_map(|((prog, mangled), (k, p))| {
+            let (gk, gp) = (study::stats(k)?.geomean, study::stats(p)?.geomean);
+            let kernel = st
+                .cases
+                .iter()
+                .find(|c| c.mangled == *mangled)
+                .map_or(*mangled, |c| c.kernel.as_str());
+            (gk < 0.95 * gp).then(|| {
+                format!(
+                    "{kernel} ({prog}, {}: {gk:.3} vs {gp:.3})",
+                    half_of_program(st, prog)
+                )
+            })
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "\nKernels whose klaraptor geometric mean is below 0.95 × their profiled_best's: {}.",
+        if below.is_empty() {
+            "none".to_string()
+        } else {
+            below.join("; ")
+        }
+    );
+    s
+}
+
+fn half_of_program<'a>(st: &'a Study, program: &str) -> &'a str {
+    st.split.of(program).map_or("no half", |(_, h)| h)
 }
 
 /// The summary of `accuracy-<gpu>-<date>-summary.json`: one line per compared method, with
@@ -188,7 +303,8 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
     let env = st.main_env().cloned().unwrap_or_default();
     let _ = writeln!(
         s,
-        "# Accuracy of klaraptor's launch choice: PolyBench samples on {}, {}\n",
+        "# Accuracy of klaraptor's launch choice: {} on {}, {}\n",
+        suite_title(st),
         env.gpu,
         env.day()
     );
@@ -245,6 +361,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
             let _ = writeln!(s, "| {} | 0 | – | – | – | – |", m.as_str());
         }
     }
+    s.push_str(&halves_section(st));
     let sums = summary(st);
     let sum_of = |m: Method| sums.iter().find(|x| x.method == m.as_str());
     if let Some(x) = sum_of(Method::Settled) {

@@ -105,6 +105,8 @@ pub struct Study {
     /// samples; `None` when its records predate the collector's batching (one launch a run,
     /// not gated).
     pub sweep_launches: Option<(u32, u32)>,
+    /// Each program's suite and half (empty without a split file).
+    pub split: crate::split::Split,
 }
 
 /// Where the inputs are.
@@ -120,6 +122,9 @@ pub struct Paths {
     /// profile of profiled_best. Without it (or without a kernel's entry there), the profile
     /// phase's records in `device/profile/` are read instead.
     pub profile_db: Option<PathBuf>,
+    /// The split of the suites into tuning and test halves (bench/accuracy/split.toml):
+    /// records carry each program's suite and half, the report summarises each half.
+    pub split: Option<PathBuf>,
 }
 
 impl Paths {
@@ -162,6 +167,9 @@ impl Study {
 
     pub fn load(paths: &Paths, sizes: &Sizes) -> Result<Study> {
         let mut st = Study::default();
+        if let Some(p) = &paths.split {
+            st.split = crate::split::Split::load(p)?;
+        }
         for phase in ["profile", "exhaustive", "choice"] {
             let dir = paths.phase(phase);
             let env = dir.join("env.txt");

@@ -448,6 +448,7 @@ est_s = 2
             device,
             exhaustive: None,
             profile_db: Some(db_dir),
+            split: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("split.toml")),
         },
         sizes,
         gemm: progs["gemm"].clone(),
@@ -660,6 +661,16 @@ fn the_report_files() {
         serde_json::from_str(&std::fs::read_to_string(&w.json).unwrap()).unwrap();
     // 4 cases × optimum, klaraptor, settled, profiled_best, default, occupancy.
     assert_eq!(recs.len(), 24);
+    // Each record names its program's suite and half (split.toml: gemm test, mvt tuning).
+    for r in &recs {
+        assert_eq!(r["suite"], "polybench", "{r}");
+        let want = if r["program"] == "gemm" {
+            "test"
+        } else {
+            "tuning"
+        };
+        assert_eq!(r["half"], want, "{r}");
+    }
     for r in &recs {
         for key in [
             "program", "kernel", "mangled", "sizes", "method", "block", "time_ms",

@@ -57,7 +57,8 @@ pub mod error;
 pub mod flush;
 pub mod gate;
 pub mod load;
-pub mod metrics;
+/// The counter table and its decoding live in the profiler, shared with the ncu import.
+pub use klaraptor_profiler::metrics;
 pub mod request;
 pub mod stats;
 pub mod sweep;

@@ -1,6 +1,10 @@
-//! The metrics the collector reads: one table, how a chip's names are chosen from it, and
-//! how the values CUPTI evaluates become the hardware part of a
-//! [`klaraptor_profiler::record::Counters`].
+//! The hardware counters klaraptor measures: one table of fields and the metrics each is
+//! read from, how the names a chip (or an ncu report) has are chosen from it, and how metric
+//! values become the hardware part of a [`crate::record::Counters`]. The in-process collector
+//! (`profiler/collector`) resolves the table against what CUPTI says the chip supports; the
+//! ncu import ([`crate::plan::import_ncu`]) resolves it against the columns of an ncu raw
+//! page. Launch attributes (time, registers, shared memory, block) are not counters: the
+//! collector takes them from the launch, the ncu import from its `launch__` columns.
 //!
 //! Names were checked with the CUPTI 13.0 profiler host API's enumeration for GH100 (H100,
 //! H200), GA100, AD102, GB100, GB202, TU102 and GV100 (`tests/cupti_host.rs` repeats the check
@@ -14,7 +18,7 @@
 //! has no barrier class either (ncu counts `BAR` only per opcode, by patching the SASS).
 //! Barriers execute in the ADU pipe, so `smsp__inst_executed_pipe_adu −
 //! smsp__inst_executed_op_ldc` bounds them from above. On the H200 (2026-11-22 GPU check,
-//! `tests/fixtures/h200-2026-11-22`, per-instruction counts from ncu's source page) that
+//! `profiler/collector/tests/fixtures/h200-2026-11-22`, per-instruction counts from ncu's source page) that
 //! difference is the exact `BAR` count plus the reads of special registers (`S2R`/`S2UR`:
 //! block and CTA ids) the ADU also serves: +1 per warp in saxpy and the strided copy, +2 in
 //! the naive matmul, +2 per warp and +1 per block in the block sum (whose exact count is
@@ -239,6 +243,15 @@ impl Resolved {
 /// field that has no valid source, naming what was tried.
 pub fn resolve(
     table: &[Spec],
+    is_valid: impl FnMut(&str) -> bool,
+) -> Result<Resolved, Vec<String>> {
+    resolve_with(table, OPTIONAL, is_valid)
+}
+
+/// [`resolve`], with `optional` the fields that may go without a source.
+pub fn resolve_with(
+    table: &[Spec],
+    optional: &[Field],
     mut is_valid: impl FnMut(&str) -> bool,
 ) -> Result<Resolved, Vec<String>> {
     let mut choices = Vec::new();
@@ -258,7 +271,7 @@ pub fn resolve(
         }
         match chosen {
             Some(src) => choices.push((*spec, src)),
-            None if OPTIONAL.contains(&spec.field) => {}
+            None if optional.contains(&spec.field) => {}
             None => missing.push(format!(
                 "{:?} (tried {})",
                 spec.field,
