@@ -310,6 +310,44 @@ pub struct Hardware {
     pub achieved_active_warps: f64,
 }
 
+/// What a sample records of a launch besides its hardware counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LaunchFigures {
+    pub time_ms: f64,
+    pub time_runs_ms: Vec<f64>,
+    pub regs_per_thread: u32,
+    pub smem_static: u32,
+    pub smem_dynamic: u32,
+}
+
+impl Hardware {
+    /// The counters of a profile record: these hardware counts and the launch's figures.
+    pub fn into_counters(self, launch: LaunchFigures) -> crate::record::Counters {
+        crate::record::Counters {
+            inst_executed: self.inst_executed,
+            inst_global_ld: self.inst_global_ld,
+            inst_global_st: self.inst_global_st,
+            inst_shared_ld: self.inst_shared_ld,
+            inst_shared_st: self.inst_shared_st,
+            inst_barrier: self.inst_barrier,
+            gld_requests: self.gld_requests,
+            gst_requests: self.gst_requests,
+            gld_sectors: self.gld_sectors,
+            gst_sectors: self.gst_sectors,
+            gld_l1_hit_sectors: self.gld_l1_hit_sectors,
+            dram_bytes_read: self.dram_bytes_read,
+            dram_bytes_write: self.dram_bytes_write,
+            achieved_active_warps: self.achieved_active_warps,
+            time_ms: launch.time_ms,
+            time_runs_ms: launch.time_runs_ms,
+            launches_per_run: None,
+            regs_per_thread: launch.regs_per_thread,
+            smem_static: launch.smem_static,
+            smem_dynamic: launch.smem_dynamic,
+        }
+    }
+}
+
 /// Why metric values could not be decoded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DecodeError {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::metrics::{self, Field};
-use crate::record::{Counters, Plan, Sample};
+use crate::record::{Plan, Sample};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
@@ -141,8 +141,7 @@ pub fn kernel_plan(spec: &LinkSpec) -> KernelPlan {
         allowed: 0,
         candidates: n_candidates,
     };
-    let Ok(constraints) = klaraptor_spec::shapes::kernel_constraints(&spec.data, &spec.block)
-    else {
+    let Ok(klaraptor_spec::shapes::LaunchShape { constraints, .. }) = spec.shape() else {
         return unfiltered(PlanRule::Unreadable);
     };
     let allowed: Vec<[u32; 3]> = candidates
@@ -1144,28 +1143,13 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
             block: l.block,
             grid: l.grid,
             error: None,
-            counters: Some(Counters {
-                inst_executed: hw.inst_executed,
-                inst_global_ld: hw.inst_global_ld,
-                inst_global_st: hw.inst_global_st,
-                inst_shared_ld: hw.inst_shared_ld,
-                inst_shared_st: hw.inst_shared_st,
-                inst_barrier: hw.inst_barrier,
-                gld_requests: hw.gld_requests,
-                gst_requests: hw.gst_requests,
-                gld_sectors: hw.gld_sectors,
-                gst_sectors: hw.gst_sectors,
-                gld_l1_hit_sectors: hw.gld_l1_hit_sectors,
-                dram_bytes_read: hw.dram_bytes_read,
-                dram_bytes_write: hw.dram_bytes_write,
-                achieved_active_warps: hw.achieved_active_warps,
+            counters: Some(hw.into_counters(metrics::LaunchFigures {
                 time_ms,
                 time_runs_ms: vec![time_ms],
-                launches_per_run: None,
                 regs_per_thread: u("regs_per_thread")?,
                 smem_static: u("smem_static")?,
                 smem_dynamic: u("smem_dynamic")?,
-            }),
+            })),
         });
     }
     Ok((samples, missing_optional))

@@ -60,7 +60,7 @@ use klaraptor_fitting::{
     fit, fit_degrees, DegreeBounds, Domain, FitOptions, FitProblem, RationalFn, Variable,
 };
 use klaraptor_profiler::record::{Counters, Entry, Sample, MIN_MEASURED};
-use klaraptor_spec::expr::{self, IntExpr};
+use klaraptor_spec::expr::IntExpr;
 use serde::{Deserialize, Serialize};
 
 use klaraptor_spec::link::LinkSpec;
@@ -293,12 +293,7 @@ pub fn busy_fraction(domain: Option<f64>, block: [u32; 3], grid: [u32; 3]) -> f6
 /// The kernel's parsed grid formula (empty when it does not parse: the link refused such a
 /// formula before anything is fitted).
 fn spec_grid(spec: &LinkSpec) -> Vec<IntExpr> {
-    let labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
-    spec.grid
-        .iter()
-        .map(|g| expr::parse_int(g, &labels))
-        .collect::<Result<_, _>>()
-        .unwrap_or_default()
+    spec.shape().map(|s| s.grid).unwrap_or_default()
 }
 
 /// What a fitted launch total is divided by before the fit, and multiplied by again when the

@@ -17,8 +17,8 @@ use anyhow::{bail, Context, Result};
 use klaraptor_fitting::RationalFn;
 use klaraptor_model::{device_to_c, predict, Device, Launch, Prediction, WarpMetrics, C_MODEL};
 use klaraptor_profiler::record::{self, Counters, Entry, Sample};
-use klaraptor_spec::expr::{self, IntExpr, C_PRELUDE};
-use klaraptor_spec::shapes::{allowed_at, allowed_for_some_data, parse_constraints, FullEnv};
+use klaraptor_spec::expr::C_PRELUDE;
+use klaraptor_spec::shapes::{allowed_at, allowed_for_some_data, FullEnv, LaunchShape};
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::{self, METRICS};
@@ -114,6 +114,9 @@ pub struct RationalProgram {
     /// (the same architecture; [`crate::transfer`]). `None`: this GPU's own profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transferred_from: Option<String>,
+    /// [`Self::grid`], [`Self::block`] and [`Self::shmem`] parsed, on first use.
+    #[serde(skip)]
+    parsed: std::sync::OnceLock<Result<LaunchShape, String>>,
 }
 
 /// The profile's fastest shape at one profiled size.
@@ -285,13 +288,6 @@ pub fn device_for(entry: &Entry) -> Result<Device> {
     Ok(d)
 }
 
-fn parse_grid(spec_grid: &[String], labels: &[&str]) -> Result<Vec<IntExpr>> {
-    spec_grid
-        .iter()
-        .map(|g| expr::parse_int(g, labels).map_err(|e| anyhow::anyhow!("grid {g:?}: {e}")))
-        .collect()
-}
-
 /// Builds the program of `spec` from its profile `entry`: the model
 /// ([`build_model`]), then the decision whether the model or the profile's fastest shape
 /// chooses ([`crate::decide`]), from the profile alone.
@@ -304,15 +300,15 @@ pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<Ratio
 /// The model of `spec` fitted on `entry`, without a decision (the model chooses).
 pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
     let device = device_for(entry)?;
-    let mut labels: Vec<&str> = spec.data.iter().map(String::as_str).collect();
-    labels.extend(expr::BLOCK_VARS);
-    let constraints = parse_constraints(&spec.block, &labels).map_err(anyhow::Error::msg)?;
-    parse_grid(&spec.grid, &labels)?;
+    let shape = spec
+        .shape()
+        .map_err(|e| anyhow::anyhow!("kernel {}: {e}", spec.name))?;
+    let constraints = &shape.constraints;
     // Constraints that depend on the data are checked at run time; here only those that
     // rule a shape out for every size.
     let allowed: Vec<[u32; 3]> = candidates(spec.dim)
         .into_iter()
-        .filter(|b| device.within_limits(*b) && allowed_for_some_data(&constraints, *b))
+        .filter(|b| device.within_limits(*b) && allowed_for_some_data(constraints, *b))
         .collect();
     if allowed.is_empty() {
         bail!(
@@ -412,6 +408,7 @@ pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
         left_out_after_faults,
         decision: None,
         transferred_from: None,
+        parsed: Default::default(),
     };
     prog.time_fit = fit_time(&prog, &usable);
     prog.profiled = profiled_table(entry, spec.data.len());
@@ -532,10 +529,17 @@ impl RationalProgram {
 
     /// Threads of the kernel's domain at `data` ([`metrics::domain_threads`]).
     pub fn domain_threads(&self, data: &[i64]) -> Option<f64> {
-        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
-        labels.extend(expr::BLOCK_VARS);
-        let grid = parse_grid(&self.grid, &labels).ok()?;
-        metrics::domain_threads(&self.data, &grid, data)
+        metrics::domain_threads(&self.data, &self.shape().ok()?.grid, data)
+    }
+
+    /// Its grid, constraints and shared-memory formula, parsed once.
+    pub fn shape(&self) -> Result<&LaunchShape> {
+        self.parsed
+            .get_or_init(|| {
+                LaunchShape::parse(&self.data, &self.grid, &self.block, self.shmem.as_deref())
+            })
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("kernel {}: {e}", self.kernel))
     }
 
     /// [`RationalProgram::metrics_at`] with the domain's threads at `data` given.
@@ -625,12 +629,9 @@ impl RationalProgram {
     /// the [`Self::shmem`] formula's amount; `None` when the formula cannot be evaluated, is
     /// negative or does not fit 32 bits.
     pub fn smem_at(&self, data: &[i64], b: [u32; 3]) -> Option<u32> {
-        let Some(f) = &self.shmem else {
+        let Some(e) = &self.shape().ok()?.shmem else {
             return Some(self.smem_per_block);
         };
-        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
-        labels.extend(expr::BLOCK_VARS);
-        let e = expr::parse_int(f, &labels).ok()?;
         let env = FullEnv {
             labels: &self.data,
             data,
@@ -659,14 +660,12 @@ impl RationalProgram {
                 data.len()
             );
         }
-        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
-        labels.extend(expr::BLOCK_VARS);
-        let grid = parse_grid(&self.grid, &labels)?;
-        let cons = parse_constraints(&self.block, &labels).map_err(anyhow::Error::msg)?;
-        let domain = metrics::domain_threads(&self.data, &grid, data);
+        let shape = self.shape()?;
+        let (grid, cons) = (&shape.grid, &shape.constraints);
+        let domain = metrics::domain_threads(&self.data, grid, data);
         let mut out = Vec::new();
         for &b in &self.candidates {
-            if !allowed_at(&cons, &self.data, data, b) {
+            if !allowed_at(cons, &self.data, data, b) {
                 continue;
             }
             let env = FullEnv {
@@ -834,18 +833,20 @@ impl RationalProgram {
         }
         c.push_str("};\n\n");
         // Grid formula and constraints.
-        let mut labels: Vec<&str> = self.data.iter().map(String::as_str).collect();
-        labels.extend(expr::BLOCK_VARS);
-        let grid = parse_grid(&self.grid, &labels)?;
-        let cons = parse_constraints(&self.block, &labels).map_err(anyhow::Error::msg)?;
-        crate::codegen::c_grid_and_constraints(&mut c, "", &self.data, &grid, &cons);
+        let shape = self.shape()?;
+        crate::codegen::c_grid_and_constraints(
+            &mut c,
+            "",
+            &self.data,
+            &shape.grid,
+            &shape.constraints,
+        );
         c.push('\n');
         // Shared memory that follows the block.
         match &self.shmem {
             None => c.push_str("/* The block's shared memory: the kernel's own, whatever the shape. */\nstatic int64_t kl_smem(const int64_t *data, const uint32_t block[3]) {\n  (void)data; (void)block;\n  return"),
             Some(f) => {
-                let e = expr::parse_int(f, &labels)
-                    .with_context(|| format!("kernel {}: shmem({f})", self.kernel))?;
+                let e = shape.shmem.as_ref().expect("parsed with the program");
                 let _ = writeln!(
                     c,
                     "/* The block's shared memory: static plus shmem({f}); -1 when it cannot be evaluated. */\nstatic int64_t kl_smem(const int64_t *data, const uint32_t block[3]) {{\n  int err = 0;"
@@ -854,7 +855,7 @@ impl RationalProgram {
                 let _ = writeln!(
                     c,
                     "  const int64_t dyn = {};\n  if (err || dyn < 0 || dyn > INT64_C(4294967295)) return -1;",
-                    crate::codegen::c_int(&e)
+                    crate::codegen::c_int(e)
                 );
                 c.push_str("  return dyn +");
             }

@@ -84,6 +84,16 @@ pub fn profile_design(sizes: &[Vec<i64>]) -> Vec<Vec<i64>> {
 }
 
 impl LinkSpec {
+    /// Its grid, constraints and shared-memory formula, parsed.
+    pub fn shape(&self) -> Result<crate::shapes::LaunchShape, String> {
+        crate::shapes::LaunchShape::parse(
+            &self.data,
+            &self.grid,
+            &self.block,
+            self.shmem.as_deref(),
+        )
+    }
+
     /// The link specs of `spec` (one per instantiation).
     pub fn from_spec(spec: &KernelSpec, code_hash: &str, build_dir: &Path) -> Vec<LinkSpec> {
         spec.mangled

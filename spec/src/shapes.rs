@@ -2,7 +2,45 @@
 //! evaluated for a shape alone (before the data is known) or at given data values. The
 //! profiler's plans and the rational programs' candidate sets both ask here.
 
-use crate::expr::{self, BoolExpr};
+use crate::expr::{self, BoolExpr, IntExpr};
+
+/// A kernel's launch in the annotation language, parsed: its grid formulas, block
+/// constraints and shared-memory formula, over its data labels and the block variables.
+/// Every stage that evaluates them (the profiler's plans, the rational programs, their C)
+/// parses the spec's text here, once per spec or program.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchShape {
+    pub grid: Vec<IntExpr>,
+    pub constraints: Vec<BoolExpr>,
+    pub shmem: Option<IntExpr>,
+}
+
+impl LaunchShape {
+    /// Parses the texts of a kernel whose data labels are `data`; the error names the
+    /// clause that does not parse.
+    pub fn parse(
+        data: &[String],
+        grid: &[String],
+        block: &[String],
+        shmem: Option<&str>,
+    ) -> Result<LaunchShape, String> {
+        let mut labels: Vec<&str> = data.iter().map(String::as_str).collect();
+        labels.extend(expr::BLOCK_VARS);
+        let grid = grid
+            .iter()
+            .map(|g| expr::parse_int(g, &labels).map_err(|e| format!("grid {g:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        let constraints = parse_constraints(block, &labels)?;
+        let shmem = shmem
+            .map(|f| expr::parse_int(f, &labels).map_err(|e| format!("shmem({f}): {e}")))
+            .transpose()?;
+        Ok(LaunchShape {
+            grid,
+            constraints,
+            shmem,
+        })
+    }
+}
 
 /// Parses the block constraints of a kernel; `labels` are the names they may use (the data
 /// labels and [`expr::BLOCK_VARS`]).
@@ -11,13 +49,6 @@ pub fn parse_constraints(block: &[String], labels: &[&str]) -> Result<Vec<BoolEx
         .iter()
         .map(|b| expr::parse_bool(b, labels).map_err(|e| format!("block {b:?}: {e}")))
         .collect()
-}
-
-/// The block constraints of a kernel whose data labels are `data`, parsed.
-pub fn kernel_constraints(data: &[String], block: &[String]) -> Result<Vec<BoolExpr>, String> {
-    let mut labels: Vec<&str> = data.iter().map(String::as_str).collect();
-    labels.extend(expr::BLOCK_VARS);
-    parse_constraints(block, &labels)
 }
 
 /// Whether no constraint rules block `b` out for every data size: a constraint that names a

@@ -84,7 +84,9 @@ fn halves_section(st: &Study) -> String {
             }
         }
     }
-    let mut kernels: std::collections::BTreeMap<(&str, &str), (Vec<f64>, Vec<f64>)> =
+    // (program, mangled) -> the kernel's klaraptor and profiled_best ratios.
+    type Ratios = (Vec<f64>, Vec<f64>);
+    let mut kernels: std::collections::BTreeMap<(&str, &str), Ratios> =
         std::collections::BTreeMap::new();
     for c in &st.cases {
         if let (Some(k), Some(p)) = (c.ratio(Method::Klaraptor), c.ratio(Method::ProfiledBest)) {

@@ -1036,31 +1036,15 @@ fn counters(
     res: &Resources,
     dynamic_smem: u64,
 ) -> Counters {
-    let zero = metrics::Hardware::default();
-    let gld_l1_hit_sectors = hw.and_then(|h| h.gld_l1_hit_sectors);
-    let hw = hw.unwrap_or(&zero);
-    Counters {
-        inst_executed: hw.inst_executed,
-        inst_global_ld: hw.inst_global_ld,
-        inst_global_st: hw.inst_global_st,
-        inst_shared_ld: hw.inst_shared_ld,
-        inst_shared_st: hw.inst_shared_st,
-        inst_barrier: hw.inst_barrier,
-        gld_requests: hw.gld_requests,
-        gst_requests: hw.gst_requests,
-        gld_sectors: hw.gld_sectors,
-        gst_sectors: hw.gst_sectors,
-        gld_l1_hit_sectors,
-        dram_bytes_read: hw.dram_bytes_read,
-        dram_bytes_write: hw.dram_bytes_write,
-        achieved_active_warps: hw.achieved_active_warps,
-        time_ms,
-        time_runs_ms: runs,
-        launches_per_run: None,
-        regs_per_thread: res.regs,
-        smem_static: res.smem_static,
-        smem_dynamic: u32::try_from(dynamic_smem).unwrap_or(u32::MAX),
-    }
+    hw.cloned()
+        .unwrap_or_default()
+        .into_counters(metrics::LaunchFigures {
+            time_ms,
+            time_runs_ms: runs,
+            regs_per_thread: res.regs,
+            smem_static: res.smem_static,
+            smem_dynamic: u32::try_from(dynamic_smem).unwrap_or(u32::MAX),
+        })
 }
 
 /// One sample as the line appended to the output file.

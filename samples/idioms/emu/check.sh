@@ -14,6 +14,12 @@ mkdir -p "$build"
 progs=("$@")
 [ ${#progs[@]} -eq 0 ] && progs=($(sed -n 's/^PROGRAMS *:= *//p' "$root/Makefile"))
 fail=0
+# k<<<...>>> and k<T, 3><<<...>>> (a template instantiation) become a call of the emulator;
+# `extern __shared__ T name[];` (dynamic shared memory) a pointer to the emulator's region.
+rewrite() {
+  perl -pe 's/\b(\w+(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>/kl_emu::launch($1, $2)/g;
+            s/\bextern\s+__shared__\s+([^;\[\]=]*?)\s*\b(\w+)\s*\[\s*\]\s*;/$1 *const $2 = kl_emu::DynamicShared{};/g' "$1"
+}
 for p in "${progs[@]}"; do
   dir="$root/$p"
   args_file="$dir/emu.args"
@@ -22,11 +28,17 @@ for p in "${progs[@]}"; do
   : > "$src"
   for f in "$dir"/*.cu; do
     echo "#line 1 \"$f\"" >> "$src"
-    # k<<<...>>> and k<T, 3><<<...>>> (a template instantiation) become a call of the emulator.
-    perl -pe 's/\b(\w+(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>/kl_emu::launch($1, $2)/g' "$f" >> "$src"
+    rewrite "$f" >> "$src"
+  done
+  # The program's own headers (a kernel template, say), rewritten the same way, found first.
+  inc="$build/$p.include"
+  rm -rf "$inc" && mkdir -p "$inc"
+  for f in "$dir"/*.cuh "$dir"/*.h; do
+    [ -f "$f" ] || continue
+    { echo "#line 1 \"$f\""; rewrite "$f"; } > "$inc/$(basename "$f")"
   done
   if ! $CXX -std=c++17 -O2 -Wall -Wextra -Wno-unknown-pragmas -DKL_CPU_EMULATION \
-      -include "$here/cuda_emu.h" -I"$dir" -I"$root/../polybench/common" -I"$root/common" "$src" \
+      -include "$here/cuda_emu.h" -I"$inc" -I"$dir" -I"$root/../polybench/common" -I"$root/common" "$src" \
       -o "$build/$p" 2> "$build/$p.log"; then
     echo "FAIL $p: emulation build (see $build/$p.log)"; fail=1; continue
   fi
