@@ -18,6 +18,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use klaraptor_profiler::db::ProfileDb;
+use klaraptor_profiler::record::DeviceId;
 use klaraptor_program::rational::{self, RationalProgram};
 use klaraptor_spec::link::LinkSpec;
 
@@ -36,9 +37,33 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         for (path, old) in rational::load_dir(&models)? {
             let spec = spec_of(&old);
-            let own = db
-                .get(&old.mangled, &old.provenance.code_hash, &old.device.name)?
-                .with_context(|| format!("{}: no profile entry", path.display()))?;
+            // A transferred program (issue 22) has no entry of its own device: it is rebuilt
+            // from its source device's entry, relabelled, as the link builds it.
+            let own = match (
+                db.get(&old.mangled, &old.provenance.code_hash, &old.device.name)?,
+                &old.transferred_from,
+            ) {
+                (Some(e), _) => e,
+                (None, Some(src)) => {
+                    let mut e = db
+                        .get(&old.mangled, &old.provenance.code_hash, src)?
+                        .with_context(|| {
+                            format!("{}: no profile entry on {src}", path.display())
+                        })?;
+                    e.device = DeviceId {
+                        name: old.device.name.clone(),
+                        uuid: old.device.uuid.clone(),
+                        cc: format!(
+                            "{}.{}",
+                            old.device.compute_capability.major,
+                            old.device.compute_capability.minor
+                        ),
+                        sm_count: old.device.sm_count,
+                    };
+                    e
+                }
+                (None, None) => anyhow::bail!("{}: no profile entry", path.display()),
+            };
             let entry = match &from {
                 Some(f) if f != &old.device.name => {
                     let mut e = db
@@ -49,8 +74,9 @@ pub fn run(args: &[String]) -> Result<()> {
                 }
                 _ => own,
             };
-            let new = rational::build(&spec, &entry, &models)
+            let mut new = rational::build(&spec, &entry, &models)
                 .with_context(|| format!("rebuilding {}", path.display()))?;
+            new.transferred_from = old.transferred_from.clone();
             new.write(&models)?;
             println!(
                 "{}\t{}\tscale {:.3} overhead {:.3} µs\tmedian rel err {:.3} (model {:.3})",
