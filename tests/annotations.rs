@@ -138,7 +138,7 @@ __global__ void gemm(float alpha, const float *A, const float *B, int ni, long n
         "data = [\"NI=3 (int ni)\", \"NJ=4 (long nj)\", \"NK=5 (unsigned long nk)\"]",
         "grid = [\"ceil(NJ, bx)\", \"ceil(NI, by)\"]",
         "block = [\"((bx % 32) == 0)\", \"((bx * by) <= 512)\"]",
-        "profile = { run = \"./gemm {NI} {NJ} {NK}\", sizes = [[64, 64, 64], [128, 128, 64]] }",
+        "[kernel.gemm.profile]\nrun = \"./gemm {NI} {NJ} {NK}\"\nsizes = [[64, 64, 64], [128, 128, 64]]",
     ] {
         assert!(out.contains(want), "missing {want} in\n{out}");
     }
