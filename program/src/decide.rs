@@ -35,7 +35,9 @@
 //! [`LOOP_FACTOR`] (1.1, above the profile's run-to-run spread): its threads loop over a
 //! share of the data that the launch's shape decides, the mechanism the model is known to
 //! get wrong (docs/model.md), so the profile's evidence counts as soon as it is more than
-//! noise.
+//! noise. So does a kernel whose blocks wait at barriers (the profile counted barrier
+//! instructions: [`waits_at_barriers`]): the model's synchronisation term does not describe
+//! a block's wait for its slowest warp, and it leans to large blocks there.
 //!
 //! # Stability
 //!
@@ -77,6 +79,16 @@ pub const DEMOTE_FACTOR: f64 = 2.0;
 /// The same factor for a kernel whose launched threads do not follow its data
 /// ([`LOOP_EXCESS`]): above the run-to-run spread of the profile's times (2–7 % a sample).
 pub const LOOP_FACTOR: f64 = 1.1;
+
+/// Whether the profile counted barrier instructions in any launch (`__syncthreads`: the
+/// collector counts them only where a warp stalled at a barrier, so a kernel without one
+/// counts 0; docs/model.md).
+pub fn waits_at_barriers(entry: &Entry) -> bool {
+    entry
+        .samples
+        .iter()
+        .any(|s| s.counters.as_ref().is_some_and(|c| c.inst_barrier > 0))
+}
 
 /// How far the profile's launches ran beyond covering the domain once
 /// ([`metrics::coverage_excess`]) above which a kernel's launched threads do not follow its
@@ -195,6 +207,10 @@ pub struct Decision {
     /// ([`metrics::coverage_excess`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage_excess: Option<f64>,
+    /// Whether the profile counted barrier instructions ([`waits_at_barriers`]), which also
+    /// lowers the factor to [`LOOP_FACTOR`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub barriers: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stability: Option<Stability>,
     /// The shipped model's own choices at the profiled sizes, timed by the profile
@@ -372,13 +388,34 @@ impl DecisionRule {
     /// launched threads do not follow its data and the smaller
     /// [`DecisionRule::loop_factor`] applies.
     pub fn apply_with(&self, held_out: Vec<HeldOut>, coverage_excess: Option<f64>) -> Decision {
+        self.apply_for(held_out, coverage_excess, false)
+    }
+
+    /// [`DecisionRule::apply_with`] for a kernel whose blocks wait at barriers or not
+    /// ([`waits_at_barriers`]): one that does takes [`DecisionRule::loop_factor`] too.
+    pub fn apply_for(
+        &self,
+        held_out: Vec<HeldOut>,
+        coverage_excess: Option<f64>,
+        barriers: bool,
+    ) -> Decision {
         let loops = coverage_excess.is_some_and(|x| x > LOOP_EXCESS);
-        let factor = if loops { self.loop_factor } else { self.factor };
+        let factor = if loops || barriers {
+            self.loop_factor
+        } else {
+            self.factor
+        };
         let because = if loops {
             format!(
-                " (its launched threads do not follow its data: the profile's launches ran                  {:.0} times more threads per thread of the domain at one shape than at                  another, so a thread's work depends on the shape)",
+                " (its launched threads do not follow its data: the profile's launches ran \
+                 {:.0} times more threads per thread of the domain at one shape than at \
+                 another, so a thread's work depends on the shape)",
                 coverage_excess.unwrap_or(f64::NAN)
             )
+        } else if barriers {
+            " (its blocks wait at barriers: the profile counted barrier instructions, and the \
+             model does not describe a block's wait for its slowest warp)"
+                .to_string()
         } else {
             String::new()
         };
@@ -424,6 +461,7 @@ impl DecisionRule {
             profiled_score,
             factor,
             coverage_excess,
+            barriers,
             stability: None,
             in_sample: Vec::new(),
         }
@@ -434,7 +472,11 @@ impl DecisionRule {
 /// the stability check, which may change `prog`'s calibration (module documentation).
 pub fn decide(spec: &LinkSpec, entry: &Entry, prog: &mut RationalProgram) -> Decision {
     let folds = held_out(spec, entry, &DecisionRule::default());
-    let mut d = DecisionRule::default().apply_with(folds, metrics::coverage_excess(spec, entry));
+    let mut d = DecisionRule::default().apply_for(
+        folds,
+        metrics::coverage_excess(spec, entry),
+        waits_at_barriers(entry),
+    );
     let st = stability(
         spec,
         entry,
