@@ -49,6 +49,28 @@ pub enum Field {
     AchievedActiveWarps,
 }
 
+impl Field {
+    /// The field's name in a profile record (`record::Counters`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::InstExecuted => "inst_executed",
+            Field::InstGlobalLd => "inst_global_ld",
+            Field::InstGlobalSt => "inst_global_st",
+            Field::InstSharedLd => "inst_shared_ld",
+            Field::InstSharedSt => "inst_shared_st",
+            Field::InstBarrier => "inst_barrier",
+            Field::GldRequests => "gld_requests",
+            Field::GstRequests => "gst_requests",
+            Field::GldSectors => "gld_sectors",
+            Field::GstSectors => "gst_sectors",
+            Field::GldL1HitSectors => "gld_l1_hit_sectors",
+            Field::DramBytesRead => "dram_bytes_read",
+            Field::DramBytesWrite => "dram_bytes_write",
+            Field::AchievedActiveWarps => "achieved_active_warps",
+        }
+    }
+}
+
 /// How a field's value is obtained from metric values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {

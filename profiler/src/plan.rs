@@ -1049,11 +1049,18 @@ pub fn import_ncu(csv: &str, launches: &str, id: &str) -> Result<(Vec<Sample>, V
                 missing.join("; ")
             )
         })?;
-    let missing_optional: Vec<String> = NCU_OPTIONAL
+    let mut missing_optional: Vec<String> = NCU_OPTIONAL
         .iter()
         .filter(|f| resolved.source_of(**f).is_none())
-        .map(|f| format!("{f:?}"))
+        .map(|f| f.name().to_string())
         .collect();
+    // Barriers read from the ADU pipe without the stall counter that gates them.
+    if matches!(
+        resolved.source_of(Field::InstBarrier),
+        Some(metrics::Source::Difference(..))
+    ) {
+        missing_optional.push("stall_barrier".into());
+    }
     let mut cols: BTreeMap<&str, usize> = BTreeMap::new();
     for m in resolved.metric_names() {
         cols.insert(m, col(m).expect("resolved against the header"));

@@ -796,7 +796,7 @@ mod tests {
     fn syrk_instructions_fit_per_domain_thread() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/",
+            "/../",
             "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z4syrkPKfPfffii-26d0f09c6d19ffe8.toml",
         );
         let entry: Entry = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -824,7 +824,7 @@ mod tests {
     /// profiled, and stay within the measured range far beyond it.
     #[test]
     fn ratios_by_footprint_follow_the_steps_of_coalescing() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(
             "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z13jacobi2d_copyPfPKfi-d74a5b006d8f83bf.toml",
         );
         let entry: Entry = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

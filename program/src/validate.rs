@@ -2067,7 +2067,7 @@ mod tests {
     /// model/devices/nvidia-h200.toml.
     #[test]
     fn computed_block_size_equals_the_api_in_the_h200_study() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let study = root.join("bench/results/accuracy-h200-2026-11-22-d.json");
         let recs: Vec<serde_json::Value> =
             serde_json::from_str(&std::fs::read_to_string(&study).unwrap()).unwrap();
