@@ -129,6 +129,21 @@ fn a_kernel_whose_blocks_wait_at_barriers_is_chosen_by_its_profile() {
     let d = p.decision.as_ref().expect("a decision in the manifest");
     assert!(d.barriers, "{}", d.why);
     assert_eq!(d.chosen_by, ChosenBy::ProfiledBest, "{}", d.why);
+    // The manifest records, per profiled size, how the model's ranking agrees with the
+    // profile's, and inspect shows it.
+    assert_eq!(d.in_sample.len(), 4);
+    for x in &d.in_sample {
+        let r = x
+            .spearman
+            .expect("a rank correlation at every profiled size");
+        assert!((-1.0..=1.0).contains(&r), "{r}");
+        assert_eq!(x.shapes, Some(11), "the 11 shapes 1024 % bx == 0 allows");
+    }
+    let shown = decide::lines(Some(d)).join("\n");
+    assert!(
+        shown.contains("ranking agreement with the profile"),
+        "{shown}"
+    );
     let top = largest(&e);
     let chosen = p.rank(&top).unwrap()[0].block;
     let (t, fastest) = measured(&e, &top, chosen);

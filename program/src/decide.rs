@@ -229,6 +229,14 @@ pub struct InSample {
     pub model_ratio: Option<f64>,
     pub far: Option<[u32; 3]>,
     pub far_ratio: Option<f64>,
+    /// How the model's ranking of the shapes the profile timed at this size agrees with the
+    /// profile's: Spearman's rank correlation of predicted and measured times (1: the same
+    /// order; `None` with fewer than 3 shapes). Absent in manifests written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spearman: Option<f64>,
+    /// The shapes it was taken over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shapes: Option<usize>,
 }
 
 /// The shipped model's choices at each profiled size, timed by the profile there.
@@ -254,6 +262,17 @@ pub fn in_sample(spec: &LinkSpec, entry: &Entry, prog: &RationalProgram) -> Vec<
                 .map(|x| x.block)
         };
         let model = pick(h);
+        // The model's predicted times of the shapes the profile timed here.
+        let (mut predicted, mut timed) = (Vec::new(), Vec::new());
+        for r in prog.model_rank(h).unwrap_or_default() {
+            if let Some(&t) = times.get(&r.block) {
+                predicted.push(r.prediction.time_us);
+                timed.push(t);
+            }
+        }
+        let spearman = (predicted.len() >= 3)
+            .then(|| validate::spearman(&predicted, &timed))
+            .flatten();
         let far_size: Vec<i64> = h.iter().map(|v| v.saturating_mul(16)).collect();
         let far = pick(&far_size);
         out.push(InSample {
@@ -263,6 +282,8 @@ pub fn in_sample(spec: &LinkSpec, entry: &Entry, prog: &RationalProgram) -> Vec<
             model_ratio: model.map(|b| best_ms / times[&b]),
             far,
             far_ratio: far.map(|b| best_ms / times[&b]),
+            spearman,
+            shapes: (!predicted.is_empty()).then_some(predicted.len()),
         });
     }
     out
@@ -340,6 +361,26 @@ pub fn lines(d: Option<&Decision>) -> Vec<String> {
             b(f.profiled),
             r(f.profiled_ratio()),
             if f.note.is_empty() { String::new() } else { format!(" ({})", f.note) }
+        ));
+    }
+    if d.in_sample.iter().any(|x| x.spearman.is_some()) {
+        let parts: Vec<String> = d
+            .in_sample
+            .iter()
+            .map(|x| {
+                format!(
+                    "{:?} {} over {} shapes (model's choice at {} of the fastest)",
+                    x.sizes,
+                    r(x.spearman),
+                    x.shapes.unwrap_or(0),
+                    r(x.model_ratio)
+                )
+            })
+            .collect();
+        out.push(format!(
+            "  ranking agreement with the profile at the profiled sizes (Spearman, predicted \
+             against measured time): {}",
+            parts.join("; ")
         ));
     }
     out
