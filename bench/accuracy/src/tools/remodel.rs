@@ -39,10 +39,13 @@ pub fn run(args: &[String]) -> Result<()> {
             let spec = spec_of(&old);
             // A transferred program (issue 22) has no entry of its own device: it is rebuilt
             // from its source device's entry, relabelled, as the link builds it.
-            let own = match (
-                db.get(&old.mangled, &old.provenance.code_hash, &old.device.name)?,
-                &old.transferred_from,
-            ) {
+            let own_entry = db.get(&old.mangled, &old.provenance.code_hash, &old.device.name)?;
+            let transferred = if own_entry.is_some() {
+                None
+            } else {
+                old.transferred_from.clone()
+            };
+            let own = match (own_entry, &old.transferred_from) {
                 (Some(e), _) => e,
                 (None, Some(src)) => {
                     let mut e = db
@@ -76,7 +79,7 @@ pub fn run(args: &[String]) -> Result<()> {
             };
             let mut new = rational::build(&spec, &entry, &models)
                 .with_context(|| format!("rebuilding {}", path.display()))?;
-            new.transferred_from = old.transferred_from.clone();
+            new.transferred_from = transferred;
             new.write(&models)?;
             println!(
                 "{}\t{}\tscale {:.3} overhead {:.3} µs\tmedian rel err {:.3} (model {:.3})",
