@@ -512,7 +512,7 @@ impl Invocation {
     /// `object` (written atomically): its launches routed through the runtime it now
     /// carries (runtime.rs), and the rational program of each of its kernels the profile
     /// database has a profile of, for each device it has one for, with their manifests
-    /// (linkspec.rs). An object in which no launch was instrumented calls nothing of the
+    /// (`klaraptor_spec::link`). An object in which no launch was instrumented calls nothing of the
     /// runtime and stays as it is. Returns the database files the object now depends on.
     ///
     /// A kernel without a profile, or whose program cannot be built, keeps the program's

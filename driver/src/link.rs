@@ -2,10 +2,10 @@
 //! kernel and device with a profile, plus the runtime.
 //!
 //! ```text
-//! kernel specs  <- the .klaraptor_spec sections of the input objects (linkspec.rs)
+//! kernel specs  <- the .klaraptor_spec sections of the input objects (`klaraptor_spec::link`)
 //! profile entry <- the profile database (kernel × code hash × device)
 //!    none, GPU here, recipe given: link the profiling variant at the output path, run the
-//!    recipe at each profile size, store the records (profiling.rs)
+//!    recipe at each profile size, store the records (`klaraptor_profiler::plan`)
 //! fit + codegen -> <output>.klaraptor/<kernel>.<device>.c, compiled (rational.rs)
 //! nvcc <user's link command> <rational programs the inputs do not carry>
 //! ```
@@ -380,7 +380,7 @@ pub fn build_programs(
     out
 }
 
-/// Compiles the section that embeds the manifests of `programs` (linkspec.rs) into an
+/// Compiles the section that embeds the manifests of `programs` (`klaraptor_program::manifests`) into an
 /// object under `staging/embed/`.
 pub fn manifests_object(
     programs: &[RationalProgram],
@@ -484,7 +484,7 @@ fn link_variant(job: &LinkJob, specs: &[LinkSpec], path: &Path) -> Result<()> {
 }
 
 /// Profiles `specs` on this machine's GPU and stores the entries (one kernel at a time under
-/// the GPU's lock: gpu_profile.rs). Returns the ids that have a complete entry now, and a
+/// the GPU's lock: `klaraptor_profiler::gpu_profile`). Returns the ids that have a complete entry now, and a
 /// copy of the profiling variant in the work directory when any has. The ids of the kernels
 /// it tried to profile go to `tried` (each of those left without an entry was warned about).
 fn profile(

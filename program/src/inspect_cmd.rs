@@ -1,10 +1,10 @@
 //! `klaraptor inspect` and `klaraptor explain`: what rational programs a binary (or a build
 //! directory) carries, and how one of them ranks the candidate shapes at a data size. Both
-//! read the manifests embedded in the binary (linkspec.rs: every object compiled with a
+//! read the manifests embedded in the binary ([`crate::manifests`]: every object compiled with a
 //! profile, and every klaraptor link that adds programs, embeds them, so a binary linked by
 //! g++ or CMake has them) and those klaraptor-cc keeps next to it
-//! (`<binary>.klaraptor/*.json`), and evaluate the model in Rust, which agrees with the
-//! generated C (model's differential test): no GPU is needed.
+//! (`<binary>.klaraptor/*.json`), and evaluate the model through the same C the generated
+//! programs include: no GPU is needed.
 
 use std::path::{Path, PathBuf};
 
