@@ -1,6 +1,6 @@
 //! An interrupted klaraptor-cc leaves nothing behind (no GPU): SIGINT and SIGTERM sent while it
 //! compiles an annotated source remove its temporary directories, leave no output, and end
-//! it by the same signal, as nvcc ends.
+//! it by the same signal, as nvcc ends, wherever in the compile the signal falls.
 
 mod common;
 use common::*;
@@ -10,9 +10,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Starts `klaraptor-cc -c mm.cu` with a private TMPDIR, sends `sig` once its temporary
-/// directory exists, and checks what is left.
-fn interrupted_compile(sig: libc::c_int) {
+/// Starts `klaraptor-cc -c mm.cu` with a private TMPDIR, sends `sig` `delay` after its
+/// temporary directory exists, and checks what is left. Returns false (and checks nothing)
+/// when the compile ended before the signal.
+fn interrupted_compile(sig: libc::c_int, delay: Duration) -> bool {
     let root = tempfile::tempdir().unwrap();
     let src = root.path().join("src");
     let tmp = root.path().join("tmp");
@@ -62,11 +63,10 @@ fn interrupted_compile(sig: libc::c_int) {
         );
         std::thread::sleep(Duration::from_millis(5));
     };
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "klaraptor-cc finished before the signal: the test must interrupt it mid-build"
-    );
+    std::thread::sleep(delay);
+    if child.try_wait().unwrap().is_some() {
+        return false;
+    }
     // SAFETY: signalling a child this test started and has not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
     let out = child.wait_with_output().unwrap();
@@ -77,18 +77,51 @@ fn interrupted_compile(sig: libc::c_int) {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!work.exists(), "{} was left behind", work.display());
+    assert!(
+        !work.exists(),
+        "{} was left behind (at {delay:?}): {:?}",
+        work.display(),
+        walk(&work)
+    );
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
     assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     assert!(!src.join("mm.o").exists(), "a partial output was left");
+    true
+}
+
+/// Everything under `dir`, for the failure message.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        out.push(e.path());
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        }
+    }
+    out
+}
+
+/// Interrupts compiles at several points of their work (the cleanup removes the work
+/// directory while the compile is writing into it, or while nvcc runs); at least two of them
+/// must fall mid-build.
+fn interrupted_compiles(sig: libc::c_int) {
+    let delays = [0, 60, 200, 400].map(Duration::from_millis);
+    let hit = delays
+        .into_iter()
+        .filter(|&d| interrupted_compile(sig, d))
+        .count();
+    assert!(
+        hit >= 2,
+        "only {hit} compiles were interrupted mid-build: the test must interrupt them"
+    );
 }
 
 #[test]
 fn sigint_during_a_compile_leaves_nothing_behind() {
-    interrupted_compile(libc::SIGINT);
+    interrupted_compiles(libc::SIGINT);
 }
 
 #[test]
 fn sigterm_during_a_compile_leaves_nothing_behind() {
-    interrupted_compile(libc::SIGTERM);
+    interrupted_compiles(libc::SIGTERM);
 }

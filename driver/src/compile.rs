@@ -1423,6 +1423,9 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
     }
     match Invocation::new(&args).and_then(Invocation::run) {
         Ok(code) => code,
+        // An error caused by an interrupt (its cleanup removed the work directory, a child
+        // ended by the signal) is not reported: the process ends by the signal instead.
+        Err(_) if klaraptor_profiler::interrupt::interrupted() => 1,
         Err(e) => {
             crate::kl_eprintln!("klaraptor-cc: error: {e:#}");
             1

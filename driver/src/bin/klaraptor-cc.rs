@@ -2,5 +2,5 @@
 
 fn main() {
     let code = klaraptor::compile::main_with(std::env::args_os().skip(1).collect());
-    std::process::exit(code);
+    klaraptor_profiler::interrupt::exit(code);
 }
