@@ -448,6 +448,8 @@ static kl_wave kl_wave_cycles(const kl_device *d, const kl_per_warp *k, uint64_t
     } else if (w.cwp >= w.mwp) {
         w.regime = mwp_bw <= mwp_no_bw ? KL_REGIME_BANDWIDTH : KL_REGIME_LATENCY;
         w.cycles = k->mem_cycles * n / w.mwp + comp_per_period * overlap;
+        /* the SM issues every instruction of its warps whatever hides the memory latency */
+        w.cycles = kl_max(w.cycles, k->mem_l + k->comp_cycles * n);
     } else {
         w.cycles = k->mem_l + k->comp_cycles * n;
         w.regime = KL_REGIME_COMPUTE;
