@@ -132,7 +132,10 @@
 //!   periods cannot exceed the warp's compute) \[K\]:
 //!   - both MWP and CWP equal `N` (too few warps to hide anything):
 //!     `Mem_cycles + Comp_cycles + Comp_cycles/Mem_insts·(MWP − 1)`;
-//!   - else if `CWP ≥ MWP` (memory bound): `Mem_cycles·N/MWP + Comp_cycles/Mem_insts·(MWP − 1)`;
+//!   - else if `CWP ≥ MWP` (memory bound): `Mem_cycles·N/MWP + Comp_cycles/Mem_insts·(MWP − 1)`,
+//!     and at least `Mem_L + Comp_cycles·N` \[K\]: the scheduler issues every instruction of its
+//!     warps whatever hides the memory latency (near `MWP = 1` the formula falls below that:
+//!     32-row warps of uncoalesced requests predicted faster than coalesced ones);
 //!   - else (compute bound): `Mem_L + Comp_cycles·N`.
 //!
 //!   The design's second condition also takes `Comp_cycles > Mem_cycles` to the memory-bound
@@ -430,6 +433,40 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn a_memory_bound_wave_still_issues_its_instructions() {
+        let d = h100();
+        // A warp of 1272 instructions and 8 requests (a small perceptron per pixel): as a row
+        // of 64 pixels its requests are coalesced; as a column of 32 (1 × 64 blocks) each
+        // takes 32 sectors in 32 lines, and the wave is memory bound near MWP = 1.
+        let m = |sectors: f64| WarpMetrics {
+            inst: 1272.0,
+            gld_inst: 4.0,
+            gst_inst: 4.0,
+            gld_sectors_per_req: sectors,
+            gst_sectors_per_req: sectors,
+            dram_bytes: 512.0,
+            ..WarpMetrics::default()
+        };
+        let shaped = |block: [u32; 3], grid: [u32; 3]| Launch {
+            block,
+            grid,
+            regs_per_thread: 64,
+            smem_per_block: 0,
+        };
+        let rows = predict(&d, &shaped([64, 1, 1], [64, 4096, 1]), &m(4.0));
+        let cols = predict(&d, &shaped([1, 64, 1], [4096, 64, 1]), &m(32.0));
+        assert_eq!(rows.limiter, Limiter::Compute);
+        assert_eq!(cols.limiter, Limiter::MemoryLatency);
+        // The same instructions on the same warps per SM: the column walk cannot be faster.
+        assert!(
+            cols.cycles >= rows.cycles,
+            "columns {} cycles, rows {}",
+            cols.cycles,
+            rows.cycles
+        );
     }
 
     #[test]
