@@ -1,8 +1,12 @@
 //! The link's decision (program/src/decide.rs) on kernels whose per-thread work follows the
 //! launched grid or block: profiles captured on an NVIDIA H100 80GB HBM3 on 2026-11-25
-//! (tests/fixtures/idioms-h100-2026-11-25/). The model mispredicts both at their own
-//! profiled sizes; the link must give their choice to the profile's fastest shape. And a
-//! kernel template's two instances, profiled as two entries.
+//! (tests/fixtures/idioms-h100-2026-11-25/) and an H200 on 2026-11-26. A model that puts such
+//! a kernel's work on the warps of its grid formula's domain (the link's before 2026-11-26,
+//! [`DecisionRule::spread_loops`] false) mispredicts them at their own profiled sizes, and
+//! the check must give their choice to the profile's fastest shape; the link's model, which
+//! spreads the work over every launched warp, must choose within 1.1 times the fastest shape
+//! at the largest profiled size, whoever chooses. And a kernel template's two instances,
+//! profiled as two entries.
 
 use std::path::{Path, PathBuf};
 
@@ -67,9 +71,38 @@ fn check(file: &str, grid: &str, block: &[&str]) {
     check_entry(entry(file), grid, block);
 }
 
+/// The rule of a model that puts a loop kernel's work on the grid formula's domain.
+fn unspread() -> DecisionRule {
+    DecisionRule {
+        spread_loops: false,
+        ..DecisionRule::default()
+    }
+}
+
 fn check_entry(e: Entry, grid: &str, block: &[&str]) {
     let s = spec(&e, grid, block);
-    let p = rational::build(&s, &e, Path::new("")).unwrap();
+    let top = largest(&e);
+    // The link's program: whoever chooses, within 1.1x of the fastest at the largest size.
+    let link = rational::build(&s, &e, Path::new("")).unwrap();
+    assert!(link.threads_loop, "{}", e.kernel.name);
+    // (Its best-ranked shape the profile timed there, as the check scores a choice.)
+    let (chosen, t, fastest) = link
+        .rank(&top)
+        .unwrap()
+        .iter()
+        .find_map(|r| {
+            let (t, fastest) = measured(&e, &top, r.block);
+            Some((r.block, t?, fastest))
+        })
+        .expect("a ranked shape the profile timed at the largest size");
+    assert!(
+        t <= 1.1 * fastest,
+        "{}: the link chose {chosen:?}, {t} ms against the fastest {fastest} ms",
+        e.kernel.name
+    );
+    // The mispredicting model: the check catches it.
+    let p = rational::build_with(&s, &e, &unspread()).unwrap();
+    assert!(!p.threads_loop);
     let d = p.decision.as_ref().expect("a decision in the manifest");
     assert_eq!(
         d.chosen_by,
@@ -78,7 +111,6 @@ fn check_entry(e: Entry, grid: &str, block: &[&str]) {
         e.kernel.name,
         d.why
     );
-    let top = largest(&e);
     // The choice at the largest profiled size runs within 1.1x of the fastest shape there.
     let chosen = p.rank(&top).unwrap()[0].block;
     let (t, fastest) = measured(&e, &top, chosen);
@@ -92,12 +124,10 @@ fn check_entry(e: Entry, grid: &str, block: &[&str]) {
     // fails if the decision is removed.
     let never = DecisionRule {
         factor: f64::INFINITY,
-        ..DecisionRule::default()
+        ..unspread()
     };
     assert_eq!(
-        never
-            .apply(decide::held_out(&s, &e, &DecisionRule::default()))
-            .chosen_by,
+        never.apply(decide::held_out(&s, &e, &unspread())).chosen_by,
         ChosenBy::Model
     );
     let model = p.model_rank(&top).unwrap()[0].block;
@@ -172,18 +202,19 @@ fn a_grid_stride_kernel_is_chosen_by_its_profile() {
 }
 
 /// The same on the H200 (tests/fixtures/idioms-h200-2026-11-26: the grid-stride SAXPY's
-/// profile from the idioms study of 2026-11-26), where the model's ranking of the profiled
-/// shapes runs against the profile's (Spearman −0.65 to −0.90 at the four profiled sizes):
-/// the held-out check gives the choice to the profile's fastest shape, and without the check
-/// (the model alone) the choice at the largest profiled size runs more than twice as long as
-/// the fastest shape there.
+/// profile from the idioms study of 2026-11-26). A model with the work on the grid formula's
+/// domain ranks the profiled shapes against the profile (Spearman −0.65 to −0.90 at the four
+/// profiled sizes): the held-out check gives the choice to the profile's fastest shape, and
+/// without the check (that model alone) the choice at the largest profiled size runs more
+/// than twice as long as the fastest shape there. The link's model chooses within 1.1 times
+/// the fastest there.
 #[test]
 fn a_grid_stride_kernel_is_chosen_by_its_profile_on_the_h200() {
     let e = entry_in("idioms-h200-2026-11-26", "saxpy_gs.toml");
     assert_eq!(e.device.name, "NVIDIA H200");
     check_entry(e.clone(), "min(ceil(N, bx), 1056)", &[]);
     let s = spec(&e, "min(ceil(N, bx), 1056)", &[]);
-    let model = rational::build_model(&s, &e).unwrap();
+    let model = rational::build_model_with(&s, &e, false).unwrap();
     let top = largest(&e);
     let chosen = model.rank(&top).unwrap()[0].block;
     let (t, fastest) = measured(&e, &top, chosen);
@@ -211,8 +242,8 @@ fn a_row_kernel_whose_threads_do_not_follow_the_data_is_chosen_by_its_profile() 
     let s = spec(&e, "M", &["bx % 32 == 0"]);
     let excess = klaraptor_program::metrics::coverage_excess(&s, &e).unwrap();
     assert!(excess > decide::LOOP_EXCESS, "{excess}");
-    let folds = decide::held_out(&s, &e, &DecisionRule::default());
-    let d = DecisionRule::default().apply_with(folds.clone(), Some(excess));
+    let folds = decide::held_out(&s, &e, &unspread());
+    let d = unspread().apply_with(folds.clone(), Some(excess));
     assert_eq!(d.chosen_by, ChosenBy::ProfiledBest, "{}", d.why);
     assert!(d.why.contains("do not follow its data"), "{}", d.why);
     let (m, p) = (d.model_score.unwrap(), d.profiled_score.unwrap());
@@ -223,7 +254,7 @@ fn a_row_kernel_whose_threads_do_not_follow_the_data_is_chosen_by_its_profile() 
     // The general factor alone keeps the model.
     let general = DecisionRule {
         loop_factor: decide::DEMOTE_FACTOR,
-        ..DecisionRule::default()
+        ..unspread()
     };
     assert_eq!(
         general.apply_with(folds, Some(excess)).chosen_by,

@@ -623,6 +623,59 @@ fn generated_c_holds_the_l1_hit_rate_like_rust() {
     select_matches_rank(&exe, &prog, &sizes);
 }
 
+/// The same agreement for a kernel whose launched threads do not follow its data (the
+/// grid-stride SAXPY of samples/idioms, `grid(min(ceil(N, bx), 1056))`, its H200 profile of
+/// 2026-11-26 in tests/fixtures/idioms-h200-2026-11-26): the program spreads the launch's
+/// work over every launched warp (`threads_loop`), in the C as in the Rust; a warp's loads
+/// halve from 128 to 256 threads once the grid is capped, where the grid formula's domain
+/// (1056 threads at any N) gave every shape the same.
+#[test]
+fn generated_c_spreads_a_loop_kernels_work_like_rust() {
+    let path = repo().join("tests/fixtures/idioms-h200-2026-11-26/saxpy_gs.toml");
+    let entry: klaraptor_profiler::record::Entry =
+        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let spec = LinkSpec {
+        shmem: None,
+        name: entry.kernel.name.clone(),
+        mangled: entry.kernel.mangled.clone(),
+        data: entry.kernel.data.clone(),
+        dim: entry.kernel.dim,
+        grid: vec!["min(ceil(N, bx), 1056)".to_string()],
+        block: vec![],
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: entry.kernel.code_hash.clone(),
+        annotated_at: String::new(),
+        build_dir: PathBuf::new(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prog = rational::build(&spec, &entry, dir.path()).unwrap();
+    assert!(prog.threads_loop);
+    let n: i64 = 1 << 24;
+    let loads = |bx: u32| {
+        let grid = [(n as u32).div_ceil(bx).min(1056), 1, 1];
+        prog.metrics_at(&[n], [bx, 1, 1], grid).gld_inst
+    };
+    let (a, b) = (loads(128), loads(256));
+    assert!(
+        (a / b - 2.0).abs() < 0.2,
+        "{a} loads a warp at 128 threads, {b} at 256"
+    );
+    let c_file = dir.path().join(&prog.c_name);
+    std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
+    assert!(std::fs::read_to_string(&c_file)
+        .unwrap()
+        .contains("busy = 1.0;"));
+    let exe = dir.path().join("harness");
+    harness(&c_file, &exe);
+    let mut state = 0x7361_7870_795f_6773;
+    let mut sizes: Vec<Vec<i64>> = vec![vec![65536], vec![262144], vec![1 << 24]];
+    while sizes.len() < 100 {
+        sizes.push(vec![1 + (splitmix(&mut state) % 100_000_000) as i64]);
+    }
+    select_matches_rank(&exe, &prog, &sizes);
+}
+
 /// Dynamic shared memory that follows the block (`shmem(…)`, or the formula the pass read):
 /// the rational program computes each candidate's amount, leaves out the shapes over the
 /// device's shared memory per block (48 KiB without opting in), and its occupancy uses the

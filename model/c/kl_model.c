@@ -83,6 +83,7 @@ typedef struct kl_device {
     double shared_issue_cycles; /* per shared-memory warp instruction, per scheduler */
     double block_dispatch_cycles; /* between two blocks one SM starts */
     double warp_drain_cycles;     /* a wave's extra cycles per warp of a block beyond the first */
+    double dram_queue_exponent;   /* q of DRAM under load; 0: the hard minimum */
 } kl_device;
 
 /* One launch: shared memory is static + dynamic bytes per block. */
@@ -167,6 +168,64 @@ static double kl_all_hit(double h, double g)
 }
 
 /* Metrics from fitted functions may leave their range: clamp to [0, 1e30], NaN -> 0. */
+/* x^y for x > 0 without libm (a rational program links without -lm): the natural
+ * logarithm from x = m 2^e, m in [1, 2), and 2 atanh((m - 1) / (m + 1)) as a series; the
+ * exponential from r = t - k ln 2, |r| <= ln 2 / 2, as a series, times 2^k. Relative error
+ * near 1e-15 for the arguments the model takes (x up to 1e30, |y log x| below 700). */
+static double kl_ln(double x)
+{
+    const double ln2 = 0.69314718055994530942;
+    double e = 0.0, z, z2, term, sum = 0.0;
+    int i;
+    while (x >= 2.0) {
+        x *= 0.5;
+        e += 1.0;
+    }
+    while (x < 1.0) {
+        x *= 2.0;
+        e -= 1.0;
+    }
+    z = (x - 1.0) / (x + 1.0);
+    z2 = z * z;
+    term = z;
+    for (i = 1; i < 60; i += 2) {
+        sum += term / (double)i;
+        term *= z2;
+    }
+    return e * ln2 + 2.0 * sum;
+}
+
+static double kl_exp(double t)
+{
+    const double ln2 = 0.69314718055994530942;
+    double k, r, term = 1.0, sum = 1.0;
+    int i;
+    if (t > 700.0)
+        return HUGE_VAL;
+    if (t < -700.0)
+        return 0.0;
+    k = (double)(long)(t / ln2 + (t >= 0.0 ? 0.5 : -0.5));
+    r = t - k * ln2;
+    for (i = 1; i < 30; i++) {
+        term *= r / (double)i;
+        sum += term;
+    }
+    while (k > 0.0) {
+        sum *= 2.0;
+        k -= 1.0;
+    }
+    while (k < 0.0) {
+        sum *= 0.5;
+        k += 1.0;
+    }
+    return sum;
+}
+
+static double kl_pow_pos(double x, double y)
+{
+    return x > 0.0 ? kl_exp(y * kl_ln(x)) : 0.0;
+}
+
 static double kl_clean(double x)
 {
     if (x > 0.0) {
@@ -421,6 +480,7 @@ static kl_wave kl_wave_cycles(const kl_device *d, const kl_per_warp *k, uint64_t
     double n = (double)kl_div_ceil(warps_on_sm, parts);
     double p_act = (double)(warps_on_sm < parts ? warps_on_sm : parts);
     double mwp_no_bw, freq_ghz, bw_per_warp, mwp_bw, cwp_full, overlap, comp_per_period;
+    double load = 1.0;
 
     if (k->mem_insts <= 0.0) {
         w.cycles = n * k->comp_cycles;
@@ -437,13 +497,26 @@ static kl_wave kl_wave_cycles(const kl_device *d, const kl_per_warp *k, uint64_t
     } else {
         mwp_bw = n;
     }
-    w.mwp = kl_min(kl_min(mwp_no_bw, mwp_bw), n);
+    /* DRAM under load: requests queue as the demand nears the bandwidth, and their latency
+     * grows by load = (1 + u^q)^(1/q), u the demand at the unloaded latency over the
+     * bandwidth; the memory parallelism the SM gets is the requests in flight over it (a
+     * soft minimum of the two that the hard one, q -> infinity, bounds) */
+    if (d->dram_queue_exponent > 0.0 && bw_per_warp > 0.0 && mwp_bw > 0.0) {
+        double in_flight = kl_min(mwp_no_bw, n);
+        double q = d->dram_queue_exponent;
+        double u = in_flight / mwp_bw;
+        /* far past saturation the soft minimum is the bandwidth's share (load = u) */
+        load = u > 1e6 ? u : kl_pow_pos(1.0 + kl_pow_pos(u, q), 1.0 / q);
+        w.mwp = in_flight / load;
+    } else {
+        w.mwp = kl_min(kl_min(mwp_no_bw, mwp_bw), n);
+    }
     cwp_full = (k->mem_cycles + k->comp_cycles) / k->comp_cycles;
     w.cwp = kl_min(cwp_full, n);
     overlap = kl_max(w.mwp - 1.0, 0.0);
     comp_per_period = k->comp_cycles / kl_max(k->mem_insts, 1.0);
     if (n <= mwp_no_bw && n <= mwp_bw && n <= cwp_full) {
-        w.cycles = k->mem_cycles + k->comp_cycles + comp_per_period * overlap;
+        w.cycles = k->mem_cycles * load + k->comp_cycles + comp_per_period * overlap;
         w.regime = KL_REGIME_FEW_WARPS;
     } else if (w.cwp >= w.mwp) {
         w.regime = mwp_bw <= mwp_no_bw ? KL_REGIME_BANDWIDTH : KL_REGIME_LATENCY;

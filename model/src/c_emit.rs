@@ -144,6 +144,7 @@ pub fn device_to_c(dev: &Device, ident: &str) -> String {
     o.push_str(&fig("shared_issue_cycles", &c.shared_issue_cycles));
     o.push_str(&fig("block_dispatch_cycles", &c.block_dispatch_cycles));
     o.push_str(&fig("warp_drain_cycles", &c.warp_drain_cycles));
+    o.push_str(&fig("dram_queue_exponent", &c.dram_queue_exponent));
     o.push_str("};\n");
     o
 }

@@ -138,6 +138,12 @@ pub struct SharedMemory {
 ///   work (the block scheduler's rate: launching, starting and retiring a block), measured
 ///   with an empty kernel of many one-warp blocks. Device descriptions written before this
 ///   figure existed read it as the architecture table's estimate.
+/// - `dram_queue_exponent`: how sharply DRAM requests queue as their demand nears the
+///   bandwidth. A request's latency grows by `(1 + u^q)^(1/q)`, `u` the demand the resident
+///   warps would place at the unloaded latency over `dram_bandwidth_gbs`, so the memory
+///   parallelism an SM gets is a soft minimum of its requests in flight and the bandwidth's
+///   share (klaraptor-model, "DRAM under load"). 0 keeps the hard minimum of the MWP-CWP
+///   paper. The architecture table's [`DRAM_QUEUE_EXPONENT`].
 /// - `warp_drain_cycles`: SM cycles a wave of blocks lasts longer per warp of a block beyond
 ///   the first, measured with a one-element-per-thread copy over many waves launched with
 ///   blocks of 1024 and of 256 threads (both keep the SM full). Where it was not measured it
@@ -159,6 +165,19 @@ pub struct Calibration {
     pub block_dispatch_cycles: Figure,
     #[serde(default = "unmeasured")]
     pub warp_drain_cycles: Figure,
+    #[serde(default = "default_dram_queue")]
+    pub dram_queue_exponent: Figure,
+}
+
+/// [`Calibration::dram_queue_exponent`] of the architecture table: fitted to streaming
+/// micro-benchmarks on an H100 (`bench/gpu/loaded`: a sum, a copy and a SAXPY at 2 to 64
+/// warps per SM, one request in flight per load of a warp; the bandwidth each reached over
+/// the one `(1 + u^q)^(1/q)` predicts from the calibrated unloaded latency and bandwidth:
+/// root-mean-square log error 0.11 at q = 1.5, 0.16 at 1 and 2, 0.29 for the hard minimum).
+pub const DRAM_QUEUE_EXPONENT: f64 = 1.5;
+
+fn default_dram_queue() -> Figure {
+    Figure::table(DRAM_QUEUE_EXPONENT)
 }
 
 /// The estimate of [`Calibration::block_dispatch_cycles`] where nothing was measured: about
@@ -638,6 +657,7 @@ impl Device {
                 shared_issue_cycles: Figure::table(4.0),
                 block_dispatch_cycles: default_block_dispatch(),
                 warp_drain_cycles: unmeasured(),
+                dram_queue_exponent: default_dram_queue(),
             },
         }
     }
@@ -897,8 +917,12 @@ impl Device {
                 return Err(bad(field, format!("is {v}; must be a positive number")));
             }
         }
-        let non_negative: [(&str, f64); 2] = [
+        let non_negative: [(&str, f64); 3] = [
             ("calibration.warp_drain_cycles", c.warp_drain_cycles.value),
+            (
+                "calibration.dram_queue_exponent",
+                c.dram_queue_exponent.value,
+            ),
             (
                 "calibration.departure_delay_coalesced_dram_cycles",
                 c.departure_delay_coalesced_dram_cycles.value,

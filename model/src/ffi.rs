@@ -50,6 +50,7 @@ struct KlDevice {
     shared_issue_cycles: f64,
     block_dispatch_cycles: f64,
     warp_drain_cycles: f64,
+    dram_queue_exponent: f64,
 }
 
 /// `kl_launch`.
@@ -181,6 +182,7 @@ fn c_device(dev: &Device) -> KlDevice {
         shared_issue_cycles: c.shared_issue_cycles.value,
         block_dispatch_cycles: c.block_dispatch_cycles.value,
         warp_drain_cycles: c.warp_drain_cycles.value,
+        dram_queue_exponent: c.dram_queue_exponent.value,
     }
 }
 

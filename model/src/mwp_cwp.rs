@@ -528,7 +528,9 @@ mod tests {
     // 128 DRAM bytes per memory instruction.
     #[test]
     fn streaming_kernel_by_hand() {
-        let d = h100();
+        // The paper's hard minimum of MWP (DRAM under load is tested below).
+        let mut d = h100();
+        d.calibration.dram_queue_exponent.value = 0.0;
         let p = predict(&d, &launch(256, 65536), &vector_add());
         // 65536 blocks, 1056 per wave: 62 full waves and 64 blocks left.
         assert_eq!(p.waves, 63);
@@ -553,7 +555,8 @@ mod tests {
 
     #[test]
     fn fewer_blocks_than_sms_share_the_bandwidth_over_the_busy_ones() {
-        let d = h100();
+        let mut d = h100();
+        d.calibration.dram_queue_exponent.value = 0.0;
         let p = predict(&d, &launch(256, 10), &vector_add());
         assert_eq!(p.limiter, Limiter::TooFewBlocks);
         assert_eq!((p.waves, p.active_blocks_per_sm), (1, 1));
@@ -562,6 +565,44 @@ mod tests {
         // More blocks of the same size cost no more while SMs are idle.
         let q = predict(&d, &launch(256, 132), &vector_add());
         assert_eq!(q.cycles, p.cycles);
+    }
+
+    #[test]
+    fn dram_under_load_by_hand() {
+        // The streaming kernel above, one full wave (1056 blocks of 256 threads, N = 16 per
+        // scheduler), with requests that queue as their demand nears the bandwidth.
+        let mut d = h100();
+        d.calibration.block_dispatch_cycles.value = 0.0;
+        d.calibration.warp_drain_cycles.value = 0.0;
+        let q = 1.5;
+        d.calibration.dram_queue_exponent.value = q;
+        let p = predict(&d, &launch(256, 1056), &vector_add());
+        let bw = 0.9 * 3352.32;
+        let bw_per_warp = 1.98 * 128.0 / 480.0;
+        let mwp_bw = bw / (bw_per_warp * 132.0 * 4.0); // 10.82
+        let in_flight = 16.0f64.min(480.0 / (4.0 * 4.0)); // N = 16 < MWP_Without_BW = 30
+        let u = in_flight / mwp_bw;
+        let load = (1.0 + u.powf(q)).powf(1.0 / q);
+        let mwp = in_flight / load; // below both N and the bandwidth's 10.82
+        assert!(mwp < mwp_bw && mwp < 16.0);
+        assert!(close(p.mwp, mwp), "{} vs {mwp}", p.mwp);
+        let wave = 1440.0 * 16.0 / mwp + 20.0 / 3.0 * (mwp - 1.0);
+        assert!(close(p.cycles, wave), "{} vs {wave}", p.cycles);
+        // More warps per SM reach more of the bandwidth: a wave of half the warps per SM
+        // takes more than half the time (the hard minimum said exactly half).
+        let half = predict(&d, &launch(128, 1056), &vector_add());
+        assert!(
+            half.cycles > 0.5 * p.cycles * 1.05,
+            "{} {}",
+            half.cycles,
+            p.cycles
+        );
+        // q = 0: the hard minimum.
+        d.calibration.dram_queue_exponent.value = 0.0;
+        assert!(close(
+            predict(&d, &launch(256, 1056), &vector_add()).mwp,
+            mwp_bw
+        ));
     }
 
     #[test]

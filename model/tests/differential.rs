@@ -83,6 +83,11 @@ fn random_device(rng: &mut Rng, i: usize) -> Device {
     c.issue_cycles.value = rng.log_uniform(0.1, 8.0);
     c.shared_issue_cycles.value = rng.log_uniform(0.25, 32.0);
     c.block_dispatch_cycles.value = rng.log_uniform(10.0, 2000.0);
+    c.dram_queue_exponent.value = if rng.range(0, 3) == 0 {
+        0.0
+    } else {
+        rng.log_uniform(0.5, 8.0)
+    };
     c.warp_drain_cycles.value = if rng.range(0, 3) == 0 {
         0.0
     } else {

@@ -397,6 +397,11 @@ pub struct DecisionRule {
     /// The same for a kernel whose launched threads do not follow its data
     /// ([`LOOP_FACTOR`], [`LOOP_EXCESS`]).
     pub loop_factor: f64,
+    /// Whether the programs spread a loop kernel's work over every launched warp
+    /// ([`RationalProgram::threads_loop`]); false builds them as the link did before, with
+    /// the work on the warps of the grid formula's domain (a model that mispredicts
+    /// grid-stride and one-block-per-row kernels, which the check must catch).
+    pub spread_loops: bool,
 }
 
 impl Default for DecisionRule {
@@ -405,6 +410,7 @@ impl Default for DecisionRule {
             min_fold_sizes: MIN_FOLD_SIZES,
             factor: DEMOTE_FACTOR,
             loop_factor: LOOP_FACTOR,
+            spread_loops: true,
         }
     }
 }
@@ -512,8 +518,18 @@ impl DecisionRule {
 /// The decision for `prog`, the model of `spec` fitted on `entry`: the held-out check, then
 /// the stability check, which may change `prog`'s calibration (module documentation).
 pub fn decide(spec: &LinkSpec, entry: &Entry, prog: &mut RationalProgram) -> Decision {
-    let folds = held_out(spec, entry, &DecisionRule::default());
-    let mut d = DecisionRule::default().apply_for(
+    decide_with(spec, entry, prog, &DecisionRule::default())
+}
+
+/// [`decide`] under `rule`.
+pub fn decide_with(
+    spec: &LinkSpec,
+    entry: &Entry,
+    prog: &mut RationalProgram,
+    rule: &DecisionRule,
+) -> Decision {
+    let folds = held_out(spec, entry, rule);
+    let mut d = rule.apply_for(
         folds,
         metrics::coverage_excess(spec, entry),
         waits_at_barriers(entry),
@@ -636,7 +652,7 @@ pub fn held_out(spec: &LinkSpec, entry: &Entry, rule: &DecisionRule) -> Vec<Held
         let mut sub = entry.clone();
         sub.samples.retain(|s| work(&s.sizes) < work(h));
         sub.plan.sizes.retain(|s| work(s) < work(h));
-        match rational::build_model(spec, &sub) {
+        match rational::build_model_with(spec, &sub, rule.spread_loops) {
             Ok(p) => match p.model_rank(h) {
                 Ok(r) => match r.iter().find(|x| times.contains_key(&x.block)) {
                     Some(x) => {

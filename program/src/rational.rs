@@ -114,6 +114,14 @@ pub struct RationalProgram {
     /// (the same architecture; [`crate::transfer`]). `None`: this GPU's own profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transferred_from: Option<String>,
+    /// Whether the kernel's launched threads do not follow its data (the profile's launches
+    /// ran more than [`crate::decide::LOOP_EXCESS`] times the threads that cover the domain
+    /// once: [`metrics::coverage_excess`]; one block per row, a grid-stride loop under a
+    /// capped grid): every launched thread loops over its share of the data, so the launch's
+    /// work belongs to all its warps, not to those of the grid formula at one-thread blocks
+    /// ([`metrics::busy_fraction`] is 1). False in manifests written before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub threads_loop: bool,
     /// [`Self::grid`], [`Self::block`] and [`Self::shmem`] parsed, on first use.
     #[serde(skip)]
     parsed: std::sync::OnceLock<Result<LaunchShape, String>>,
@@ -292,13 +300,32 @@ pub fn device_for(entry: &Entry) -> Result<Device> {
 /// ([`build_model`]), then the decision whether the model or the profile's fastest shape
 /// chooses ([`crate::decide`]), from the profile alone.
 pub fn build(spec: &LinkSpec, entry: &Entry, _models_dir: &Path) -> Result<RationalProgram> {
-    let mut prog = build_model(spec, entry)?;
-    prog.decision = Some(crate::decide::decide(spec, entry, &mut prog));
+    build_with(spec, entry, &crate::decide::DecisionRule::default())
+}
+
+/// [`build`] under a decision rule other than the link's.
+pub fn build_with(
+    spec: &LinkSpec,
+    entry: &Entry,
+    rule: &crate::decide::DecisionRule,
+) -> Result<RationalProgram> {
+    let mut prog = build_model_with(spec, entry, rule.spread_loops)?;
+    prog.decision = Some(crate::decide::decide_with(spec, entry, &mut prog, rule));
     Ok(prog)
 }
 
 /// The model of `spec` fitted on `entry`, without a decision (the model chooses).
 pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
+    build_model_with(spec, entry, true)
+}
+
+/// [`build_model`], spreading a loop kernel's work over every launched warp
+/// ([`RationalProgram::threads_loop`]) or not (`spread_loops`: the link always does).
+pub fn build_model_with(
+    spec: &LinkSpec,
+    entry: &Entry,
+    spread_loops: bool,
+) -> Result<RationalProgram> {
     let device = device_for(entry)?;
     let shape = spec
         .shape()
@@ -408,6 +435,9 @@ pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
         left_out_after_faults,
         decision: None,
         transferred_from: None,
+        threads_loop: spread_loops
+            && metrics::coverage_excess(spec, entry)
+                .is_some_and(|x| x > crate::decide::LOOP_EXCESS),
         parsed: Default::default(),
     };
     prog.time_fit = fit_time(&prog, &usable);
@@ -587,7 +617,11 @@ impl RationalProgram {
         let mut v = metrics::per_warp_of(&v, b, g);
         // The work belongs to the warps inside the kernel's domain: those of blocks that
         // overhang it test a bound and exit (module doc of metrics.rs).
-        let busy = metrics::busy_fraction(domain, b, g);
+        let busy = if self.threads_loop {
+            1.0
+        } else {
+            metrics::busy_fraction(domain, b, g)
+        };
         for (i, x) in v.iter_mut().enumerate() {
             if metrics::is_total(i) {
                 *x /= busy;
@@ -889,6 +923,9 @@ impl RationalProgram {
         );
         c.push_str("/* The per-warp metrics at data for block launched as grid (the fits take log2 of the\n * block dimensions): fitted launch totals\n * divided by the launch's warps (warp-level counts also by its lane occupancy),\n * fitted ratios as they are (clamped at 0). */\nstatic void kl_metrics_at(const int64_t *data, const uint32_t block[3], const uint32_t grid[3], kl_metrics *m) {\n");
         c.push_str("  const uint64_t threads = (uint64_t)block[0] * block[1] * block[2];\n  const uint64_t warps_per_block = (threads + 31) / 32;\n  double warps = (double)grid[0] * (double)grid[1] * (double)grid[2] * (double)warps_per_block;\n  if (warps < 1.0) warps = 1.0;\n  /* warp-level counts were fitted times min(32, threads) / 32 */\n  const double lanes = (double)(threads < 32 ? threads : 32) / 32.0;\n  /* the share of the launch's threads inside the kernel's domain (the grid formula at a\n   * block of one thread): the work belongs to them (busy_fraction in metrics.rs) */\n  double busy = 1.0;\n  /* launch totals were fitted per thread of the domain (metrics.rs: total_unit) */\n  double unit = 1.0;\n  {\n    static const uint32_t one[3] = {1, 1, 1};\n    uint32_t dom[3];\n    if (kl_grid(data, one, dom) == 0) {\n      double domain = 1.0, launched = 1.0;\n      domain *= (double)dom[0]; domain *= (double)dom[1]; domain *= (double)dom[2];\n      if (domain >= 1.0) unit = domain;\n      launched *= (double)grid[0] * (double)block[0];\n      launched *= (double)grid[1] * (double)block[1];\n      launched *= (double)grid[2] * (double)block[2];\n      if (launched > 0.0) {\n        busy = domain / launched;\n        busy = busy < 1e-6 ? 1e-6 : busy > 1.0 ? 1.0 : busy;\n      }\n    }\n  }\n  (void)unit;\n");
+        if self.threads_loop {
+            c.push_str("  /* the launched threads do not follow the data (a grid-stride loop, one block per row):\n   * every launched thread loops over its share, the work belongs to all of them */\n  busy = 1.0;\n");
+        }
         for (i, name) in METRICS.iter().enumerate() {
             let unit = if self.per_domain_thread.contains(*name) {
                 " * unit"
