@@ -142,6 +142,14 @@
 //!   formula; we drop it: with `MWP > CWP` it would charge a compute-heavy kernel
 //!   `Mem_cycles·N/MWP`, less than the `N·Comp_cycles` its issue alone needs.
 //!   A kernel without memory instructions costs `N·Comp_cycles`.
+//! - DRAM under load \[K\]: requests queue as their demand nears the bandwidth, so
+//!   `MWP_peak_BW` is not a corner. With `m = min(N, MWP_Without_BW)` requests in flight and
+//!   `u = m / MWP_peak_BW` (the demand at the unloaded latency over the bandwidth), a request
+//!   waits `(1 + u^q)^(1/q)` times its unloaded latency and the SM's memory parallelism is
+//!   `MWP = m / (1 + u^q)^(1/q)`, a soft minimum of `m` and `MWP_peak_BW` (`q` =
+//!   `dram_queue_exponent`, 1.5 from streaming micro-benchmarks on an H100; 0 keeps the hard
+//!   minimum above). A wave with too few warps to hide anything pays the loaded latency:
+//!   `Mem_cycles·(1 + u^q)^(1/q) + …`. A kernel that moves no DRAM bytes does not queue.
 //! - Synchronisation \[HK, Sim et al.\]: `Departure_delay·(MWP_SM − 1)·sync_inst·B`, with
 //!   `MWP_SM = MWP·P_act` the SM's memory parallelism and `B` the blocks the SM holds in
 //!   this wave.
