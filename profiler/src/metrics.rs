@@ -47,6 +47,7 @@ pub enum Field {
     DramBytesRead,
     DramBytesWrite,
     AchievedActiveWarps,
+    GlobalAtomicRequests,
 }
 
 impl Field {
@@ -67,6 +68,7 @@ impl Field {
             Field::DramBytesRead => "dram_bytes_read",
             Field::DramBytesWrite => "dram_bytes_write",
             Field::AchievedActiveWarps => "achieved_active_warps",
+            Field::GlobalAtomicRequests => "global_atomic_requests",
         }
     }
 }
@@ -80,6 +82,8 @@ pub enum Source {
     Difference(&'static str, &'static str),
     /// The first metric minus the second where the third is above zero, else 0.
     DifferenceWhere(&'static str, &'static str, &'static str),
+    /// The two metrics added.
+    Sum(&'static str, &'static str),
 }
 
 impl Source {
@@ -89,6 +93,7 @@ impl Source {
             Source::Metric(m) => vec![m],
             Source::Difference(a, b) => vec![a, b],
             Source::DifferenceWhere(a, b, c) => vec![a, b, c],
+            Source::Sum(a, b) => vec![a, b],
         }
     }
 }
@@ -99,6 +104,7 @@ impl std::fmt::Display for Source {
             Source::Metric(m) => f.write_str(m),
             Source::Difference(a, b) => write!(f, "{a} - {b}"),
             Source::DifferenceWhere(a, b, c) => write!(f, "{a} - {b} where {c} > 0, else 0"),
+            Source::Sum(a, b) => write!(f, "{a} + {b}"),
         }
     }
 }
@@ -119,7 +125,7 @@ pub struct Spec {
 }
 
 use Field::*;
-use Source::{Difference, DifferenceWhere, Metric};
+use Source::{Difference, DifferenceWhere, Metric, Sum};
 
 /// The metric table (sm_70 and newer). Counts are launch totals over the whole grid.
 pub const TABLE: &[Spec] = &[
@@ -225,12 +231,23 @@ pub const TABLE: &[Spec] = &[
         kind: Kind::Average,
         sources: &[Metric("sm__warps_active.avg.per_cycle_active")],
     },
+    Spec {
+        field: GlobalAtomicRequests,
+        kind: Kind::Count,
+        // Warp requests of global atomics that return a value (`atomicCAS`, a used
+        // `atomicAdd`) and of reductions (an `atomicAdd` whose result is dropped): each
+        // request is one warp's access, whatever its active lanes.
+        sources: &[Sum(
+            "l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum",
+            "l1tex__t_requests_pipe_lsu_mem_global_op_red.sum",
+        )],
+    },
 ];
 
 /// Fields a chip may lack a counter for: [`resolve`] leaves them out instead of failing, and
-/// [`decode`] gives `None`. L1 hits are new in the table: logs and chips without the counter
-/// still give every other field.
-pub const OPTIONAL: &[Field] = &[GldL1HitSectors];
+/// [`decode`] gives `None`. L1 hits and atomics are new in the table: logs and chips without
+/// the counter still give every other field.
+pub const OPTIONAL: &[Field] = &[GldL1HitSectors, GlobalAtomicRequests];
 
 /// The source chosen for each field of the table on one chip.
 #[derive(Debug, Clone, PartialEq)]
@@ -330,6 +347,8 @@ pub struct Hardware {
     pub dram_bytes_read: u64,
     pub dram_bytes_write: u64,
     pub achieved_active_warps: f64,
+    /// `None` where the table resolved without it ([`OPTIONAL`]).
+    pub global_atomic_requests: Option<u64>,
 }
 
 /// What a sample records of a launch besides its hardware counters.
@@ -360,6 +379,7 @@ impl Hardware {
             dram_bytes_read: self.dram_bytes_read,
             dram_bytes_write: self.dram_bytes_write,
             achieved_active_warps: self.achieved_active_warps,
+            global_atomic_requests: self.global_atomic_requests,
             time_ms: launch.time_ms,
             time_runs_ms: launch.time_runs_ms,
             launches_per_run: None,
@@ -394,6 +414,7 @@ pub fn decode(resolved: &Resolved, values: &HashMap<&str, f64>) -> Result<Hardwa
         let v = match *src {
             Source::Metric(m) => get(m)?,
             Source::Difference(a, b) => get(a)? - get(b)?,
+            Source::Sum(a, b) => get(a)? + get(b)?,
             Source::DifferenceWhere(a, b, c) => {
                 let (va, vb, gate) = (get(a)?, get(b)?, get(c)?);
                 if gate.is_nan() {
@@ -438,6 +459,7 @@ pub fn decode(resolved: &Resolved, values: &HashMap<&str, f64>) -> Result<Hardwa
         dram_bytes_read: c(DramBytesRead),
         dram_bytes_write: c(DramBytesWrite),
         achieved_active_warps: average.get(&AchievedActiveWarps).copied().unwrap_or(0.0),
+        global_atomic_requests: count.get(&GlobalAtomicRequests).copied(),
     })
 }
 
@@ -445,7 +467,7 @@ pub fn decode(resolved: &Resolved, values: &HashMap<&str, f64>) -> Result<Hardwa
 mod tests {
     use super::*;
 
-    const ALL_FIELDS: [Field; 14] = [
+    const ALL_FIELDS: [Field; 15] = [
         InstExecuted,
         InstGlobalLd,
         InstGlobalSt,
@@ -460,6 +482,7 @@ mod tests {
         DramBytesRead,
         DramBytesWrite,
         AchievedActiveWarps,
+        GlobalAtomicRequests,
     ];
 
     #[test]
@@ -515,7 +538,11 @@ mod tests {
         let names = r.metric_names();
         assert!(names.contains(&ADU));
         assert!(!names.contains(&STALL_BARRIER));
-        assert_eq!(names.len(), 15, "13 single metrics + a difference of two");
+        assert_eq!(
+            names.len(),
+            17,
+            "13 single metrics + a difference of two + a sum of two"
+        );
     }
 
     #[test]
@@ -525,7 +552,7 @@ mod tests {
             r.source_of(InstBarrier),
             Some(DifferenceWhere(ADU, LDC, STALL_BARRIER))
         );
-        assert_eq!(r.metric_names().len(), 16);
+        assert_eq!(r.metric_names().len(), 18);
         assert_eq!(
             r.source_of(InstBarrier).unwrap().to_string(),
             "smsp__inst_executed_pipe_adu.sum - smsp__inst_executed_op_ldc.sum \
@@ -602,6 +629,8 @@ mod tests {
             ("dram__bytes_read.sum", 8_388_608.0),
             ("dram__bytes_write.sum", 4_194_304.0),
             ("sm__warps_active.avg.per_cycle_active", 52.75),
+            ("l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum", 0.0),
+            ("l1tex__t_requests_pipe_lsu_mem_global_op_red.sum", 0.0),
         ])
     }
 
@@ -636,6 +665,7 @@ mod tests {
                 dram_bytes_read: 8_388_608,
                 dram_bytes_write: 4_194_304,
                 achieved_active_warps: 52.75,
+                global_atomic_requests: Some(0),
             }
         );
     }
@@ -651,6 +681,24 @@ mod tests {
         let hw = decode(&gh100_like(), &v).unwrap();
         assert_eq!(hw.inst_barrier, 8192);
         assert_eq!(hw.dram_bytes_read, 1024);
+    }
+
+    #[test]
+    fn atomics_and_reductions_add_up_and_are_optional() {
+        // A warp-shuffle sum: one reduction (an atomicAdd whose result is dropped) a warp,
+        // and a counter bumped with a returning atomicAdd by each block's first warp.
+        let mut v = saxpy_values();
+        v.insert("l1tex__t_requests_pipe_lsu_mem_global_op_red.sum", 32768.0);
+        v.insert("l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum", 4096.0);
+        let hw = decode(&gh100_like(), &v).unwrap();
+        assert_eq!(hw.global_atomic_requests, Some(32768 + 4096));
+        // A chip (or an ncu report) without the counters: every other field, atomics None.
+        let without =
+            resolve(TABLE, |m| !m.contains("_op_atom") && !m.contains("_op_red")).unwrap();
+        assert_eq!(without.source_of(GlobalAtomicRequests), None);
+        let hw = decode(&without, &saxpy_values()).unwrap();
+        assert_eq!(hw.global_atomic_requests, None);
+        assert_eq!(hw.gld_requests, 2 * 32768);
     }
 
     #[test]

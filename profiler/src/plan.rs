@@ -1017,10 +1017,11 @@ const NCU_LAUNCH: &[(&str, &str)] = &[
 
 /// The counters an ncu report may lack and still be imported, as 0 (the collector needs them
 /// all, but an ncu run of an older or narrower metric set is still worth its other figures):
-/// L1 hits, barrier instructions (read from the ADU pipe, as the collector does) and the
-/// achieved occupancy.
+/// L1 hits, atomics, barrier instructions (read from the ADU pipe, as the collector does) and
+/// the achieved occupancy.
 const NCU_OPTIONAL: &[Field] = &[
     Field::GldL1HitSectors,
+    Field::GlobalAtomicRequests,
     Field::InstBarrier,
     Field::AchievedActiveWarps,
 ];
@@ -1252,12 +1253,18 @@ pub fn import_captures(binary: &Path, jobs: &[PathBuf]) -> Result<Vec<crate::rec
                     format!("joining {} with {}", csv_path.display(), launches.display())
                 })?;
                 // (No chip has a barrier metric: inst_barrier is derived, see import_ncu.)
-                // L1 hits left out are recorded as unknown (the fit then leaves them out).
+                // L1 hits and atomics left out are recorded as unknown.
                 let zeroed: Vec<&str> = missing
                     .iter()
                     .map(String::as_str)
                     .filter(|m| {
-                        !["inst_barrier", "stall_barrier", "gld_l1_hit_sectors"].contains(m)
+                        ![
+                            "inst_barrier",
+                            "stall_barrier",
+                            "gld_l1_hit_sectors",
+                            "global_atomic_requests",
+                        ]
+                        .contains(m)
                     })
                     .collect();
                 if !zeroed.is_empty() {

@@ -909,6 +909,7 @@ mod tests {
                         dram_bytes_read: u64::from(n) * 8,
                         dram_bytes_write: u64::from(n) * 4,
                         achieved_active_warps: 48.25,
+                        global_atomic_requests: None,
                         time_ms: t,
                         time_runs_ms: vec![t, t * 1.02, t * 0.99],
                         launches_per_run: None,

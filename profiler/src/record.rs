@@ -306,6 +306,10 @@ pub struct Counters {
     pub dram_bytes_write: u64,
     /// `sm__warps_active.avg.per_cycle_active`: achieved active warps per SM.
     pub achieved_active_warps: f64,
+    /// `l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum` + `…_op_red.sum`: warp requests of
+    /// global atomics and reductions. `None` in records made before the collector read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_atomic_requests: Option<u64>,
     /// Median elapsed time in milliseconds and every timed run (each the mean per launch of
     /// its launches).
     pub time_ms: f64,

@@ -90,6 +90,7 @@ fn entry_with(
                     dram_bytes_read: 8 * nn,
                     dram_bytes_write: 4 * nn,
                     achieved_active_warps: 41.7 + f64::from(b[1]) / 7.0,
+                    global_atomic_requests: None,
                     time_ms: time,
                     time_runs_ms: vec![time * 1.01, time, time * 0.999, 0.1 + 0.2, time],
                     launches_per_run: None,

@@ -670,6 +670,7 @@ mod tests {
             dram_bytes_read: 38_656,
             dram_bytes_write: 0,
             achieved_active_warps: 0.0,
+            global_atomic_requests: None,
             time_ms: if id == 0 { 0.007968 } else { 0.005376 },
             time_runs_ms: vec![],
             launches_per_run: None,

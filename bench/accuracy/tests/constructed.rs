@@ -79,6 +79,7 @@ fn counters(s: &LinkSpec, sizes: &[i64], b: [u32; 3], time_ms: f64) -> Counters 
         dram_bytes_read: (sizes.iter().product::<i64>() as u64) * 8 / len.max(1) + 4096,
         dram_bytes_write: 4 * sizes[0] as u64,
         achieved_active_warps: 32.0,
+        global_atomic_requests: None,
         time_ms,
         time_runs_ms: vec![time_ms; 5],
         launches_per_run: None,

@@ -1079,6 +1079,7 @@ mod tests {
                 dram_bytes_read: 8_388_608,
                 dram_bytes_write: 4_194_304,
                 achieved_active_warps: 52.75,
+                global_atomic_requests: Some(0),
                 time_ms: 0.0123,
                 time_runs_ms: vec![0.0125, 0.0123, 0.0121],
                 launches_per_run: None,
@@ -1198,6 +1199,7 @@ mod tests {
                 dram_bytes_read: 0,
                 dram_bytes_write: 0,
                 achieved_active_warps: 0.0,
+                global_atomic_requests: None,
                 time_ms: 0.0123,
                 time_runs_ms: vec![0.0125, 0.0123, 0.0121],
                 launches_per_run: None,
@@ -1223,6 +1225,7 @@ mod tests {
             dram_bytes_read: full.dram_bytes_read,
             dram_bytes_write: full.dram_bytes_write,
             achieved_active_warps: full.achieved_active_warps,
+            global_atomic_requests: full.global_atomic_requests,
         };
         let res = Resources {
             regs: full.regs_per_thread,
@@ -1263,6 +1266,7 @@ mod tests {
             dram_bytes_read: 12_800,
             dram_bytes_write: 6_400,
             achieved_active_warps: 12.5,
+            global_atomic_requests: Some(0),
         }
     }
 

@@ -42,8 +42,15 @@ fn the_table_resolves_on_gh100_with_hardware_counters_and_the_gated_adu_barrier(
         r.source_of(Field::AchievedActiveWarps),
         Some(Source::Metric("sm__warps_active.avg.per_cycle_active"))
     );
+    assert_eq!(
+        r.source_of(Field::GlobalAtomicRequests),
+        Some(Source::Sum(
+            "l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum",
+            "l1tex__t_requests_pipe_lsu_mem_global_op_red.sum"
+        ))
+    );
     let names = r.metric_names();
-    assert_eq!(names.len(), 16);
+    assert_eq!(names.len(), 18);
     let config = MetricConfig::new(&lib, "GH100", None, &names).expect("config image");
     let passes = config.passes();
     assert!((1..=8).contains(&passes), "{passes} passes");
@@ -55,7 +62,11 @@ fn the_table_resolves_on_ampere_ada_and_blackwell_too() {
     let lib = cupti();
     for chip in ["GA100", "AD102", "GB100", "GB202"] {
         let r = resolve_on_chip(&lib, chip, None).unwrap_or_else(|e| panic!("{chip}: {e}"));
-        assert_eq!(r.metric_names().len(), 16, "{chip}");
+        assert_eq!(r.metric_names().len(), 18, "{chip}");
+        assert!(
+            r.source_of(Field::GlobalAtomicRequests).is_some(),
+            "{chip}: no counter of global atomics"
+        );
         assert!(
             matches!(
                 r.source_of(Field::InstBarrier),

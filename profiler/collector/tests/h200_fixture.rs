@@ -82,6 +82,7 @@ fn hardware(c: &Counters) -> Hardware {
         dram_bytes_read: c.dram_bytes_read,
         dram_bytes_write: c.dram_bytes_write,
         achieved_active_warps: c.achieved_active_warps,
+        global_atomic_requests: c.global_atomic_requests,
     }
 }
 
@@ -357,6 +358,7 @@ fn the_time_only_check_accepts_zero_counters_and_refuses_measured_ones() {
                     dram_bytes_read: 0,
                     dram_bytes_write: 0,
                     achieved_active_warps: 0.0,
+                    global_atomic_requests: None,
                     time_ms: keep.0,
                     time_runs_ms: keep.1,
                     launches_per_run: None,
