@@ -402,6 +402,10 @@ pub struct DecisionRule {
     /// the work on the warps of the grid formula's domain (a model that mispredicts
     /// grid-stride and one-block-per-row kernels, which the check must catch).
     pub spread_loops: bool,
+    /// Whether a kernel whose blocks wait at barriers keeps to the block sizes its profile
+    /// measured fast ([`rational::barrier_cap`]); false lets the model choose any block, as
+    /// the link did before (a model that leans to large blocks there).
+    pub cap_at_barriers: bool,
 }
 
 impl Default for DecisionRule {
@@ -411,6 +415,7 @@ impl Default for DecisionRule {
             factor: DEMOTE_FACTOR,
             loop_factor: LOOP_FACTOR,
             spread_loops: true,
+            cap_at_barriers: true,
         }
     }
 }
@@ -652,7 +657,7 @@ pub fn held_out(spec: &LinkSpec, entry: &Entry, rule: &DecisionRule) -> Vec<Held
         let mut sub = entry.clone();
         sub.samples.retain(|s| work(&s.sizes) < work(h));
         sub.plan.sizes.retain(|s| work(s) < work(h));
-        match rational::build_model_with(spec, &sub, rule.spread_loops) {
+        match rational::build_model_with(spec, &sub, rule) {
             Ok(p) => match p.model_rank(h) {
                 Ok(r) => match r.iter().find(|x| times.contains_key(&x.block)) {
                     Some(x) => {

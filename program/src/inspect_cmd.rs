@@ -160,6 +160,20 @@ pub fn inspect(target: &Path) -> Result<()> {
                 p.left_out_after_faults.len()
             );
         }
+        if let Some(c) = &p.barrier_cap {
+            let f = c.fastest;
+            outln!(
+                "  blocks wait at barriers: at most {} threads a block, those of {}x{}x{}, the \
+                 fastest shape the profile measured at its largest size {:?}; {} larger \
+                 candidates never chosen",
+                c.threads,
+                f[0],
+                f[1],
+                f[2],
+                c.sizes,
+                c.left_out.len()
+            );
+        }
         let pr = &p.provenance;
         outln!(
             "  profile: {} samples ({} failed) at sizes {:?}, {} on {}",

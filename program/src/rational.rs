@@ -105,6 +105,11 @@ pub struct RationalProgram {
     /// Empty in manifests written before.
     #[serde(default)]
     pub left_out_after_faults: Vec<[u32; 3]>,
+    /// For a kernel whose blocks wait at barriers: the block size the choice keeps to, and
+    /// the candidates left out for it ([`barrier_cap`]). `None` for other kernels and in
+    /// manifests written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier_cap: Option<BarrierCap>,
     /// Whether the model or the profile's fastest shape chooses, decided at the link from
     /// the profile alone, with its evidence ([`crate::decide`]). `None` (the model chooses)
     /// in manifests written before, and in the programs the check itself fits.
@@ -309,23 +314,26 @@ pub fn build_with(
     entry: &Entry,
     rule: &crate::decide::DecisionRule,
 ) -> Result<RationalProgram> {
-    let mut prog = build_model_with(spec, entry, rule.spread_loops)?;
+    let mut prog = build_model_with(spec, entry, rule)?;
     prog.decision = Some(crate::decide::decide_with(spec, entry, &mut prog, rule));
     Ok(prog)
 }
 
 /// The model of `spec` fitted on `entry`, without a decision (the model chooses).
 pub fn build_model(spec: &LinkSpec, entry: &Entry) -> Result<RationalProgram> {
-    build_model_with(spec, entry, true)
+    build_model_with(spec, entry, &crate::decide::DecisionRule::default())
 }
 
-/// [`build_model`], spreading a loop kernel's work over every launched warp
-/// ([`RationalProgram::threads_loop`]) or not (`spread_loops`: the link always does).
+/// [`build_model`] under the model-building parts of `rule`: whether a loop kernel's work
+/// is spread over every launched warp ([`RationalProgram::threads_loop`]) and whether a
+/// kernel that waits at barriers keeps to the block sizes its profile measured fast
+/// ([`RationalProgram::barrier_cap`]); the link does both.
 pub fn build_model_with(
     spec: &LinkSpec,
     entry: &Entry,
-    spread_loops: bool,
+    rule: &crate::decide::DecisionRule,
 ) -> Result<RationalProgram> {
+    let spread_loops = rule.spread_loops;
     let device = device_for(entry)?;
     let shape = spec
         .shape()
@@ -369,6 +377,12 @@ pub fn build_model_with(
     let samples = metrics::fit_samples(spec, entry)?;
     let fitted = metrics::fit_all(spec, &samples, &cands)?;
     let ratios_by_footprint = metrics::fit_ratios_by_footprint(spec, &samples, &cands)?;
+    // A kernel that waits at barriers keeps to block sizes its profile measured fast: the
+    // candidates are fitted on above (the fit's domain), but larger ones are not chosen.
+    let barrier_cap = barrier_cap(spec, entry).filter(|_| rule.cap_at_barriers);
+    let (cands, left_out_at_barriers): (Vec<[u32; 3]>, Vec<[u32; 3]>) = cands
+        .into_iter()
+        .partition(|b| barrier_cap.as_ref().is_none_or(|c| threads(b) <= c.threads));
     let usable = metrics::usable(spec, entry);
     let regs = usable
         .iter()
@@ -433,6 +447,10 @@ pub fn build_model_with(
         profiled: Vec::new(),
         faulted,
         left_out_after_faults,
+        barrier_cap: barrier_cap.map(|c| BarrierCap {
+            left_out: left_out_at_barriers,
+            ..c
+        }),
         decision: None,
         transferred_from: None,
         threads_loop: spread_loops
@@ -443,6 +461,55 @@ pub fn build_model_with(
     prog.time_fit = fit_time(&prog, &usable);
     prog.profiled = profiled_table(entry, spec.data.len());
     Ok(prog)
+}
+
+/// The block size a kernel that waits at barriers keeps to ([`barrier_cap`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BarrierCap {
+    /// The most threads a chosen block has: those of the shape measured fastest at
+    /// [`Self::sizes`].
+    pub threads: u64,
+    /// The largest profiled size (most work), where the profile measured it.
+    pub sizes: Vec<i64>,
+    /// The fastest shape there.
+    pub fastest: [u32; 3],
+    /// The candidates with more threads, fitted on but never chosen.
+    #[serde(default)]
+    pub left_out: Vec<[u32; 3]>,
+}
+
+/// For a kernel whose blocks wait at barriers ([`crate::decide::waits_at_barriers`]) and
+/// whose threads follow its data (not a loop kernel: [`crate::decide::LOOP_EXCESS`]): the
+/// block size of the shape its profile measured fastest at the largest profiled size, which
+/// the choice does not exceed. The model has no term for a block's wait for its slowest warp
+/// at each barrier, a cost that grows with the warps of a block and does not shrink with the
+/// data, so it leans to blocks larger than the profile measured fast (docs/model.md,
+/// "Kernels whose blocks wait at barriers"). A loop kernel's work per thread changes with
+/// the block at every size, so what the profile measured does not bound it. `None` for other
+/// kernels.
+pub fn barrier_cap(spec: &LinkSpec, entry: &Entry) -> Option<BarrierCap> {
+    if !crate::decide::waits_at_barriers(entry)
+        || metrics::coverage_excess(spec, entry).is_some_and(|x| x > crate::decide::LOOP_EXCESS)
+    {
+        return None;
+    }
+    let times = crate::validate::ProfileTimes::from_samples(&entry.samples, "");
+    let n = spec.data.len();
+    let work = |z: &[i64]| z.iter().map(|&v| v.max(1) as f64).product::<f64>();
+    let largest = times
+        .samples
+        .iter()
+        .map(|(sz, _, _)| sz)
+        .filter(|sz| sz.len() == n)
+        .max_by(|a, b| work(a).total_cmp(&work(b)).then_with(|| a.cmp(b)))?
+        .clone();
+    let best = crate::validate::profiled_best(&times.samples, &largest)?;
+    Some(BarrierCap {
+        threads: best.block.iter().map(|&x| u64::from(x)).product(),
+        sizes: largest,
+        fastest: best.block,
+        left_out: Vec::new(),
+    })
 }
 
 /// The shapes that faulted in `entry`'s profile, and those it measured, each sorted.
@@ -854,9 +921,14 @@ impl RationalProgram {
         // Candidates.
         let _ = writeln!(
             c,
-            "/* Candidate block shapes ({} of them, {}-D). */\nstatic const uint32_t kl_candidates[][3] = {{",
+            "/* Candidate block shapes ({} of them, {}-D{}). */\nstatic const uint32_t kl_candidates[][3] = {{",
             self.candidates.len(),
-            self.dim
+            self.dim,
+            self.barrier_cap.as_ref().map_or(String::new(), |b| format!(
+                "; blocks wait at barriers: at most {} threads, those of the fastest shape \
+                 measured at the largest profiled size",
+                b.threads
+            ))
         );
         for chunk in self.candidates.chunks(6) {
             let row: Vec<String> = chunk
