@@ -199,6 +199,13 @@ pub fn inspect(target: &Path) -> Result<()> {
             pct(Some(tf.model_median_rel_error)),
             pct(Some(tf.median_rel_error))
         );
+        if tf.warp_us > 0.0 {
+            outln!(
+                "  warps in turn: each launched warp adds {:.2} ns (a loop kernel's work its warps \
+                 do one after another, as atomics on one address)",
+                tf.warp_us * 1000.0
+            );
+        }
         for line in crate::decide::lines(p.decision.as_ref()) {
             outln!("  {line}");
         }

@@ -171,6 +171,16 @@ pub struct TimeFit {
     /// the model reads as 1.
     #[serde(default)]
     pub mlp: f64,
+    /// Microseconds each launched warp of a loop kernel adds to the launch, one warp after
+    /// another ([`TimeFit::fit_warps`]): work the warps do in turn, such as each warp's atomic
+    /// on one address at the end of its loop (docs/model.md, "Work the warps do in turn").
+    /// 0 for other kernels and in manifests written before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warp_us: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for TimeFit {
@@ -182,6 +192,7 @@ impl Default for TimeFit {
             median_rel_error: f64::NAN,
             model_median_rel_error: f64::NAN,
             mlp: 1.0,
+            warp_us: 0.0,
         }
     }
 }
@@ -190,6 +201,11 @@ impl TimeFit {
     /// The calibrated time of a launch whose model time is `model_us`.
     pub fn apply(&self, model_us: f64) -> f64 {
         self.scale * model_us + self.overhead_us
+    }
+
+    /// [`TimeFit::apply`] for a launch of `warps` warps: plus their cost one after another.
+    pub fn apply_warps(&self, model_us: f64, warps: f64) -> f64 {
+        self.apply(model_us) + self.warp_us * warps
     }
 
     /// Fits the overhead on (model µs, measured µs) pairs: the `c ≥ 0` that minimises
@@ -220,6 +236,62 @@ impl TimeFit {
             median_rel_error: err(c),
             model_median_rel_error: err(0.0),
             mlp: 1.0,
+            warp_us: 0.0,
+        }
+    }
+
+    /// [`TimeFit::fit`] with a cost per launched warp, on (model µs, measured µs, launched
+    /// warps) triples: the `c, a ≥ 0` that minimise `Σ ((t + c + a·w − y) / y)²` (weighted
+    /// least squares; a coefficient that comes out negative is set to 0 and the other fitted
+    /// alone).
+    pub fn fit_warps(points: &[(f64, f64, f64)]) -> TimeFit {
+        let pts: Vec<&(f64, f64, f64)> = points
+            .iter()
+            .filter(|(t, y, w)| t.is_finite() && *t > 0.0 && *y > 0.0 && w.is_finite())
+            .collect();
+        // Normal equations of r = y − t against the columns 1 and w, weights 1 / y².
+        let (mut s11, mut s1w, mut sww, mut s1r, mut swr) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for (t, y, w) in &pts {
+            let k = 1.0 / (y * y);
+            let r = y - t;
+            s11 += k;
+            s1w += k * w;
+            sww += k * w * w;
+            s1r += k * r;
+            swr += k * r * w;
+        }
+        let alone = |sxx: f64, sxr: f64| if sxx > 0.0 { (sxr / sxx).max(0.0) } else { 0.0 };
+        let det = s11 * sww - s1w * s1w;
+        let (mut c, mut a) = if det > 1e-12 * s11 * sww {
+            ((s1r * sww - swr * s1w) / det, (s11 * swr - s1w * s1r) / det)
+        } else {
+            (alone(s11, s1r), 0.0)
+        };
+        if a < 0.0 {
+            (c, a) = (alone(s11, s1r), 0.0);
+        }
+        if c < 0.0 {
+            (c, a) = (0.0, alone(sww, swr));
+        }
+        let err = |c: f64, a: f64| {
+            let mut v: Vec<f64> = pts
+                .iter()
+                .map(|(t, y, w)| (t + c + a * w - y).abs() / y)
+                .collect();
+            if v.is_empty() {
+                return f64::NAN;
+            }
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        TimeFit {
+            scale: 1.0,
+            overhead_us: c,
+            samples: pts.len(),
+            median_rel_error: err(c, a),
+            model_median_rel_error: err(0.0, 0.0),
+            mlp: 1.0,
+            warp_us: a,
         }
     }
 }
@@ -582,7 +654,7 @@ pub(crate) fn fit_time_with(
     let mut fits: Vec<TimeFit> = Vec::new();
     for &mlp in mlps {
         prog.time_fit.mlp = mlp;
-        let points: Vec<(f64, f64)> = usable
+        let points: Vec<(f64, f64, f64)> = usable
             .iter()
             .zip(&domains)
             .map(|((smp, c), domain)| {
@@ -596,10 +668,17 @@ pub(crate) fn fit_time_with(
                         .unwrap_or(prog.smem_per_block),
                 };
                 let t = predict(&prog.device, &launch, &m).time_us;
-                (t, c.time_ms * 1000.0)
+                (t, c.time_ms * 1000.0, metrics::warps(smp.block, smp.grid))
             })
             .collect();
-        let mut f = TimeFit::fit(&points);
+        // A loop kernel's launched warps vary apart from its data (docs/model.md, "Work the
+        // warps do in turn"): only there is a cost per warp told from the work.
+        let mut f = if prog.threads_loop {
+            TimeFit::fit_warps(&points)
+        } else {
+            let pairs: Vec<(f64, f64)> = points.iter().map(|&(t, y, _)| (t, y)).collect();
+            TimeFit::fit(&pairs)
+        };
         f.mlp = mlp;
         fits.push(f);
     }
@@ -808,7 +887,7 @@ impl RationalProgram {
                 continue;
             }
             let model_us = p.time_us;
-            p.time_us = self.time_fit.apply(model_us);
+            p.time_us = self.time_fit.apply_warps(model_us, metrics::warps(b, g));
             out.push(Ranked {
                 block: b,
                 grid: g,
@@ -1062,8 +1141,8 @@ impl RationalProgram {
         };
         let _ = writeln!(
             c,
-            "/* The model's k best distinct shapes for data on dev, best first, and their predicted\n * microseconds (klaraptor_model.rank: the runtime times them on the first launches). Each\n * place is filled by one scan in candidate order: a shape faster by more than a relative\n * 1e-9 replaces the best; one within it replaces it when it has more threads, then larger\n * bx, then larger by. Returns how many shapes the model may choose from. */\nstatic int kl_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3], double *predicted_us) {{\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  double ts[sizeof kl_candidates / sizeof kl_candidates[0]];\n  unsigned char ok[sizeof kl_candidates / sizeof kl_candidates[0]];\n  int total = 0;\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    ok[i] = 0;\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    const int64_t smem = kl_smem(data, b);\n{}    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = (uint32_t)smem;\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit) */\n    const double t = {:?} * p.time_us + {:?};\n    if (!(t == t) || t == INFINITY) continue;\n    ts[i] = t;\n    ok[i] = 1;\n    total++;\n  }}\n  /* each place: the selection rule of the model (kl_choose) over the shapes left */\n  for (int j = 0; j < k; j++) {{\n    double best = INFINITY;\n    const int best_i = kl_choose(ts, ok, kl_candidates, n, &best);\n    if (best_i < 0) break;\n    ok[best_i] = 0;\n    blocks[j][0] = kl_candidates[best_i][0]; blocks[j][1] = kl_candidates[best_i][1]; blocks[j][2] = kl_candidates[best_i][2];\n    if (predicted_us) predicted_us[j] = best;\n  }}\n  return total;\n}}\n\n/* The entry point the runtime calls for the model's choice (klaraptor_model.select): the\n * first of kl_rank. */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  uint32_t b[1][3];\n  double t = 0;\n  if (kl_rank(data, dev, 1, b, &t) < 1) return 1;\n  block[0] = b[0][0]; block[1] = b[0][1]; block[2] = b[0][2];\n  if (predicted_us) *predicted_us = t;\n  return 0;\n}}\n",
-            smem_filter, self.regs_per_thread, self.time_fit.scale, self.time_fit.overhead_us
+            "/* The model's k best distinct shapes for data on dev, best first, and their predicted\n * microseconds (klaraptor_model.rank: the runtime times them on the first launches). Each\n * place is filled by one scan in candidate order: a shape faster by more than a relative\n * 1e-9 replaces the best; one within it replaces it when it has more threads, then larger\n * bx, then larger by. Returns how many shapes the model may choose from. */\nstatic int kl_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3], double *predicted_us) {{\n  const size_t n = sizeof kl_candidates / sizeof kl_candidates[0];\n  double ts[sizeof kl_candidates / sizeof kl_candidates[0]];\n  unsigned char ok[sizeof kl_candidates / sizeof kl_candidates[0]];\n  int total = 0;\n  for (size_t i = 0; i < n; i++) {{\n    const uint32_t *b = kl_candidates[i];\n    const uint64_t threads = (uint64_t)b[0] * b[1] * b[2];\n    ok[i] = 0;\n    if (dev && ((dev->max_threads_per_block > 0 && threads > (uint64_t)dev->max_threads_per_block) ||\n                (dev->max_block_dim[0] > 0 && (b[0] > (uint32_t)dev->max_block_dim[0] || b[1] > (uint32_t)dev->max_block_dim[1] || b[2] > (uint32_t)dev->max_block_dim[2]))))\n      continue;\n    if (!kl_allowed(data, b)) continue;\n    uint32_t g[3];\n    if (kl_grid(data, b, g) != 0) continue;\n    if (g[0] > kl_dev.max_grid_dim[0] || g[1] > kl_dev.max_grid_dim[1] || g[2] > kl_dev.max_grid_dim[2]) continue;\n    const int64_t smem = kl_smem(data, b);\n{}    kl_metrics m;\n    kl_metrics_at(data, b, g, &m);\n    kl_launch l;\n    l.block[0] = b[0]; l.block[1] = b[1]; l.block[2] = b[2];\n    l.grid[0] = g[0]; l.grid[1] = g[1]; l.grid[2] = g[2];\n    l.regs_per_thread = {};\n    l.smem_per_block = (uint32_t)smem;\n    kl_prediction p;\n    kl_predict(&kl_dev, &l, &m, &p);\n    /* calibrated against the profile's measured times (TimeFit), with a loop kernel's cost per\n     * launched warp (warps in turn) */\n    const double kl_warps = (double)g[0] * (double)g[1] * (double)g[2] * (double)((threads + 31) / 32);\n    const double t = {:?} * p.time_us + {:?} + {:?} * kl_warps;\n    if (!(t == t) || t == INFINITY) continue;\n    ts[i] = t;\n    ok[i] = 1;\n    total++;\n  }}\n  /* each place: the selection rule of the model (kl_choose) over the shapes left */\n  for (int j = 0; j < k; j++) {{\n    double best = INFINITY;\n    const int best_i = kl_choose(ts, ok, kl_candidates, n, &best);\n    if (best_i < 0) break;\n    ok[best_i] = 0;\n    blocks[j][0] = kl_candidates[best_i][0]; blocks[j][1] = kl_candidates[best_i][1]; blocks[j][2] = kl_candidates[best_i][2];\n    if (predicted_us) predicted_us[j] = best;\n  }}\n  return total;\n}}\n\n/* The entry point the runtime calls for the model's choice (klaraptor_model.select): the\n * first of kl_rank. */\nstatic int kl_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3], double *predicted_us) {{\n  uint32_t b[1][3];\n  double t = 0;\n  if (kl_rank(data, dev, 1, b, &t) < 1) return 1;\n  block[0] = b[0][0]; block[1] = b[0][1]; block[2] = b[0][2];\n  if (predicted_us) *predicted_us = t;\n  return 0;\n}}\n",
+            smem_filter, self.regs_per_thread, self.time_fit.scale, self.time_fit.overhead_us, self.time_fit.warp_us
         );
         if self.profile_chooses() {
             // The link's decision (crate::decide): the profiled best is ranked first where it
