@@ -1363,3 +1363,66 @@ fn a_loop_kernels_warps_in_turn_are_charged_in_c_as_in_rust() {
         select_matches_rank(&exe, &prog, &sizes);
     }
 }
+
+/// The L1's capacity for a loop kernel's re-reads (samples/idioms/softmax_rows: one block per
+/// row, three passes over the row, the second and third served by the L1), profiled on an
+/// NVIDIA H100 80GB HBM3 on 2026-11-25 (tests/fixtures/idioms-h100-2026-11-25) at rows of at
+/// most 512 floats. At 1000 rows of 20 000 floats (80 KB a row) four resident blocks of 512
+/// threads hold 320 KB, more than the 256 KB of L1 and shared memory an SM has; two of 1024
+/// hold 160 KB. The sweeps measured 1024 threads fastest and 512 at 0.68–0.73 of it. The
+/// program ranks 1024 above 512 there, and not with an L1 large enough for every share; the
+/// generated C ranks as the Rust does.
+#[test]
+fn a_loop_kernels_re_reads_need_its_blocks_shares_to_fit_the_l1() {
+    let path = repo().join("tests/fixtures/idioms-h100-2026-11-25/softmax_rows.toml");
+    let entry: klaraptor_profiler::record::Entry =
+        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let spec = LinkSpec {
+        shmem: None,
+        name: entry.kernel.name.clone(),
+        mangled: entry.kernel.mangled.clone(),
+        data: entry.kernel.data.clone(),
+        dim: entry.kernel.dim,
+        grid: vec!["M".to_string()],
+        block: vec!["bx % 32 == 0".to_string()],
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: entry.kernel.code_hash.clone(),
+        annotated_at: String::new(),
+        build_dir: PathBuf::new(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prog = rational::build(&spec, &entry, dir.path()).unwrap();
+    assert!(prog.threads_loop);
+    assert_eq!(prog.device.l1_unified_per_sm(), 256 * 1024);
+    let wide = [1000, 20000];
+    let place = |p: &rational::RationalProgram, bx: u32| {
+        p.model_rank(&wide)
+            .unwrap()
+            .iter()
+            .position(|r| r.block == [bx, 1, 1])
+            .unwrap()
+    };
+    assert!(place(&prog, 1024) < place(&prog, 512));
+    let mut roomy = prog.clone();
+    roomy.device.shared_memory.unified_per_sm = 1 << 30;
+    assert!(
+        place(&roomy, 512) < place(&roomy, 1024),
+        "with every share in the L1, 512 threads are predicted faster"
+    );
+    let c_file = dir.path().join(&prog.c_name);
+    std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
+    assert!(std::fs::read_to_string(&c_file)
+        .unwrap()
+        .contains("m->l1_reuse_loop = 1.0;"));
+    let exe = dir.path().join("harness");
+    harness(&c_file, &exe);
+    let mut state = 0x736f_6674_6d61_7821;
+    let mut sizes: Vec<Vec<i64>> = vec![vec![128, 128], vec![4096, 4096], wide.to_vec()];
+    while sizes.len() < 60 {
+        let m = 1 + (splitmix(&mut state) % 20_000) as i64;
+        let n = 1 + (splitmix(&mut state) % 40_000) as i64;
+        sizes.push(vec![m, n]);
+    }
+    select_matches_rank(&exe, &prog, &sizes);
+}

@@ -72,6 +72,7 @@ typedef struct kl_device {
     uint32_t smem_reserved_per_block, smem_alloc_unit;
     uint32_t n_carveouts;
     uint32_t carveout_bytes[KL_MAX_CARVEOUTS]; /* ascending */
+    uint32_t l1_unified_per_sm; /* L1 and shared memory together; 0: unknown */
     double mem_latency_cycles;
     double l2_latency_cycles;
     double l1_latency_cycles;
@@ -104,6 +105,7 @@ typedef struct kl_metrics {
     double dram_bytes;
     double gld_l1_hit_rate; /* share of global load sectors the L1 served */
     double mlp; /* global requests one warp keeps in flight together (1: one at a time) */
+    double l1_reuse_loop; /* 1: the L1 hits are re-reads of a block's share in a later pass */
 } kl_metrics;
 
 typedef struct kl_occupancy_result {
@@ -547,6 +549,33 @@ static int kl_unlaunchable(kl_prediction *out, int limiter)
     return limiter;
 }
 
+/* The L1's capacity (mwp_cwp.rs: module doc). A loop kernel whose L1 hits are re-reads of
+ * its block's own share in a later pass of its loop keeps them only while the shares of the
+ * blocks resident on an SM fit in the L1 together: the L1 is what the resident blocks'
+ * shared memory leaves of the unified L1 and shared memory. A block's share is what its
+ * warps load that the L1 did not serve (each sector once); past the capacity the hit rate
+ * falls in proportion to the share of the blocks' data the L1 still holds. */
+static void kl_l1_capacity(const kl_device *d, const kl_launch *l, const kl_occupancy_result *occ,
+                           uint64_t blocks, kl_metrics *m)
+{
+    double hit = kl_min(kl_clean(m->gld_l1_hit_rate), 1.0);
+    double resident, l1, share, held;
+    uint64_t per_sm;
+
+    if (!(m->l1_reuse_loop > 0.0) || d->l1_unified_per_sm == 0 || hit <= 0.0) {
+        return;
+    }
+    per_sm = kl_div_ceil(blocks, d->sm_count);
+    resident = (double)(occ->blocks_per_sm < per_sm ? occ->blocks_per_sm : per_sm);
+    l1 = (double)d->l1_unified_per_sm - (double)l->smem_per_block * resident;
+    share = (1.0 - hit) * kl_clean(m->gld_inst) * kl_clean(m->gld_sectors_per_req)
+            * KL_SECTOR_BYTES * (double)occ->warps_per_block;
+    held = share * resident;
+    if (held > l1) {
+        m->gld_l1_hit_rate = hit * kl_max(l1, 0.0) / held;
+    }
+}
+
 /* Predicts one launch (mwp_cwp.rs: predict). Returns 0, or the KL_LIMIT_EXCEEDS_* code
  * when the launch cannot run (then cycles and time_us are HUGE_VAL). */
 KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl_metrics *m,
@@ -581,8 +610,13 @@ KL_UNUSED static int kl_predict(const kl_device *d, const kl_launch *l, const kl
         }
         return kl_unlaunchable(out, KL_LIMIT_EXCEEDS_LIMITS);
     }
-    kl_per_warp_costs(d, m, (double)(threads < 32 ? threads : 32), kl_warp_rows_of(l->block), &k);
     blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+    {
+        kl_metrics held = *m;
+        kl_l1_capacity(d, l, &occ, blocks, &held);
+        kl_per_warp_costs(d, &held, (double)(threads < 32 ? threads : 32), kl_warp_rows_of(l->block),
+                          &k);
+    }
     a = occ.blocks_per_sm;
     sms = d->sm_count;
     wpb = occ.warps_per_block;

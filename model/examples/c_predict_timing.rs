@@ -190,6 +190,7 @@ fn run() -> Result<(), String> {
                     dram_bytes: 2.0 * dn * 128.0 / f64::from(by.min(8)),
                     gld_l1_hit_rate: 0.5,
                     mlp: 1.0,
+                    l1_reuse_loop: 0.0,
                 };
                 let l = Launch {
                     block: [bx, by, 1],

@@ -124,6 +124,10 @@ pub fn device_to_c(dev: &Device, ident: &str) -> String {
     ));
     o.push_str(&format!("    .n_carveouts = {},\n", s.carveout_kib.len()));
     o.push_str(&format!("    .carveout_bytes = {{{carveouts}}},\n"));
+    o.push_str(&format!(
+        "    .l1_unified_per_sm = {},\n",
+        dev.l1_unified_per_sm()
+    ));
     o.push_str(&fig("mem_latency_cycles", &c.mem_latency_cycles));
     o.push_str(&fig("l2_latency_cycles", &c.l2_latency_cycles));
     o.push_str(&fig("l1_latency_cycles", &c.l1_latency_cycles));

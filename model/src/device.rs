@@ -111,6 +111,13 @@ pub struct SharedMemory {
     /// The shared-memory capacities (KiB) one SM can be configured to, ascending: the
     /// carveouts of the architecture (e.g. 0, 8, 16, 32, 64, 100, 132, 164, 196, 228 on sm_90).
     pub carveout_kib: Vec<u32>,
+    /// The L1 data cache and shared memory together, per SM (bytes): the L1 is what the
+    /// shared-memory carveout leaves of it. No driver attribute gives it: the architecture
+    /// table's (128 KiB on sm_70, 96 KiB on sm_75, 192 KiB on sm_80, 128 KiB on sm_86 and
+    /// sm_89, 256 KiB on sm_90). 0 in descriptions written before: read as the table's
+    /// ([`Device::l1_unified_per_sm`]).
+    #[serde(default)]
+    pub unified_per_sm: u32,
 }
 
 /// The figures of the performance model that no driver attribute gives.
@@ -321,6 +328,7 @@ struct ArchRow {
     smem_reserved_per_block: u32,
     smem_alloc_unit: u32,
     carveout_kib: &'static [u32],
+    unified_l1_per_sm: u32,
     mem_latency_cycles: f64,
     l2_latency_cycles: f64,
 }
@@ -342,6 +350,7 @@ const ARCH_TABLE: [ArchRow; 6] = [
         smem_reserved_per_block: 0,
         smem_alloc_unit: 256,
         carveout_kib: &[0, 8, 16, 32, 64, 96],
+        unified_l1_per_sm: 128 * KIB,
         mem_latency_cycles: 440.0,
         l2_latency_cycles: 190.0,
     },
@@ -359,6 +368,7 @@ const ARCH_TABLE: [ArchRow; 6] = [
         smem_reserved_per_block: 0,
         smem_alloc_unit: 256,
         carveout_kib: &[32, 64],
+        unified_l1_per_sm: 96 * KIB,
         mem_latency_cycles: 530.0,
         l2_latency_cycles: 200.0,
     },
@@ -376,6 +386,7 @@ const ARCH_TABLE: [ArchRow; 6] = [
         smem_reserved_per_block: KIB,
         smem_alloc_unit: 128,
         carveout_kib: &[0, 8, 16, 32, 64, 100, 132, 164],
+        unified_l1_per_sm: 192 * KIB,
         mem_latency_cycles: 470.0,
         l2_latency_cycles: 200.0,
     },
@@ -393,6 +404,7 @@ const ARCH_TABLE: [ArchRow; 6] = [
         smem_reserved_per_block: KIB,
         smem_alloc_unit: 128,
         carveout_kib: &[0, 8, 16, 32, 64, 100],
+        unified_l1_per_sm: 128 * KIB,
         mem_latency_cycles: 470.0,
         l2_latency_cycles: 210.0,
     },
@@ -410,6 +422,7 @@ const ARCH_TABLE: [ArchRow; 6] = [
         smem_reserved_per_block: KIB,
         smem_alloc_unit: 128,
         carveout_kib: &[0, 8, 16, 32, 64, 100],
+        unified_l1_per_sm: 128 * KIB,
         mem_latency_cycles: 540.0,
         l2_latency_cycles: 270.0,
     },
@@ -427,6 +440,7 @@ const ARCH_TABLE: [ArchRow; 6] = [
         smem_reserved_per_block: KIB,
         smem_alloc_unit: 128,
         carveout_kib: &[0, 8, 16, 32, 64, 100, 132, 164, 196, 228],
+        unified_l1_per_sm: 256 * KIB,
         mem_latency_cycles: 480.0,
         l2_latency_cycles: 260.0,
     },
@@ -596,6 +610,19 @@ impl Device {
         Ok(Device::from_row(row))
     }
 
+    /// [`SharedMemory::unified_per_sm`], or the architecture table's where the description
+    /// has none (0 for an architecture the table does not know).
+    pub fn l1_unified_per_sm(&self) -> u32 {
+        if self.shared_memory.unified_per_sm > 0 {
+            return self.shared_memory.unified_per_sm;
+        }
+        let cc = (self.compute_capability.major, self.compute_capability.minor);
+        ARCH_TABLE
+            .iter()
+            .find(|r| r.cc == cc)
+            .map_or(0, |r| r.unified_l1_per_sm)
+    }
+
     fn from_row(r: &ArchRow) -> Device {
         Device {
             name: format!("sm_{}{} ({} reference)", r.cc.0, r.cc.1, r.board),
@@ -636,6 +663,7 @@ impl Device {
                 reserved_per_block: r.smem_reserved_per_block,
                 alloc_unit: r.smem_alloc_unit,
                 carveout_kib: r.carveout_kib.to_vec(),
+                unified_per_sm: r.unified_l1_per_sm,
             },
             calibration: Calibration {
                 mem_latency_cycles: Figure::table(r.mem_latency_cycles),

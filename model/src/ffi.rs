@@ -39,6 +39,7 @@ struct KlDevice {
     smem_alloc_unit: u32,
     n_carveouts: u32,
     carveout_bytes: [u32; MAX_CARVEOUTS],
+    l1_unified_per_sm: u32,
     mem_latency_cycles: f64,
     l2_latency_cycles: f64,
     l1_latency_cycles: f64,
@@ -75,6 +76,7 @@ struct KlMetrics {
     dram_bytes: f64,
     gld_l1_hit_rate: f64,
     mlp: f64,
+    l1_reuse_loop: f64,
 }
 
 /// `kl_occupancy_result`.
@@ -171,6 +173,7 @@ fn c_device(dev: &Device) -> KlDevice {
         smem_alloc_unit: s.alloc_unit,
         n_carveouts: s.carveout_kib.len().min(MAX_CARVEOUTS) as u32,
         carveout_bytes,
+        l1_unified_per_sm: dev.l1_unified_per_sm(),
         mem_latency_cycles: c.mem_latency_cycles.value,
         l2_latency_cycles: c.l2_latency_cycles.value,
         l1_latency_cycles: c.l1_latency_cycles.value,
@@ -259,6 +262,7 @@ fn metrics(m: &WarpMetrics) -> KlMetrics {
         dram_bytes: m.dram_bytes,
         gld_l1_hit_rate: m.gld_l1_hit_rate,
         mlp: m.mlp,
+        l1_reuse_loop: m.l1_reuse_loop,
     }
 }
 

@@ -67,6 +67,21 @@
 //! uses the DRAM bytes a memory instruction really moves, `Load_bytes_per_warp =
 //! dram_bytes / Mem_insts`.
 //!
+//! # The L1's capacity \[K\]
+//!
+//! The fitted hit rate is held at the largest profiled sizes (the rational program holds
+//! shares there), where a block's data was small. A loop kernel whose hits are re-reads of its
+//! block's own share in a later pass of its loop (`l1_reuse_loop` = 1: one block per row
+//! reading its row three times) keeps them only while the shares of the blocks resident on an
+//! SM fit in the L1 together. The L1 is what the resident blocks' shared memory leaves of the
+//! SM's unified L1 and shared memory (`Device::l1_unified_per_sm`, 256 KiB on sm_90); a
+//! block's share is what its warps load that the L1 did not serve, each sector once,
+//! `(1 − h1)·gld·sectors·32·warps per block`. Past the capacity, `h1` falls in proportion to
+//! the part of the resident shares the L1 holds (softmax over rows of 80 KB: four blocks of
+//! 512 threads hold 320 KB, two of 1024 hold 160 KB, and the H200 sweep timed 1024 threads
+//! 1.37 times faster). Hits from neighbouring requests (`l1_reuse_loop` = 0, every kernel
+//! whose threads follow its data) reuse within a short distance and are left as fitted.
+//!
 //! # Requests in flight together (memory-level parallelism) \[K\]
 //!
 //! Hong & Kim let a warp wait for each memory request before the next (one memory period
@@ -244,6 +259,10 @@ pub struct WarpMetrics {
     /// the warp: independent loads of an unrolled loop); 1 (or less) when each waits for the
     /// previous one, as Hong & Kim assume.
     pub mlp: f64,
+    /// 1 when the L1's hits are a loop kernel's re-reads of its block's own share in a later
+    /// pass of its loop (then the share must stay in the L1 between the passes: module doc,
+    /// "The L1's capacity"); 0 when they come from neighbouring requests (no capacity bound).
+    pub l1_reuse_loop: f64,
 }
 
 /// What bounds the predicted time.
@@ -475,6 +494,47 @@ mod tests {
             cols.cycles,
             rows.cycles
         );
+    }
+
+    #[test]
+    fn a_loops_re_reads_hit_only_while_the_blocks_shares_fit_the_l1() {
+        let d = h100();
+        assert_eq!(d.l1_unified_per_sm(), 256 * 1024);
+        // One block per row of 20 000 floats, read in three passes: each warp of a 512-thread
+        // block loads 117 requests of 4 sectors, two thirds of them served by the L1 (the
+        // re-reads); a block's share is 16 warps x 117 x 4 x 32 B / 3, about 80 KB.
+        let row = |threads: f64, reuse: f64| WarpMetrics {
+            inst: 60_000.0 / threads * 8.0,
+            gld_inst: 60_000.0 / threads,
+            gst_inst: 20_000.0 / threads,
+            gld_sectors_per_req: 4.0,
+            gst_sectors_per_req: 4.0,
+            dram_bytes: 160_000.0 / (threads / 32.0),
+            gld_l1_hit_rate: 2.0 / 3.0,
+            mlp: 1.0,
+            l1_reuse_loop: reuse,
+            ..WarpMetrics::default()
+        };
+        let go = |threads: u32, reuse: f64| {
+            predict(&d, &launch(threads, 1000), &row(f64::from(threads), reuse))
+        };
+        // Four resident blocks of 512 threads hold 320 KB: past the L1. Two of 1024 hold 160 KB.
+        let (small, large) = (go(512, 1.0), go(1024, 1.0));
+        assert_eq!(
+            (small.active_blocks_per_sm, large.active_blocks_per_sm),
+            (4, 2)
+        );
+        assert!(
+            small.cycles > large.cycles,
+            "512: {}, 1024: {}",
+            small.cycles,
+            large.cycles
+        );
+        // Hits from neighbouring requests (0) keep their rate: 512 is not slowed.
+        let near = go(512, 0.0);
+        assert!(near.cycles < small.cycles);
+        // 1024 threads fit: the same as without the bound.
+        assert!((go(1024, 0.0).cycles - large.cycles).abs() < 1e-9 * large.cycles);
     }
 
     #[test]
@@ -1109,6 +1169,7 @@ mod tests {
             dram_bytes: f64::NEG_INFINITY,
             gld_l1_hit_rate: f64::NAN,
             mlp: f64::NAN,
+            l1_reuse_loop: f64::NAN,
         };
         let q = predict(&d, &launch(256, 4096), &bad);
         assert!(q.cycles.is_finite() && q.cycles > 0.0, "{q:?}");

@@ -17,7 +17,7 @@ fn rational_program(tag: &str, dev: &Device) -> String {
          double pick_{tag}(unsigned n);\n\
          double pick_{tag}(unsigned n)\n{{\n\
          \x20   kl_launch l = {{{{256, 1, 1}}, {{1, 1, 1}}, 32, 0}};\n\
-         \x20   kl_metrics m = {{100.0, 2.0, 1.0, 0.0, 0.0, 4.0, 4.0, 384.0, 0.0, 1.0}};\n\
+         \x20   kl_metrics m = {{100.0, 2.0, 1.0, 0.0, 0.0, 4.0, 4.0, 384.0, 0.0, 1.0, 0.0}};\n\
          \x20   kl_prediction p;\n\
          \x20   l.grid[0] = (n + 255u) / 256u;\n\
          \x20   if (kl_predict(&dev_{tag}, &l, &m, &p) != 0) {{\n\

@@ -73,6 +73,8 @@ fn random_device(rng: &mut Rng, i: usize) -> Device {
     d.sm_count = rng.range(1, 200) as u32;
     d.sm_clock_mhz = rng.log_uniform(300.0, 3000.0);
     d.sub_partitions = rng.pick(&[1, 2, 4, 4]);
+    // The unified L1 and shared memory: the table's, none (0: unknown), or another size.
+    d.shared_memory.unified_per_sm = rng.pick(&[0, 96 * 1024, 128 * 1024, 262_144]);
     let c = &mut d.calibration;
     c.mem_latency_cycles.value = rng.log_uniform(50.0, 2000.0);
     c.l2_latency_cycles.value = rng.log_uniform(10.0, c.mem_latency_cycles.value);
@@ -212,6 +214,7 @@ fn random_case(rng: &mut Rng, devs: &[Device]) -> Case {
             1 => rng.range(2, 17) as f64,
             _ => metric(rng),
         },
+        l1_reuse_loop: rng.range(0, 2) as f64,
     };
     Case {
         dev,
@@ -260,15 +263,16 @@ int main(void)
     kl_launch l;
     uint32_t occ_threads;
     int carveout;
-    uint64_t mb[10];
+    uint64_t mb[11];
     while (scanf("%u %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu32
                  " %" SCNu32 " %" SCNu32 " %" SCNu32 " %d"
                  " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
-                 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
+                 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
+                 " %" SCNu64,
                  &dev, &l.block[0], &l.block[1], &l.block[2], &l.grid[0], &l.grid[1],
                  &l.grid[2], &l.regs_per_thread, &l.smem_per_block, &occ_threads, &carveout,
                  &mb[0], &mb[1], &mb[2], &mb[3], &mb[4], &mb[5], &mb[6], &mb[7], &mb[8],
-                 &mb[9]) == 21) {
+                 &mb[9], &mb[10]) == 22) {
         kl_metrics m;
         kl_occupancy_result o;
         kl_prediction p;
@@ -284,6 +288,7 @@ int main(void)
         m.dram_bytes = from_bits(mb[7]);
         m.gld_l1_hit_rate = from_bits(mb[8]);
         m.mlp = from_bits(mb[9]);
+        m.l1_reuse_loop = from_bits(mb[10]);
         kl_occupancy(d, occ_threads, l.regs_per_thread, l.smem_per_block, carveout, &o);
         rc = kl_predict(d, &l, &m, &p);
         printf("%" PRIu32 " %" PRIu32 " %" PRIu32 " %d %" PRIu32 " %" PRIu32 " %" PRIu32
@@ -332,7 +337,7 @@ fn c_model_equals_rust_model_on_random_inputs() {
         let m = &c.metrics;
         writeln!(
             input,
-            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             c.dev,
             l.block[0],
             l.block[1],
@@ -353,7 +358,8 @@ fn c_model_equals_rust_model_on_random_inputs() {
             m.gst_sectors_per_req.to_bits(),
             m.dram_bytes.to_bits(),
             m.gld_l1_hit_rate.to_bits(),
-            m.mlp.to_bits()
+            m.mlp.to_bits(),
+            m.l1_reuse_loop.to_bits()
         )
         .unwrap();
     }

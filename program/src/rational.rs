@@ -784,6 +784,9 @@ impl RationalProgram {
             dram_bytes: v[7],
             gld_l1_hit_rate: v[8],
             mlp: self.time_fit.mlp,
+            // A loop kernel's hits are re-reads of its share in a later pass: the L1 keeps
+            // them only while the resident blocks' shares fit (klaraptor-model).
+            l1_reuse_loop: if self.threads_loop { 1.0 } else { 0.0 },
         }
     }
 
@@ -1106,6 +1109,16 @@ impl RationalProgram {
             c,
             "  m->mlp = {:?}; /* requests a warp keeps in flight together (fitted on the profile's times) */",
             self.time_fit.mlp
+        );
+        let _ = writeln!(
+            c,
+            "  m->l1_reuse_loop = {}; /* {} */",
+            if self.threads_loop { "1.0" } else { "0.0" },
+            if self.threads_loop {
+                "a loop kernel: its L1 hits are re-reads of its share in a later pass"
+            } else {
+                "its L1 hits come from neighbouring requests"
+            }
         );
         if !self.ratios_by_footprint.is_empty() {
             let dargs: Vec<String> = (0..self.data.len())
