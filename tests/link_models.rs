@@ -623,6 +623,54 @@ fn generated_c_holds_the_l1_hit_rate_like_rust() {
     select_matches_rank(&exe, &prog, &sizes);
 }
 
+/// A committed profile entry (a path under the repository).
+fn fixture_entry(rel: &str) -> klaraptor_profiler::record::Entry {
+    toml::from_str(&std::fs::read_to_string(repo().join(rel)).unwrap()).unwrap()
+}
+
+/// The spec of an idioms kernel from its profile entry and annotation.
+fn idiom_spec(entry: &klaraptor_profiler::record::Entry, grid: &str, block: &[&str]) -> LinkSpec {
+    LinkSpec {
+        shmem: None,
+        name: entry.kernel.name.clone(),
+        mangled: entry.kernel.mangled.clone(),
+        data: entry.kernel.data.clone(),
+        dim: entry.kernel.dim,
+        grid: vec![grid.to_string()],
+        block: block.iter().map(|b| b.to_string()).collect(),
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: entry.kernel.code_hash.clone(),
+        annotated_at: String::new(),
+        build_dir: PathBuf::new(),
+    }
+}
+
+/// Writes `prog`'s C into `dir`, checks that it holds `marker`, builds the select harness
+/// with it and checks that the C selects what the Rust ranks first at `sizes` plus `extra`
+/// random sizes from `draw`.
+fn c_matches_rust(
+    dir: &Path,
+    prog: &RationalProgram,
+    marker: &str,
+    mut sizes: Vec<Vec<i64>>,
+    extra: usize,
+    mut draw: impl FnMut(&mut u64) -> Vec<i64>,
+    seed: u64,
+) {
+    let c_file = dir.join(&prog.c_name);
+    std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
+    assert!(std::fs::read_to_string(&c_file).unwrap().contains(marker));
+    let exe = dir.join("harness");
+    harness(&c_file, &exe);
+    let mut state = seed;
+    let target = sizes.len() + extra;
+    while sizes.len() < target {
+        sizes.push(draw(&mut state));
+    }
+    select_matches_rank(&exe, prog, &sizes);
+}
+
 /// The same agreement for a kernel whose launched threads do not follow its data (the
 /// grid-stride SAXPY of samples/idioms, `grid(min(ceil(N, bx), 1056))`, its H200 profile of
 /// 2026-11-26 in tests/fixtures/idioms-h200-2026-11-26): the program spreads the launch's
@@ -631,23 +679,8 @@ fn generated_c_holds_the_l1_hit_rate_like_rust() {
 /// (1056 threads at any N) gave every shape the same.
 #[test]
 fn generated_c_spreads_a_loop_kernels_work_like_rust() {
-    let path = repo().join("tests/fixtures/idioms-h200-2026-11-26/saxpy_gs.toml");
-    let entry: klaraptor_profiler::record::Entry =
-        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let spec = LinkSpec {
-        shmem: None,
-        name: entry.kernel.name.clone(),
-        mangled: entry.kernel.mangled.clone(),
-        data: entry.kernel.data.clone(),
-        dim: entry.kernel.dim,
-        grid: vec!["min(ceil(N, bx), 1056)".to_string()],
-        block: vec![],
-        profile_run: None,
-        profile_sizes: vec![],
-        code_hash: entry.kernel.code_hash.clone(),
-        annotated_at: String::new(),
-        build_dir: PathBuf::new(),
-    };
+    let entry = fixture_entry("tests/fixtures/idioms-h200-2026-11-26/saxpy_gs.toml");
+    let spec = idiom_spec(&entry, "min(ceil(N, bx), 1056)", &[]);
     let dir = tempfile::tempdir().unwrap();
     let prog = rational::build(&spec, &entry, dir.path()).unwrap();
     assert!(prog.threads_loop);
@@ -661,19 +694,15 @@ fn generated_c_spreads_a_loop_kernels_work_like_rust() {
         (a / b - 2.0).abs() < 0.2,
         "{a} loads a warp at 128 threads, {b} at 256"
     );
-    let c_file = dir.path().join(&prog.c_name);
-    std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
-    assert!(std::fs::read_to_string(&c_file)
-        .unwrap()
-        .contains("busy = 1.0;"));
-    let exe = dir.path().join("harness");
-    harness(&c_file, &exe);
-    let mut state = 0x7361_7870_795f_6773;
-    let mut sizes: Vec<Vec<i64>> = vec![vec![65536], vec![262144], vec![1 << 24]];
-    while sizes.len() < 100 {
-        sizes.push(vec![1 + (splitmix(&mut state) % 100_000_000) as i64]);
-    }
-    select_matches_rank(&exe, &prog, &sizes);
+    c_matches_rust(
+        dir.path(),
+        &prog,
+        "busy = 1.0;",
+        vec![vec![65536], vec![262144], vec![1 << 24]],
+        97,
+        |s| vec![1 + (splitmix(s) % 100_000_000) as i64],
+        0x7361_7870_795f_6773,
+    );
 }
 
 /// Dynamic shared memory that follows the block (`shmem(…)`, or the formula the pass read):
@@ -1298,25 +1327,10 @@ fn the_committed_database_gives_each_gpu_its_own_programs() {
 #[test]
 fn a_loop_kernels_warps_in_turn_are_charged_in_c_as_in_rust() {
     for gpu in ["h200", "h100"] {
-        let path = repo().join(format!(
+        let entry = fixture_entry(&format!(
             "tests/fixtures/idioms-batch2-{gpu}-2026-11-26/sum_shfl_atomic.toml"
         ));
-        let entry: klaraptor_profiler::record::Entry =
-            toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let spec = LinkSpec {
-            shmem: None,
-            name: entry.kernel.name.clone(),
-            mangled: entry.kernel.mangled.clone(),
-            data: entry.kernel.data.clone(),
-            dim: entry.kernel.dim,
-            grid: vec!["min(ceil(N, bx), 1056)".to_string()],
-            block: vec![],
-            profile_run: None,
-            profile_sizes: vec![],
-            code_hash: entry.kernel.code_hash.clone(),
-            annotated_at: String::new(),
-            build_dir: PathBuf::new(),
-        };
+        let spec = idiom_spec(&entry, "min(ceil(N, bx), 1056)", &[]);
         let dir = tempfile::tempdir().unwrap();
         let prog = rational::build(&spec, &entry, dir.path()).unwrap();
         assert!(prog.threads_loop);
@@ -1348,19 +1362,15 @@ fn a_loop_kernels_warps_in_turn_are_charged_in_c_as_in_rust() {
             tf.apply(at.model_us) < 0.5 * measured,
             "{gpu}: the warps' cost is most of that launch"
         );
-        let c_file = dir.path().join(&prog.c_name);
-        std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
-        assert!(std::fs::read_to_string(&c_file)
-            .unwrap()
-            .contains("kl_warps"));
-        let exe = dir.path().join("harness");
-        harness(&c_file, &exe);
-        let mut state = 0x7375_6d5f_7368_666c;
-        let mut sizes: Vec<Vec<i64>> = vec![vec![65536], vec![262144], vec![n]];
-        while sizes.len() < 100 {
-            sizes.push(vec![1 + (splitmix(&mut state) % 100_000_000) as i64]);
-        }
-        select_matches_rank(&exe, &prog, &sizes);
+        c_matches_rust(
+            dir.path(),
+            &prog,
+            "kl_warps",
+            vec![vec![65536], vec![262144], vec![n]],
+            97,
+            |s| vec![1 + (splitmix(s) % 100_000_000) as i64],
+            0x7375_6d5f_7368_666c,
+        );
     }
 }
 
@@ -1374,23 +1384,8 @@ fn a_loop_kernels_warps_in_turn_are_charged_in_c_as_in_rust() {
 /// generated C ranks as the Rust does.
 #[test]
 fn a_loop_kernels_re_reads_need_its_blocks_shares_to_fit_the_l1() {
-    let path = repo().join("tests/fixtures/idioms-h100-2026-11-25/softmax_rows.toml");
-    let entry: klaraptor_profiler::record::Entry =
-        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let spec = LinkSpec {
-        shmem: None,
-        name: entry.kernel.name.clone(),
-        mangled: entry.kernel.mangled.clone(),
-        data: entry.kernel.data.clone(),
-        dim: entry.kernel.dim,
-        grid: vec!["M".to_string()],
-        block: vec!["bx % 32 == 0".to_string()],
-        profile_run: None,
-        profile_sizes: vec![],
-        code_hash: entry.kernel.code_hash.clone(),
-        annotated_at: String::new(),
-        build_dir: PathBuf::new(),
-    };
+    let entry = fixture_entry("tests/fixtures/idioms-h100-2026-11-25/softmax_rows.toml");
+    let spec = idiom_spec(&entry, "M", &["bx % 32 == 0"]);
     let dir = tempfile::tempdir().unwrap();
     let prog = rational::build(&spec, &entry, dir.path()).unwrap();
     assert!(prog.threads_loop);
@@ -1410,19 +1405,16 @@ fn a_loop_kernels_re_reads_need_its_blocks_shares_to_fit_the_l1() {
         place(&roomy, 512) < place(&roomy, 1024),
         "with every share in the L1, 512 threads are predicted faster"
     );
-    let c_file = dir.path().join(&prog.c_name);
-    std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
-    assert!(std::fs::read_to_string(&c_file)
-        .unwrap()
-        .contains("m->l1_reuse_loop = 1.0;"));
-    let exe = dir.path().join("harness");
-    harness(&c_file, &exe);
-    let mut state = 0x736f_6674_6d61_7821;
-    let mut sizes: Vec<Vec<i64>> = vec![vec![128, 128], vec![4096, 4096], wide.to_vec()];
-    while sizes.len() < 60 {
-        let m = 1 + (splitmix(&mut state) % 20_000) as i64;
-        let n = 1 + (splitmix(&mut state) % 40_000) as i64;
-        sizes.push(vec![m, n]);
-    }
-    select_matches_rank(&exe, &prog, &sizes);
+    c_matches_rust(
+        dir.path(),
+        &prog,
+        "m->l1_reuse_loop = 1.0;",
+        vec![vec![128, 128], vec![4096, 4096], wide.to_vec()],
+        57,
+        |s| {
+            let m = 1 + (splitmix(s) % 20_000) as i64;
+            vec![m, 1 + (splitmix(s) % 40_000) as i64]
+        },
+        0x736f_6674_6d61_7821,
+    );
 }
