@@ -8,7 +8,9 @@
 //! at the largest profiled size, whoever chooses. And a kernel template's two instances,
 //! profiled as two entries.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use klaraptor_profiler::record::Entry;
 use klaraptor_program::decide::{self, ChosenBy, DecisionRule};
@@ -20,29 +22,12 @@ fn entry(file: &str) -> Entry {
 }
 
 fn entry_in(dir: &str, file: &str) -> Entry {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(dir)
-        .join(file);
-    toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    common::fixture_entry(&format!("tests/fixtures/{dir}/{file}"))
 }
 
 /// The spec as the annotation of samples/idioms/<program> gives it.
 fn spec(e: &Entry, grid: &str, block: &[&str]) -> LinkSpec {
-    LinkSpec {
-        shmem: None,
-        name: e.kernel.name.clone(),
-        mangled: e.kernel.mangled.clone(),
-        data: e.kernel.data.clone(),
-        dim: e.kernel.dim,
-        grid: vec![grid.to_string()],
-        block: block.iter().map(|b| b.to_string()).collect(),
-        profile_run: None,
-        profile_sizes: vec![],
-        code_hash: e.kernel.code_hash.clone(),
-        annotated_at: String::new(),
-        build_dir: PathBuf::new(),
-    }
+    common::idiom_spec(e, grid, block)
 }
 
 /// The measured time of `block` at `sizes` in the profile, and the fastest one there.

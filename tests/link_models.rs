@@ -623,29 +623,6 @@ fn generated_c_holds_the_l1_hit_rate_like_rust() {
     select_matches_rank(&exe, &prog, &sizes);
 }
 
-/// A committed profile entry (a path under the repository).
-fn fixture_entry(rel: &str) -> klaraptor_profiler::record::Entry {
-    toml::from_str(&std::fs::read_to_string(repo().join(rel)).unwrap()).unwrap()
-}
-
-/// The spec of an idioms kernel from its profile entry and annotation.
-fn idiom_spec(entry: &klaraptor_profiler::record::Entry, grid: &str, block: &[&str]) -> LinkSpec {
-    LinkSpec {
-        shmem: None,
-        name: entry.kernel.name.clone(),
-        mangled: entry.kernel.mangled.clone(),
-        data: entry.kernel.data.clone(),
-        dim: entry.kernel.dim,
-        grid: vec![grid.to_string()],
-        block: block.iter().map(|b| b.to_string()).collect(),
-        profile_run: None,
-        profile_sizes: vec![],
-        code_hash: entry.kernel.code_hash.clone(),
-        annotated_at: String::new(),
-        build_dir: PathBuf::new(),
-    }
-}
-
 /// Writes `prog`'s C into `dir`, checks that it holds `marker`, builds the select harness
 /// with it and checks that the C selects what the Rust ranks first at `sizes` plus `extra`
 /// random sizes from `draw`.
@@ -679,8 +656,8 @@ fn c_matches_rust(
 /// (1056 threads at any N) gave every shape the same.
 #[test]
 fn generated_c_spreads_a_loop_kernels_work_like_rust() {
-    let entry = fixture_entry("tests/fixtures/idioms-h200-2026-11-26/saxpy_gs.toml");
-    let spec = idiom_spec(&entry, "min(ceil(N, bx), 1056)", &[]);
+    let entry = common::fixture_entry("tests/fixtures/idioms-h200-2026-11-26/saxpy_gs.toml");
+    let spec = common::idiom_spec(&entry, "min(ceil(N, bx), 1056)", &[]);
     let dir = tempfile::tempdir().unwrap();
     let prog = rational::build(&spec, &entry, dir.path()).unwrap();
     assert!(prog.threads_loop);
@@ -1327,10 +1304,10 @@ fn the_committed_database_gives_each_gpu_its_own_programs() {
 #[test]
 fn a_loop_kernels_warps_in_turn_are_charged_in_c_as_in_rust() {
     for gpu in ["h200", "h100"] {
-        let entry = fixture_entry(&format!(
+        let entry = common::fixture_entry(&format!(
             "tests/fixtures/idioms-batch2-{gpu}-2026-11-26/sum_shfl_atomic.toml"
         ));
-        let spec = idiom_spec(&entry, "min(ceil(N, bx), 1056)", &[]);
+        let spec = common::idiom_spec(&entry, "min(ceil(N, bx), 1056)", &[]);
         let dir = tempfile::tempdir().unwrap();
         let prog = rational::build(&spec, &entry, dir.path()).unwrap();
         assert!(prog.threads_loop);
@@ -1384,8 +1361,8 @@ fn a_loop_kernels_warps_in_turn_are_charged_in_c_as_in_rust() {
 /// generated C ranks as the Rust does.
 #[test]
 fn a_loop_kernels_re_reads_need_its_blocks_shares_to_fit_the_l1() {
-    let entry = fixture_entry("tests/fixtures/idioms-h100-2026-11-25/softmax_rows.toml");
-    let spec = idiom_spec(&entry, "M", &["bx % 32 == 0"]);
+    let entry = common::fixture_entry("tests/fixtures/idioms-h100-2026-11-25/softmax_rows.toml");
+    let spec = common::idiom_spec(&entry, "M", &["bx % 32 == 0"]);
     let dir = tempfile::tempdir().unwrap();
     let prog = rational::build(&spec, &entry, dir.path()).unwrap();
     assert!(prog.threads_loop);

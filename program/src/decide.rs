@@ -98,6 +98,12 @@ pub fn waits_at_barriers(entry: &Entry) -> bool {
 /// domain on some axis).
 pub const LOOP_EXCESS: f64 = 2.0;
 
+/// Whether the profile's launches show that the kernel's launched threads do not follow its
+/// data ([`metrics::coverage_excess`] above [`LOOP_EXCESS`]): a loop kernel.
+pub fn threads_loop(spec: &LinkSpec, entry: &Entry) -> bool {
+    metrics::coverage_excess(spec, entry).is_some_and(|x| x > LOOP_EXCESS)
+}
+
 /// Who chooses a kernel's launch shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -451,7 +451,8 @@ pub fn build_model_with(
     let ratios_by_footprint = metrics::fit_ratios_by_footprint(spec, &samples, &cands)?;
     // A kernel that waits at barriers keeps to block sizes its profile measured fast: the
     // candidates are fitted on above (the fit's domain), but larger ones are not chosen.
-    let barrier_cap = barrier_cap(spec, entry).filter(|_| rule.cap_at_barriers);
+    let loops = crate::decide::threads_loop(spec, entry);
+    let barrier_cap = barrier_cap(spec, entry, loops).filter(|_| rule.cap_at_barriers);
     let (cands, left_out_at_barriers): (Vec<[u32; 3]>, Vec<[u32; 3]>) = cands
         .into_iter()
         .partition(|b| barrier_cap.as_ref().is_none_or(|c| threads(b) <= c.threads));
@@ -525,9 +526,7 @@ pub fn build_model_with(
         }),
         decision: None,
         transferred_from: None,
-        threads_loop: spread_loops
-            && metrics::coverage_excess(spec, entry)
-                .is_some_and(|x| x > crate::decide::LOOP_EXCESS),
+        threads_loop: spread_loops && loops,
         parsed: Default::default(),
     };
     prog.time_fit = fit_time(&prog, &usable);
@@ -557,12 +556,10 @@ pub struct BarrierCap {
 /// at each barrier, a cost that grows with the warps of a block and does not shrink with the
 /// data, so it leans to blocks larger than the profile measured fast (docs/model.md,
 /// "Kernels whose blocks wait at barriers"). A loop kernel's work per thread changes with
-/// the block at every size, so what the profile measured does not bound it. `None` for other
-/// kernels.
-pub fn barrier_cap(spec: &LinkSpec, entry: &Entry) -> Option<BarrierCap> {
-    if !crate::decide::waits_at_barriers(entry)
-        || metrics::coverage_excess(spec, entry).is_some_and(|x| x > crate::decide::LOOP_EXCESS)
-    {
+/// the block at every size, so what the profile measured does not bound it: `loops`
+/// ([`crate::decide::threads_loop`]). `None` for other kernels.
+pub fn barrier_cap(spec: &LinkSpec, entry: &Entry, loops: bool) -> Option<BarrierCap> {
+    if loops || !crate::decide::waits_at_barriers(entry) {
         return None;
     }
     let times = crate::validate::ProfileTimes::from_samples(&entry.samples, "");

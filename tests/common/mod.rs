@@ -107,3 +107,32 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A committed profile entry (a path under the repository).
+pub fn fixture_entry(rel: &str) -> klaraptor_profiler::record::Entry {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The spec of a kernel as its annotation gives it (grid formulas and block constraints),
+/// with the rest from its profile entry.
+pub fn idiom_spec(
+    entry: &klaraptor_profiler::record::Entry,
+    grid: &str,
+    block: &[&str],
+) -> klaraptor_spec::link::LinkSpec {
+    klaraptor_spec::link::LinkSpec {
+        shmem: None,
+        name: entry.kernel.name.clone(),
+        mangled: entry.kernel.mangled.clone(),
+        data: entry.kernel.data.clone(),
+        dim: entry.kernel.dim,
+        grid: vec![grid.to_string()],
+        block: block.iter().map(|b| b.to_string()).collect(),
+        profile_run: None,
+        profile_sizes: vec![],
+        code_hash: entry.kernel.code_hash.clone(),
+        annotated_at: String::new(),
+        build_dir: PathBuf::new(),
+    }
+}
