@@ -17,14 +17,7 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));   \
-      std::exit(2);                                                                      \
-    }                                                                                    \
-  } while (0)
+#include "../cuda_check.h"
 
 __global__ void sum(const float *x, float *out, size_t n) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;

@@ -12,14 +12,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));   \
-      std::exit(2);                                                                      \
-    }                                                                                    \
-  } while (0)
+#include "../cuda_check.h"
 
 __global__ void chase(const unsigned *next, unsigned *out, int steps) {
   unsigned i = (blockIdx.x * blockDim.x + threadIdx.x) & 1023u;
