@@ -7,7 +7,7 @@
 # It sets CMAKE_CUDA_COMPILER_LAUNCHER, so that CUDA targets created after the include
 # compile with `klaraptor-cc <nvcc> <arguments>`. The link stays CMake's (the host C++
 # compiler): the objects klaraptor-cc writes carry the runtime, and the rational programs of
-# the kernels the profile database has a profile of (see klaraptor's README, "CMake").
+# the kernels the profile database has a profile of (see docs/build-systems.md in klaraptor).
 #
 # Options (cache variables):
 #   KLARAPTOR_CC        klaraptor-cc to use (default: found on the PATH, else in the

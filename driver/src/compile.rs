@@ -1417,6 +1417,14 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
         .into_iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    if args.iter().any(|a| a == "--kl-help") {
+        use std::io::Write;
+        // Answered before anything else: it needs no nvcc, and a closed pipe is no error.
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(crate::nvcc_args::KL_HELP.as_bytes());
+        let _ = out.flush();
+        return 0;
+    }
     if let Some(e) = hand_to_cache(&args) {
         crate::kl_eprintln!("klaraptor-cc: error: {e:#}");
         return 1;

@@ -430,6 +430,48 @@ pub enum KlOption {
     Backend(Backend),
 }
 
+/// What `klaraptor-cc --kl-help` prints: klaraptor-cc's own options, one line each, and the
+/// environment variables it reads. The instrumented program's run-time controls are in
+/// docs/usage.md.
+pub const KL_HELP: &str = "\
+klaraptor-cc: use it where you use nvcc; it picks annotated kernels' launch blocks at run time.
+Usage: klaraptor-cc [nvcc options] [--kl-... options] <files>...
+       klaraptor-cc /path/to/nvcc <nvcc arguments>...   (as a compiler launcher, e.g. CMake's)
+Every option but the --kl-... ones goes to nvcc (nvcc --help lists them).
+
+klaraptor-cc's own options (never passed to nvcc):
+  --kl-help                      print this help and exit
+  --kl-verbose                   say what klaraptor-cc does and which commands it runs
+  --kl-keep                      keep the intermediate files and the link's work directory; say where
+  --kl-off                       ignore annotations: behave exactly as nvcc
+  --kl-require-model             fail a link that cannot give every annotated kernel a rational program
+  --kl-no-profile                never profile during the link, even with a GPU
+  --kl-profiling-variant=<path>  also link the profiling variant to <path> (its plan to <path>.plan)
+  --kl-backend=nvcc|clang        the compiler of instrumented translation units (default: nvcc)
+
+Environment variables klaraptor-cc reads:
+  KLARAPTOR_NVCC              the nvcc to run (else $CUDA_HOME/bin/nvcc, $CUDA_PATH/bin/nvcc,
+                              nvcc on the PATH, .toolchain/cuda/bin/nvcc)
+  KLARAPTOR_HOST_CC           the C compiler of the code klaraptor-cc generates (else $CC, else cc)
+  KLARAPTOR_PROFILE_DB        the profile database (else the nearest klaraptor-profiles/ at or
+                              above the current directory, else ~/.cache/klaraptor/profiles)
+  KLARAPTOR_CACHE             a compiler cache to hand the command to (ccache)
+  KLARAPTOR_CACHE_INNER       set by klaraptor-cc for the run the cache makes; do not set it
+  KLARAPTOR_TRANSFER=off      build no transferred programs for GPUs without a profile of their own
+  KLARAPTOR_NO_GPU=1          behave as on a machine without a GPU: never profile
+  KLARAPTOR_COLLECTOR         the collector library (else libklaraptor_collector.so beside klaraptor-cc)
+  KLARAPTOR_GPU_WAIT          the longest wait for another link profiling the same GPU (default 30m)
+  KLARAPTOR_GPU_BUSY_RETRY    how long a recipe run is retried while another profiler holds the GPU
+                              (default 5m)
+  KLARAPTOR_PROFILE_RESTARTS  new processes a recipe command may take after faulting shapes (default 32)
+  KLARAPTOR_CLANG             the clang++ to run (default clang++-19)
+  KLARAPTOR_LD                the ld to run (default ld)
+  KLARAPTOR_OBJCOPY           the objcopy to run (default objcopy)
+The instrumented program reads KLARAPTOR_LOG, KLARAPTOR_DISABLE, KLARAPTOR_FORCE, KLARAPTOR_REFINE,
+KLARAPTOR_REFINE_BUDGET, KLARAPTOR_REFINE_WALK, KLARAPTOR_REFINE_SPAN and KLARAPTOR_CHOICES when
+it runs (docs/usage.md of the klaraptor repository).
+";
+
 /// The compiler that builds an instrumented translation unit (`--kl-backend=`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Backend {
@@ -456,8 +498,8 @@ impl fmt::Display for ArgError {
             ArgError::MissingValue(o) => write!(f, "option '{o}' needs a value"),
             ArgError::UnknownKlOption(o) => write!(
                 f,
-                "unknown klaraptor option '{o}' (known: --kl-verbose, --kl-keep, --kl-off, \
-                 --kl-require-model, --kl-no-profile, --kl-profiling-variant=<path>, \
+                "unknown klaraptor option '{o}' (known: --kl-help, --kl-verbose, --kl-keep, \
+                 --kl-off, --kl-require-model, --kl-no-profile, --kl-profiling-variant=<path>, \
                  --kl-backend=nvcc|clang)"
             ),
             ArgError::OptionsFile { path, message } => {
@@ -1063,7 +1105,7 @@ fn clang_targets(cl: &CommandLine) -> Result<Vec<GpuTarget>, ClangFlagError> {
 /// first one it cannot honour. Options about outputs, modes, dependency files, libraries
 /// and linking are the driver's, and the link is nvcc's as with the nvcc backend.
 ///
-/// The option table of the README (section "The clang backend") says the same.
+/// The option table of docs/clang-backend.md says the same.
 pub fn clang_flags(cl: &CommandLine) -> Result<ClangFlags, ClangFlagError> {
     let mut out = ClangFlags {
         targets: clang_targets(cl)?,
@@ -1299,6 +1341,42 @@ mod tests {
         assert_eq!(
             split_response_file("-D 'A=1 2' \"-Ib c\" x\\ y\n-c"),
             ["-D", "A=1 2", "-Ib c", "x y", "-c"]
+        );
+    }
+
+    #[test]
+    fn kl_help_lists_every_option_of_our_own() {
+        // Each option the parser knows is in the help, and each option the help lists (but
+        // --kl-help, which main_with answers before parsing) is known to the parser.
+        let listed: Vec<&str> = KL_HELP
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("--kl-"))
+            .map(|rest| rest.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(listed.len(), 8, "{listed:?}");
+        for opt in &listed {
+            let word = format!(
+                "--kl-{}",
+                opt.replace("<path>", "x").replace("nvcc|clang", "nvcc")
+            );
+            if word == "--kl-help" {
+                continue;
+            }
+            let cl = CommandLine::parse([word.as_str()]).unwrap_or_else(|e| panic!("{word}: {e}"));
+            assert_eq!(cl.kl.len(), 1, "{word}");
+        }
+        let e = CommandLine::parse(["--kl-nonsense"])
+            .unwrap_err()
+            .to_string();
+        for opt in &listed {
+            assert!(
+                e.contains(&format!("--kl-{opt}")),
+                "{opt} missing from: {e}"
+            );
+        }
+        assert!(
+            KL_HELP.lines().all(|l| l.chars().count() <= 104),
+            "a line of the help is too long"
         );
     }
 }

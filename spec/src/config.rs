@@ -90,7 +90,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
         err(
             span,
             e.message().trim().to_string(),
-            "see the klaraptor.toml reference in the README",
+            "see the klaraptor.toml reference in docs/annotations.md",
         )
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));

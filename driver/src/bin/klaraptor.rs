@@ -12,7 +12,12 @@ use klaraptor_passes::frontend::{self, FrontendError, Outcome};
 #[command(
     name = "klaraptor",
     version,
-    about = "Inspect what klaraptor-cc makes of CUDA sources"
+    about = "Tools around klaraptor-cc: check annotations, look into the rational programs a binary \
+             carries, manage profiles and settled choices, calibrate the GPU, validate the choices",
+    long_about = "Tools around klaraptor-cc: check annotations, look into the rational programs a \
+                  binary carries, manage profiles and settled choices, calibrate the GPU, validate \
+                  the choices.\n\nklaraptor-cc itself (the nvcc replacement) lists its own options \
+                  with `klaraptor-cc --kl-help`."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -21,8 +26,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Check the annotations of CUDA sources against their kernels and print the kernel
-    /// specs klaraptor-cc would build from (as TOML).
+    /// Check the annotations of CUDA sources and print the kernel specs klaraptor-cc builds
+    /// from them.
+    ///
+    /// The annotations are checked against the kernels (with libclang, as klaraptor-cc does);
+    /// the specs are printed as TOML, errors on stderr.
     Specs {
         /// CUDA sources.
         #[arg(required = true)]
@@ -34,18 +42,22 @@ enum Cmd {
         #[arg(short = 'D', value_name = "NAME[=VALUE]")]
         define: Vec<String>,
     },
-    /// Show which nvcc and CUDA installation klaraptor-cc uses.
+    /// Show which nvcc and CUDA installation klaraptor-cc uses, and why.
     Toolchain,
     /// Calibrate this machine's GPU for the performance model, or show the cached figures.
     Device(klaraptor_profiler::device_cmd::DeviceArgs),
-    /// List the rational programs of a binary (or of every binary in a build directory):
-    /// kernels, the C of each, the device each was built for, and the fit quality.
+    /// List the rational programs a binary carries and how well each fits its profile.
+    ///
+    /// For a binary, or every binary in a build directory: each kernel's generated C, the
+    /// device it was built for, the profile, the link's decision and the fit quality.
     Inspect {
         /// A binary linked by klaraptor-cc, or a build directory.
         target: PathBuf,
     },
-    /// Rank every candidate block shape of a kernel at a data size by predicted time, with
-    /// MWP, CWP, active warps and blocks per SM, waves and the limiting factor.
+    /// Show why a kernel gets its block at a data size: every candidate shape ranked.
+    ///
+    /// Each candidate block shape with its predicted time, MWP, CWP, active warps and blocks
+    /// per SM, waves and the limiting factor; the choice is marked.
     Explain {
         /// A binary linked by klaraptor-cc, or a build directory.
         target: PathBuf,
@@ -59,15 +71,22 @@ enum Cmd {
         #[arg(long)]
         device: Option<String>,
     },
-    /// Look into the profile database and clean it: list, show, prune.
+    /// Profile a built program's kernels, or look into the profile database and clean it.
+    ///
+    /// `klaraptor profile <binary>` runs the profile recipes the database lacks on this GPU;
+    /// `list`, `show` and `prune` look into the database.
     Profile(klaraptor_profiler::profile_cmd::ProfileArgs),
-    /// Look into the choices cache (the launch shapes an instrumented program settled on
-    /// by timing its first launches, kept across runs) and clean it: list, show, prune.
+    /// Look into the choices cache and clean it: list, show, prune.
+    ///
+    /// The cache holds the launch shapes an instrumented program settled on by timing its
+    /// first launches, kept across runs.
     Choices(klaraptor_profiler::choices_cmd::ChoicesArgs),
-    /// Print what a profiling variant (klaraptor-cc --kl-profiling-variant=…) profiles: its
-    /// sampling plan (the file KLARAPTOR_PROFILE_PLAN names), or with --candidates every
-    /// candidate shape of its kernels (an exhaustive search), or with --recipes the recipe
-    /// commands to run, one per line.
+    /// Print what a profiling variant profiles: its plan, candidates or recipe commands.
+    ///
+    /// For a variant linked with `klaraptor-cc --kl-profiling-variant=…`: its sampling plan
+    /// (the file KLARAPTOR_PROFILE_PLAN names), or with --candidates every candidate shape of
+    /// its kernels (an exhaustive search), or with --recipes the recipe commands to run, one
+    /// per line.
     Plan {
         binary: PathBuf,
         #[arg(long, conflicts_with = "recipes")]
@@ -75,9 +94,10 @@ enum Cmd {
         #[arg(long)]
         recipes: bool,
     },
-    /// Turn the records of a profiling variant run elsewhere (collector runs with records/
-    /// and env.txt, or ncu captures of bench/gpu/fixtures/ncu_capture.sh) into
-    /// profile-database entries: the flow of a GPU-less build farm.
+    /// Store the records of a profiling variant run on another machine in the profile database.
+    ///
+    /// Collector runs (records/ and env.txt) or ncu captures (bench/gpu/fixtures/
+    /// ncu_capture.sh) become profile-database entries: the flow of a build farm without GPUs.
     Import {
         /// The profiling variant that was run (klaraptor-cc --kl-profiling-variant=…).
         #[arg(long)]
@@ -90,9 +110,10 @@ enum Cmd {
         #[arg(long)]
         db: Option<PathBuf>,
     },
-    /// Measure how close klaraptor's choice comes to the best block shape on this GPU: runs
-    /// the program's profiling variant at each --sizes, timing every candidate shape of its
-    /// annotated kernels, then the program itself; prints per kernel and data size the
+    /// Measure on this GPU how close klaraptor's choices come to the best block shapes.
+    ///
+    /// Runs the program's profiling variant at each --sizes, timing every candidate shape of
+    /// its annotated kernels, then the program itself; prints per kernel and data size the
     /// optimum, klaraptor's choice, the program's own shape, their ratios and the rank
     /// correlation of predicted and measured times.
     Validate(klaraptor_program::validate_cmd::ValidateArgs),
