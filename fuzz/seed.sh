@@ -5,7 +5,7 @@
 # `profile_entry`. Run it from fuzz/ before `cargo fuzz run`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
-mkdir -p corpus/pragma corpus/expr corpus/profile_entry
+mkdir -p corpus/pragma corpus/expr corpus/profile_entry corpus/entry_strings
 for f in ../samples/polybench/*/*.cu ../samples/matmul/*.cu ../samples/reduce/*.cu; do
   cp "$f" "corpus/pragma/$(basename "$(dirname "$f")")-$(basename "$f")"
 done
@@ -15,6 +15,14 @@ done
 cp seeds/expr/* corpus/expr/
 # Two small entries: a 1-D kernel with a constraint (saxpy) and a 1-D matrix-vector kernel.
 for k in _Z5saxpyfPKfPfi _Z6mvt_x1PKfS0_Pfi; do
-  cp ../samples/klaraptor-profiles/v1/*/"$k"-*.toml corpus/profile_entry/
+  for f in ../samples/klaraptor-profiles/v1/*/"$k"-*.toml; do
+    cp "$f" "corpus/profile_entry/$(basename "$(dirname "$f")")-$(basename "$f")"
+  done
 done
-echo "seeded: $(ls corpus/pragma | wc -l) pragma, $(ls corpus/expr | wc -l) expr, $(ls corpus/profile_entry | wc -l) profile_entry inputs"
+# entry_strings: a field index, then text that would leave a C comment or literal or a path.
+i=0
+for t in '*/ int pwned = 1; /*' $'\n#error injected\n' '"; int pwned; "' '\\' '/../../tmp/x' '??/'; do
+  printf '%b%s' "\\$(printf '%03o' $((i * 37 % 256)))" "$t" >"corpus/entry_strings/seed-$i"
+  i=$((i + 1))
+done
+echo "seeded: $(ls corpus/pragma | wc -l) pragma, $(ls corpus/expr | wc -l) expr, $(ls corpus/profile_entry | wc -l) profile_entry, $(ls corpus/entry_strings | wc -l) entry_strings inputs"

@@ -22,32 +22,11 @@
 //! attribute, nothing elsewhere), so a program that uses only part of them still compiles
 //! with `-Werror`.
 
+use crate::c_text::{comment_text, string_literal};
 use crate::device::Device;
 
 /// The C99 model (see the module doc for the interface).
 pub const C_MODEL: &str = include_str!("../c/kl_model.c");
-
-/// A C string literal for `s` (escapes quotes, backslashes and control characters).
-fn c_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if c.is_ascii_graphic() || c == ' ' => out.push(c),
-            c => {
-                // Octal escapes of the UTF-8 bytes: unambiguous and plain C99.
-                let mut buf = [0u8; 4];
-                for b in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("\\{b:03o}"));
-                }
-            }
-        }
-    }
-    out.push('"');
-    out
-}
 
 /// A C double literal that reads back as exactly `v` (Rust's shortest round-trip form).
 fn c_double(v: f64) -> String {
@@ -63,9 +42,7 @@ fn c_double(v: f64) -> String {
 /// first: it defines `kl_device` and `KL_UNUSED`). `ident` must be a C identifier.
 pub fn device_to_c(dev: &Device, ident: &str) -> String {
     assert!(
-        !ident.is_empty()
-            && !ident.starts_with(|c: char| c.is_ascii_digit())
-            && ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+        crate::c_text::is_identifier(ident),
         "device_to_c: `{ident}` is not a C identifier"
     );
     let r = &dev.registers;
@@ -78,19 +55,23 @@ pub fn device_to_c(dev: &Device, ident: &str) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     let fig = |name: &str, f: &crate::device::Figure| {
-        format!("    .{name} = {}, /* {} */\n", c_double(f.value), f.source)
+        format!(
+            "    .{name} = {}, /* {} */\n",
+            c_double(f.value),
+            comment_text(&f.source.to_string())
+        )
     };
     let mut o = String::new();
     o.push_str(&format!(
         "/* {} (compute capability {}); limits from {}. {} */\n",
-        dev.name.replace("*/", "* /"),
+        comment_text(&dev.name),
         dev.compute_capability,
-        dev.limits_source,
-        dev.note.replace("*/", "* /")
+        comment_text(&dev.limits_source.to_string()),
+        comment_text(&dev.note)
     ));
     o.push_str(&format!("KL_UNUSED static const kl_device {ident} = {{\n"));
-    o.push_str(&format!("    .name = {},\n", c_string(&dev.name)));
-    o.push_str(&format!("    .uuid = {},\n", c_string(&dev.uuid)));
+    o.push_str(&format!("    .name = {},\n", string_literal(&dev.name)));
+    o.push_str(&format!("    .uuid = {},\n", string_literal(&dev.uuid)));
     o.push_str(&format!(
         "    .cc_major = {},\n    .cc_minor = {},\n",
         dev.compute_capability.major, dev.compute_capability.minor
@@ -158,12 +139,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn strings_and_doubles_are_valid_c() {
-        assert_eq!(c_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
-        assert_eq!(c_string("é"), "\"\\303\\251\"");
+    fn doubles_are_valid_c() {
         assert_eq!(c_double(1980.0), "1980.0");
         assert_eq!(c_double(0.1), "0.1");
         assert_eq!(c_double(1e30), "1e30");
+    }
+
+    #[test]
+    fn a_device_s_text_stays_in_its_comments_and_literals() {
+        let plain = Device::for_arch(9, 0).unwrap();
+        let mut nasty = plain.clone();
+        nasty.name = "X */ int pwned = 1; /* \"; x \\".into();
+        nasty.uuid = "GPU-\\\n*/ int pwned;".into();
+        nasty.note = "*??/\n/ int pwned = 1;\n#error injected".into();
+        assert_eq!(
+            crate::c_text::code_tokens(&device_to_c(&nasty, "kl_dev")),
+            crate::c_text::code_tokens(&device_to_c(&plain, "kl_dev"))
+        );
     }
 
     #[test]

@@ -834,6 +834,24 @@ impl Device {
             field: field.to_string(),
             message,
         };
+        let text = [
+            ("name", text::device_name(&self.name)),
+            ("uuid", text::device_uuid(&self.uuid)),
+            ("note", text::note(&self.note)),
+        ];
+        for (field, why) in text {
+            if let Some(why) = why {
+                return Err(bad(field, why));
+            }
+        }
+        for a in &self.from_table {
+            if !crate::c_text::is_identifier(a) {
+                return Err(bad(
+                    "from_table",
+                    format!("{a:?} is not an attribute name (an identifier)"),
+                ));
+            }
+        }
         let positive: [(&str, u32); 16] = [
             ("sm_count", self.sm_count),
             ("memory_bus_width_bits", self.memory_bus_width_bits),
@@ -962,6 +980,54 @@ impl Device {
             }
         }
         Ok(())
+    }
+}
+
+/// The formats of the text a device description, a calibration report and a profile entry
+/// hold about a device: each function says why a value is not of its format (`None`: it is).
+/// The text reaches generated C, file names and terminals; descriptions and reports are files
+/// klaraptor does not trust, so anything else is refused.
+pub mod text {
+    /// A device's name as the driver reports it (`NVIDIA H100 80GB HBM3`): ASCII letters,
+    /// digits, spaces and `._()+-`, at most 96 characters.
+    pub fn device_name(s: &str) -> Option<String> {
+        if s.trim().is_empty() || s.len() > 96 {
+            return Some("is not a device name (1 to 96 characters)".into());
+        }
+        s.chars()
+            .find(|&c| {
+                !(c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | '(' | ')' | '+' | '-'))
+            })
+            .map(|c| {
+                format!("contains {c:?}; a device name holds ASCII letters, digits, spaces and `._()+-`")
+            })
+    }
+
+    /// A device's UUID as the driver prints it (`GPU-` or `MIG-`, then hex digits and `-`),
+    /// or empty where unknown.
+    pub fn device_uuid(s: &str) -> Option<String> {
+        let ok = s.is_empty()
+            || ((s.starts_with("GPU-") || s.starts_with("MIG-"))
+                && s.len() <= 80
+                && s[4..].chars().all(|c| c.is_ascii_hexdigit() || c == '-'));
+        (!ok).then(|| "is not a device UUID (`GPU-` and hex digits, or empty)".to_string())
+    }
+
+    /// A compute capability, `major.minor` (`9.0`).
+    pub fn compute_capability(s: &str) -> Option<String> {
+        let ok = s.split_once('.').is_some_and(|(a, b)| {
+            (1..=2).contains(&a.len())
+                && (1..=2).contains(&b.len())
+                && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
+        });
+        (!ok).then(|| "is not a compute capability (`major.minor`, e.g. 9.0)".to_string())
+    }
+
+    /// A description's note for people: one line of printable text.
+    pub fn note(s: &str) -> Option<String> {
+        s.chars()
+            .find(|c| c.is_control())
+            .map(|c| format!("contains the control character {c:?}; a note is one line"))
     }
 }
 

@@ -14,11 +14,13 @@
 //! - [`c_emit`]: the C99 source ([`C_MODEL`]) and a device as a C initializer
 //!   ([`device_to_c`]); `tests/differential.rs` checks that a program built from them
 //!   predicts what this crate does.
+//! - [`c_text`]: text from untrusted files as C string literals and comment text.
 //!
 //! What it is not: measurement (see `klaraptor-profiler`) or fitting (see
 //! `klaraptor-fitting`).
 
 pub mod c_emit;
+pub mod c_text;
 pub mod device;
 mod ffi;
 pub mod mwp_cwp;

@@ -100,7 +100,11 @@ fn random_device(rng: &mut Rng, i: usize) -> Device {
     } else {
         rng.log_uniform(0.25, 50.0)
     };
+    // The quoted name is no device name a description may hold (validate refuses it); it is
+    // set after the check, to exercise the C's string escaping.
+    let quoted = std::mem::replace(&mut d.name, format!("random device {i}"));
     d.validate("random").unwrap();
+    d.name = quoted;
     d
 }
 

@@ -316,6 +316,49 @@ fn validate_device(
             format!("{:?} does not start with \"GPU-\"", device.uuid),
         ));
     }
+    // A report is a file klaraptor does not trust (a cache, or copied from elsewhere): its
+    // text reaches device descriptions, generated C and terminals only in these formats.
+    use crate::record::text;
+    let fields = [
+        ("name", &device.name, text::device_name(&device.name)),
+        ("uuid", &device.uuid, text::device_uuid(&device.uuid)),
+        (
+            "driver_version",
+            &device.driver_version,
+            text::version(&device.driver_version),
+        ),
+        (
+            "cuda_driver_version",
+            &device.cuda_driver_version,
+            text::version(&device.cuda_driver_version),
+        ),
+        (
+            "runtime_version",
+            &device.runtime_version,
+            text::version(&device.runtime_version),
+        ),
+        (
+            "pci_bus_id",
+            &device.pci_bus_id,
+            pci_bus_id(&device.pci_bus_id),
+        ),
+        (
+            "date",
+            &device.date,
+            (!device.date.is_empty())
+                .then(|| text::timestamp(&device.date))
+                .flatten(),
+        ),
+    ];
+    for (field, value, why) in fields {
+        if let Some(why) = why {
+            return Err(invalid(
+                origin,
+                format!("[device] {field}"),
+                format!("{value:?} {why}"),
+            ));
+        }
+    }
     for name in REQUIRED_ATTRIBUTES {
         let Some(&v) = attributes.get(*name) else {
             return Err(invalid(origin, format!("[attributes] {name}"), "missing"));
@@ -348,6 +391,15 @@ fn validate_device(
         ));
     }
     Ok(())
+}
+
+/// Why `s` is not a PCI bus id as the driver prints it (`0000:19:00.0`): hex digits, `:` and
+/// `.`; empty where unknown.
+fn pci_bus_id(s: &str) -> Option<String> {
+    let ok = s.len() <= 32
+        && s.chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
+    (!ok).then(|| "is not a PCI bus id (hex digits, `:` and `.`)".to_string())
 }
 
 impl DeviceReport {

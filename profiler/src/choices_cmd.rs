@@ -193,6 +193,23 @@ impl ChoiceFile {
             ));
         }
         let req = |key: &str| get(key).expect("required keys are present");
+        // The cache is a directory anything may write into: its text reaches terminals
+        // (`list`, `show`) only in the formats of its keys, never as control characters.
+        for (key, value) in &fields {
+            if let Some(c) = value.chars().find(|c| c.is_control()) {
+                return Err(format!("`{key}` holds the control character {c:?}"));
+            }
+        }
+        use crate::record::text;
+        for (key, why) in [
+            ("kernel", text::mangled_name(&req("kernel"))),
+            ("code_hash", crate::db::check_code_hash(&req("code_hash"))),
+            ("device", text::device_name(&req("device"))),
+        ] {
+            if let Some(why) = why {
+                return Err(format!("`{key}` = {:?} {why}", req(key)));
+            }
+        }
 
         let block_text = req("block");
         let block =

@@ -102,6 +102,8 @@ pub enum DbError {
     },
     #[error("refusing to store an entry of format version {found}: this klaraptor writes version {FORMAT_VERSION}")]
     WrongVersion { found: u32 },
+    #[error("refusing to store the entry of kernel {kernel}: {why}")]
+    Refused { kernel: String, why: String },
     #[error("cannot write the entry of kernel `{kernel}` as TOML: {message} (the entry holds a value TOML cannot represent, e.g. an integer above 2^63-1)")]
     Serialize { kernel: String, message: String },
     #[error("{path} ({origin}) exists but is not a directory: point {ENV_VAR} or --db at a directory", path = path.display())]
@@ -548,6 +550,12 @@ impl ProfileDb {
             &entry.kernel.code_hash,
             &entry.device.name,
         )?;
+        // What a reader would set aside as damaged is never stored (an import of a capture
+        // made elsewhere, say).
+        entry.check_values().map_err(|why| DbError::Refused {
+            kernel: format!("{:?}", entry.kernel.mangled),
+            why,
+        })?;
         let text = render_entry(entry)?;
         let _lock = self.lock_exclusive()?;
         self.write_once(README_FILE, &readme_text())?;
@@ -928,14 +936,10 @@ fn same_place(a: &Path, b: &Path) -> bool {
 }
 
 fn parse_entry(path: &Path, text: &str) -> Result<Entry> {
-    let corrupt = |message: String| DbError::Corrupt {
+    Entry::from_toml(text).map_err(|message| DbError::Corrupt {
         path: path.to_path_buf(),
         message,
-    };
-    let entry =
-        toml::from_str::<Entry>(text).map_err(|e| corrupt(e.to_string().trim_end().to_string()))?;
-    entry.check_values().map_err(corrupt)?;
-    Ok(entry)
+    })
 }
 
 /// The TOML text of an entry: a comment saying what the file is, then the entry.

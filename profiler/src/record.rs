@@ -36,11 +36,24 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Reads an entry from the TOML text of its file, as every reader must: the format, then
+    /// its strings and values ([`Entry::check_values`]). The error says what is wrong.
+    pub fn from_toml(text: &str) -> Result<Entry, String> {
+        let entry =
+            toml::from_str::<Entry>(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        entry.check_values()?;
+        Ok(entry)
+    }
+
     /// Checks the values a model is built from: every sample's data values as many as the
     /// kernel's data labels; every measured sample's times finite and positive (its runs'
     /// finite and not negative), its active warps finite and not negative, its block and grid
     /// non-zero. The error names the first sample at fault.
+    ///
+    /// First every string is checked against its format ([`Entry::check_text`]): an entry is
+    /// data, and text that is not what its field holds is damage, never code.
     pub fn check_values(&self) -> Result<(), String> {
+        self.check_text()?;
         for s in &self.samples {
             let at = || {
                 format!(
@@ -82,6 +95,68 @@ impl Entry {
         Ok(())
     }
 
+    /// Checks every string of the entry against the format of its field. Names, versions and
+    /// dates that reach generated C, file names or a terminal are held to strict formats
+    /// (`text::*`); the free text (the plan's note, samples' errors, `incomplete`) may hold
+    /// anything but control characters. The error names the field. A database is shared
+    /// (committed, imported from another machine): this is what keeps a hostile entry from
+    /// becoming code in a binary built against it.
+    pub fn check_text(&self) -> Result<(), String> {
+        let field = |name: &str, value: &str, why: Option<String>| match why {
+            None => Ok(()),
+            Some(why) => Err(format!("field `{name}` = {value:?} {why}")),
+        };
+        let k = &self.kernel;
+        field("kernel.mangled", &k.mangled, text::mangled_name(&k.mangled))?;
+        field("kernel.name", &k.name, text::kernel_name(&k.name))?;
+        field(
+            "kernel.code_hash",
+            &k.code_hash,
+            crate::db::check_code_hash(&k.code_hash),
+        )?;
+        for (i, d) in k.data.iter().enumerate() {
+            field(&format!("kernel.data[{i}]"), d, text::data_label(d))?;
+        }
+        let d = &self.device;
+        field("device.name", &d.name, text::device_name(&d.name))?;
+        field("device.uuid", &d.uuid, text::device_uuid(&d.uuid))?;
+        field("device.cc", &d.cc, text::compute_capability(&d.cc))?;
+        field(
+            "collector",
+            &self.collector,
+            text::collector(&self.collector),
+        )?;
+        field(
+            "captured_at",
+            &self.captured_at,
+            text::timestamp(&self.captured_at),
+        )?;
+        field(
+            "cuda_version",
+            &self.cuda_version,
+            text::version(&self.cuda_version),
+        )?;
+        field(
+            "driver_version",
+            &self.driver_version,
+            text::version(&self.driver_version),
+        )?;
+        field(
+            "plan.note",
+            &self.plan.note,
+            text::free_text(&self.plan.note),
+        )?;
+        for (i, s) in self.samples.iter().enumerate() {
+            if let Some(e) = &s.error {
+                field(&format!("samples[{i}].error"), e, text::free_text(e))?;
+            }
+        }
+        if let Some(why) = &self.incomplete {
+            field("incomplete", why, text::free_text(why))?;
+        }
+        Ok(())
+    }
+
     /// Why this entry cannot be used for a model, when it cannot: what its `incomplete`
     /// field says, else the first sample whose error is the collector's or the GPU's (an
     /// entry stored before completeness was checked, e.g. while another process held the
@@ -109,6 +184,94 @@ impl Entry {
             first.block[2],
             first.error.as_deref().unwrap_or_default()
         ))
+    }
+}
+
+/// The formats of an entry's strings: each function says why a value is not of its format
+/// (`None`: it is). Shared with the device descriptions and calibration reports that name the
+/// same things.
+pub mod text {
+    pub use klaraptor_model::device::text::{compute_capability, device_name, device_uuid};
+
+    fn only(s: &str, allowed: impl Fn(char) -> bool, max: usize, what: &str) -> Option<String> {
+        if s.is_empty() {
+            Some(format!("is empty; it must be {what}"))
+        } else if s.chars().count() > max {
+            Some(format!("has over {max} characters; it must be {what}"))
+        } else {
+            s.chars()
+                .find(|&c| !allowed(c))
+                .map(|c| format!("contains {c:?}; it must be {what}"))
+        }
+    }
+
+    /// A mangled kernel name: what Itanium mangling produces (ASCII letters, digits, `_`,
+    /// and `.`/`$` of compiler suffixes).
+    pub fn mangled_name(s: &str) -> Option<String> {
+        only(
+            s,
+            |c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '$'),
+            4096,
+            "a mangled name (ASCII letters, digits, `_`, `.`, `$`)",
+        )
+    }
+
+    /// A kernel's name in the source, a template instance's with its arguments
+    /// (`tile<float, 32>`): letters, digits and the punctuation of C++ types, never `/`,
+    /// `\`, quotes or `?`.
+    pub fn kernel_name(s: &str) -> Option<String> {
+        only(
+            s,
+            |c| {
+                c.is_ascii_alphanumeric()
+                    || matches!(c, '_' | ' ' | '<' | '>' | ':' | ',' | '(' | ')' | '*' | '&')
+                    || matches!(c, '.' | '+' | '-' | '[' | ']' | '~')
+            },
+            1024,
+            "a kernel name (letters, digits, spaces and `_<>:,()*&.+-[]~`)",
+        )
+    }
+
+    /// A data label of an annotation: a C identifier.
+    pub fn data_label(s: &str) -> Option<String> {
+        (!klaraptor_model::c_text::is_identifier(s))
+            .then(|| "is not an identifier (ASCII letters, digits, `_`)".to_string())
+    }
+
+    /// A collector's name and version, e.g. `klaraptor-collector 0.1.0` or `ncu 2025.3.1`.
+    pub fn collector(s: &str) -> Option<String> {
+        if !s.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            return Some("must start with a letter: a collector's name and version".into());
+        }
+        only(
+            s,
+            |c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | '+' | '-' | '(' | ')'),
+            100,
+            "a collector's name and version (letters, digits, spaces and `._+-()`)",
+        )
+    }
+
+    /// An ISO 8601 date-time (UTC `Z` or an offset), as the collector writes it.
+    pub fn timestamp(s: &str) -> Option<String> {
+        (s.len() > 40 || s.trim() != s || crate::db::Timestamp::parse_iso8601(s).is_none())
+            .then(|| "is not an ISO 8601 date-time (e.g. 2026-11-28T10:00:00Z)".to_string())
+    }
+
+    /// A version as the driver reports it (`13.0`, `580.159.04`), or empty where unknown.
+    pub fn version(s: &str) -> Option<String> {
+        let ok = s.is_empty()
+            || (s.len() <= 32
+                && s.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())));
+        (!ok).then(|| "is not a version (digits separated by dots, or empty)".to_string())
+    }
+
+    /// Free text for people: anything but control characters (a line break and a tab are
+    /// text).
+    pub fn free_text(s: &str) -> Option<String> {
+        s.chars()
+            .find(|&c| c.is_control() && c != '\n' && c != '\t')
+            .map(|c| format!("contains the control character {c:?}"))
     }
 }
 

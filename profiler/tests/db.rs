@@ -533,12 +533,26 @@ fn prune_by_device_kernel_and_date() {
         &[64],
     ))
     .unwrap();
-    db.put(&entry_with(
+    // An entry whose capture time is no date is damage, and is never stored.
+    let undated = db.put(&entry_with(
         "gemm",
         gemm,
         &hash_of("g"),
         A100,
         "not a date",
+        "",
+        &[64],
+    ));
+    assert!(
+        matches!(&undated, Err(DbError::Refused { why, .. }) if why.contains("`captured_at`")),
+        "{undated:?}"
+    );
+    db.put(&entry_with(
+        "gemm",
+        gemm,
+        &hash_of("g"),
+        A100,
+        "2026-03-01T00:00:00Z",
         "",
         &[64],
     ))
@@ -563,7 +577,7 @@ fn prune_by_device_kernel_and_date() {
         older_than: Some("2026-01-01".parse::<Date>().unwrap()),
         ..Default::default()
     };
-    // The unreadable date is not taken as old.
+    // Dates with an offset are compared in UTC.
     assert_eq!(
         names(db.prune(&older, true).unwrap()),
         vec![format!("gemm@{H200}"), format!("mm@{A100}")]

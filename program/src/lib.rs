@@ -8,9 +8,10 @@
 //! profile alone, whether the model or the profile's fastest shape chooses ([`decide`]); a
 //! program transferred to a GPU that has no profile of the kernel ([`transfer`]); the
 //! manifests carried in objects and binaries ([`manifests`]) and compiled with the host C
-//! compiler ([`host_cc`]); `klaraptor inspect`/`explain` ([`inspect_cmd`]); and the check of
+//! compiler ([`host_cc`]); `klaraptor inspect`/`explain` ([`inspect_cmd`]); the check of
 //! the choice against an exhaustive sweep, `klaraptor validate` ([`validate`],
-//! [`validate_cmd`]).
+//! [`validate_cmd`]); and the property that keeps a profile entry's text out of the code
+//! ([`untrusted`]).
 //!
 //! What it is not: the measurement (`klaraptor-profiler`), the equations
 //! (`klaraptor-model`), the least-squares fit (`klaraptor-fitting`), or the compile and link
@@ -24,5 +25,6 @@ pub mod manifests;
 pub mod metrics;
 pub mod rational;
 pub mod transfer;
+pub mod untrusted;
 pub mod validate;
 pub mod validate_cmd;
