@@ -624,3 +624,118 @@ fn kept_dir(err: &str) -> &str {
         .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
         .unwrap_or_else(|| panic!("no kept directory:\n{err}"))
 }
+
+/// Launches whose arguments hold a conditional (`c ? a : b`, a `MIN()` macro, `&&`), a call
+/// (in a function with cleanups, where the call is an `invoke`) are instrumented, also when
+/// the conditional computes a data argument; linked with a fake CUDA runtime, the data the
+/// runtime is given equal the arguments the kernel is launched with, for every path.
+#[test]
+fn launches_with_conditionals_and_calls_in_their_arguments() {
+    let src = r#"#include <vector>
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+int g(int x);
+#pragma klaraptor kernel(k) data(n)
+__global__ void k(int m, float *a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) a[i] = m;
+}
+void run_cond(int s, int t, float *a, int n) { k<<<(n + 255) / 256, 256>>>(s < t ? s : t, a, n); }
+void run_macro(int s, int t, float *a, int n) { k<<<(n + 255) / 256, 256>>>(MIN(s, t), a, n); }
+void run_call(int s, float *a, int n) { std::vector<int> v(3); k<<<(n + 255) / 256, 256>>>(g(s), a, n); }
+void run_data(int s, float *a, int n, int m) { k<<<(n + 255) / 256, 256>>>(s, a, MIN(n, m)); }
+void run_and(int s, float *a, int n, int m) {
+  k<<<(n + 255) / 256, 256>>>(s, a, (n > 0 && m > 0) ? n * 2 : m / 4 + (s ? 1 : 2));
+}
+"#;
+    let d = project(&[("k.cu", src)]);
+    let o = run(
+        d.path(),
+        &klaraptor_cc(),
+        &["-c", "k.cu", "-o", "k.o", "--kl-keep", "--kl-verbose"],
+    );
+    let err = ok(&o);
+    for f in [
+        "_Z8run_condiiPfi",
+        "_Z9run_macroiiPfi",
+        "_Z8run_calliPfi",
+        "_Z8run_dataiPfii",
+        "_Z7run_andiPfii",
+    ] {
+        assert!(
+            err.contains(&format!("instrumented a launch of _Z1kiPfi in {f}")),
+            "{f}: {err}"
+        );
+    }
+    assert!(!err.contains("has no <<<>>> launch"), "{err}");
+    assert!(!err.contains("is not instrumented"), "{err}");
+    let kept = kept_dir(&err).to_string();
+    let host = Path::new(&kept).join("tu0/host.o");
+    // A fake CUDA runtime and klaraptor runtime: what the launch gives each.
+    let harness = r#"#include <cstdint>
+#include <cstdio>
+#include <cstddef>
+static long long seen_data = -1, seen_m = -1, seen_n = -1;
+extern "C" {
+unsigned __cudaPushCallConfiguration(uint64_t, uint32_t, uint64_t, uint32_t, size_t, void *) { return 0; }
+unsigned __cudaPopCallConfiguration(void *, void *, size_t *, void **) { return 0; }
+unsigned __cudaGetKernel(void **h, const void *stub) { *h = (void *)stub; return 0; }
+unsigned __cudaLaunchKernel(const void *, uint64_t, uint32_t, uint64_t, uint32_t, void **args, size_t, void *) {
+  seen_m = *(int *)args[0]; seen_n = *(int *)args[2]; return 0;
+}
+void **__cudaRegisterFatBinary(void *) { static void *h; return &h; }
+void __cudaRegisterFatBinaryEnd(void **) {}
+void __cudaUnregisterFatBinary(void **) {}
+void __cudaRegisterFunction(void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *) {}
+void klaraptor_select(const char *, int32_t, const int64_t *data, uint64_t *, uint32_t *, uint64_t *, uint32_t *) { seen_data = data[0]; }
+uint64_t klaraptor_launch_begin(const char *, int32_t, const int64_t *data, uint64_t *, uint32_t *, uint64_t *, uint32_t *, int64_t, void *) { seen_data = data[0]; return 7; }
+void klaraptor_launch_end(uint64_t) {}
+}
+int g(int x) { return x + 1; }
+void run_cond(int s, int t, float *a, int n);
+void run_macro(int s, int t, float *a, int n);
+void run_call(int s, float *a, int n);
+void run_data(int s, float *a, int n, int m);
+void run_and(int s, float *a, int n, int m);
+int main() {
+  int bad = 0;
+  auto check = [&](const char *what, long long data, long long m, long long n) {
+    if (seen_data != data || seen_m != m || seen_n != n) {
+      printf("%s: data %lld m %lld n %lld, wanted %lld %lld %lld\n", what, seen_data, seen_m, seen_n, data, m, n);
+      bad = 1;
+    }
+    seen_data = seen_m = seen_n = -1;
+  };
+  run_cond(5, 3, nullptr, 1000); check("cond", 1000, 3, 1000);
+  run_cond(2, 3, nullptr, 1000); check("cond", 1000, 2, 1000);
+  run_macro(9, 4, nullptr, 77); check("macro", 77, 4, 77);
+  run_call(4, nullptr, 500); check("call", 500, 5, 500);
+  run_data(1, nullptr, 300, 200); check("data", 200, 1, 200);
+  run_data(1, nullptr, 100, 200); check("data", 100, 1, 100);
+  run_and(0, nullptr, 5, 8); check("and", 10, 0, 10);
+  run_and(0, nullptr, 5, -8); check("and", -8 / 4 + 2, 0, -8 / 4 + 2);
+  run_and(1, nullptr, -5, 40); check("and", 11, 1, 11);
+  return bad;
+}
+"#;
+    std::fs::write(d.path().join("harness.cpp"), harness).unwrap();
+    let exe = d.path().join("harness");
+    let cc = Command::new("c++")
+        .arg(d.path().join("harness.cpp"))
+        .arg(&host)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = Command::new(&exe).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(kept);
+}

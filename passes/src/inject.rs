@@ -113,6 +113,21 @@
 //! inlined into the caller) leaves the launch untouched and is reported in
 //! [`InjectReport::refused`] with the reason; the pass never guesses.
 //!
+//! # Arguments evaluated in several blocks
+//!
+//! A conditional in the launch's arguments (`c ? a : b`, `MIN(a, b)`, `&&`, `||`), or a call
+//! that may throw (an `invoke`), splits their evaluation into blocks between the success
+//! block and the stub call. The stub call is the first call naming a kernel in the blocks
+//! the success block leads to (breadth first, at most 64 blocks); the blocks on the paths
+//! to it must form a region entered from the success block only, without a loop. A data
+//! argument that is a `phi` of that region is computed before the push as selects on the
+//! conditions under which each edge into its block is taken (conjunctions as selects too, so
+//! a value of a path not taken cannot poison the result); an instruction of an arm that some
+//! path skips runs on every path then, so it must be a load from a local variable at a
+//! constant offset, or not fault (no division by a non-constant). When a path leaves the
+//! region without reaching the stub (an exception), the launch is not timed
+//! (`klaraptor_select`).
+//!
 //! # Widening to i64
 //!
 //! LLVM integers carry no sign. A data argument narrower than 64 bits is zero-extended
@@ -160,6 +175,8 @@ pub const SELECT_SHMEM_FN: &str = "klaraptor_select_shmem";
 /// [`BEGIN_FN`] that also writes the dynamic shared memory for the shape it chooses.
 pub const BEGIN_SHMEM_FN: &str = "klaraptor_launch_begin_shmem";
 const PUSH_FN: &str = "__cudaPushCallConfiguration";
+/// How many blocks after a push the pass searches for the launch's stub call.
+const MAX_LAUNCH_BLOCKS: usize = 64;
 const REGISTER_FN: &str = "__cudaRegisterFunction";
 
 /// An annotated kernel.
@@ -223,6 +240,9 @@ pub struct InjectReport {
     pub missing: Vec<String>,
     /// Launches of annotated kernels that could not be instrumented, with the reason.
     pub refused: Vec<RefusedLaunch>,
+    /// Launches whose kernel the pass cannot name, with the reason (a launch through a
+    /// function pointer), as (function containing the launch, reason).
+    pub unidentified: Vec<(String, String)>,
     /// Host stubs whose `cudaLaunchKernel` call now goes through the runtime's
     /// `__cudaLaunchKernel` (with [`InjectOptions::clang_stubs_via_launch_entry`]), as
     /// (kernel, stub).
@@ -433,12 +453,18 @@ pub fn instrument_module_with(
             Ok(None) => report.untouched_launches += 1,
             Err((kernel, reason)) => {
                 report.untouched_launches += 1;
-                if let Some(kernel) = kernel.filter(|k| pass.targets.contains_key(k.as_str())) {
-                    report.refused.push(RefusedLaunch {
-                        kernel,
-                        function: fn_name(push_function(push)),
-                        reason,
-                    });
+                match kernel {
+                    Some(kernel) if pass.targets.contains_key(kernel.as_str()) => {
+                        report.refused.push(RefusedLaunch {
+                            kernel,
+                            function: fn_name(push_function(push)),
+                            reason,
+                        })
+                    }
+                    Some(_) => {}
+                    None => report
+                        .unidentified
+                        .push((fn_name(push_function(push)), reason)),
                 }
             }
         }
@@ -471,6 +497,15 @@ struct Launch<'ctx> {
     test_block: BasicBlock<'ctx>,
     stub_call: InstructionValue<'ctx>,
     kernel: String,
+    /// The blocks from the success block to the stub's block, in an order where each comes
+    /// after its predecessors: the arguments' evaluation (one block, or several when an
+    /// argument holds a conditional, `&&`/`||`, or a call that may throw).
+    region: Vec<BasicBlock<'ctx>>,
+    /// The blocks of `region` that some path to the stub call skips (a conditional's arms).
+    arms: Vec<BasicBlock<'ctx>>,
+    /// Whether every path from the success block reaches the stub call (no exception edge
+    /// leaves the arguments' evaluation): only then does the pass place a call after it.
+    closed: bool,
 }
 
 struct Pass<'m, 'ctx> {
@@ -543,6 +578,14 @@ fn successors(b: BasicBlock<'_>) -> Vec<BasicBlock<'_>> {
     t.get_operands()
         .filter_map(|o| o.and_then(|o| o.block()))
         .collect()
+}
+
+/// A call or invoke through a pointer (no function as its callee).
+fn is_indirect_call(i: InstructionValue<'_>) -> bool {
+    matches!(
+        i.get_opcode(),
+        InstructionOpcode::Call | InstructionOpcode::Invoke
+    ) && call_site(i).is_some_and(|c| c.get_called_fn_value().is_none())
 }
 
 fn is_harmless_intrinsic(name: &str) -> bool {
@@ -678,6 +721,52 @@ fn call_writes_no_memory(call: InstructionValue<'_>) -> bool {
             site.get_called_fn_value()
                 .and_then(|f| f.get_enum_attribute(AttributeLoc::Function, kind)),
         )
+}
+
+/// Whether `i`, an instruction of a conditional's arm, may run on every path: a load from a
+/// local variable (an alloca, or a constant offset into one), or a computation that cannot
+/// fault (no division by a value that may be zero or -1).
+fn speculable(i: InstructionValue<'_>) -> Result<(), String> {
+    use InstructionOpcode::*;
+    match i.get_opcode() {
+        Load => {
+            let addr = operand_value(i, 0).ok_or("load without address")?;
+            let mut a = addr;
+            while let Some(g) = a.as_instruction_value() {
+                if g.get_opcode() != GetElementPtr {
+                    break;
+                }
+                if (1..g.get_num_operands())
+                    .any(|n| operand_value(g, n).is_none_or(|v| int_constant(v).is_none()))
+                {
+                    return Err("is read in a conditional's arm through a variable index, \
+                                which the pass does not move"
+                        .into());
+                }
+                a = operand_value(g, 0).ok_or("getelementptr without base")?;
+            }
+            if is_alloca(a) {
+                Ok(())
+            } else {
+                Err(
+                    "is read through a pointer in a conditional's arm, which the pass does not \
+                     move; compute it into a variable before the launch"
+                        .into(),
+                )
+            }
+        }
+        UDiv | SDiv | URem | SRem => {
+            let ok = operand_value(i, 1)
+                .and_then(int_constant)
+                .is_some_and(|d| d != 0 && d != -1);
+            if ok {
+                Ok(())
+            } else {
+                Err("is a division in a conditional's arm, which the pass does not move".into())
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Instructions that compute a value from their operands only.
@@ -882,14 +971,42 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         let Some((test_block, success)) = success else {
             return Ok(None);
         };
+        let push_block = push.get_parent().expect("checked above");
+        // The stub call: the first call naming a kernel in the blocks the success block
+        // leads to, searched breadth first and not beyond a block that holds one (the
+        // arguments' evaluation may branch: `c ? a : b`, `MIN(a, b)`, `&&`, an `invoke`).
         let mut stub = None;
-        for i in instructions(success) {
-            if let Some(k) = self.kernel_of_call(i) {
-                stub = Some((i, k));
-                break;
+        let mut reach = vec![success];
+        let mut k = 0;
+        'search: while k < reach.len() && reach.len() <= MAX_LAUNCH_BLOCKS {
+            let b = reach[k];
+            k += 1;
+            for i in instructions(b) {
+                if let Some(name) = self.kernel_of_call(i) {
+                    stub = Some((i, name));
+                    break 'search;
+                }
+            }
+            for s in successors(b) {
+                if s != push_block && s != test_block && !reach.contains(&s) {
+                    reach.push(s);
+                }
             }
         }
         let Some((stub_call, kernel)) = stub else {
+            if reach
+                .iter()
+                .flat_map(|b| instructions(*b))
+                .any(is_indirect_call)
+            {
+                return Err((
+                    None,
+                    "it calls the kernel through a function pointer, which klaraptor cannot \
+                     follow to a kernel; launch the kernel by its name (k<<<…>>>(…)) for \
+                     klaraptor to choose its shape"
+                        .into(),
+                ));
+            }
             return Ok(None);
         };
         let preds = self.predecessors(success);
@@ -899,6 +1016,11 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
                 "the block calling the kernel stub has other predecessors than the push".into(),
             ));
         }
+        let stub_block = stub_call.get_parent().expect("an instruction of a block");
+        let (region, arms, closed) = match self.launch_region(success, stub_block, &reach) {
+            Ok(r) => r,
+            Err(why) => return Err((Some(kernel), why)),
+        };
         if !self.push_shape_ok(push) {
             return Err((
                 Some(kernel),
@@ -910,7 +1032,89 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             test_block,
             stub_call,
             kernel,
+            region,
+            arms,
+            closed,
         }))
+    }
+
+    /// The blocks on the paths from `success` to `stub_block` among `reach` (ordered so that
+    /// each follows its predecessors), those of them some path skips, and whether every path
+    /// from `success` reaches `stub_block`. Refused: a loop, or a block entered from outside.
+    #[allow(clippy::type_complexity)]
+    fn launch_region(
+        &self,
+        success: BasicBlock<'ctx>,
+        stub_block: BasicBlock<'ctx>,
+        reach: &[BasicBlock<'ctx>],
+    ) -> Result<(Vec<BasicBlock<'ctx>>, Vec<BasicBlock<'ctx>>, bool), String> {
+        if success == stub_block {
+            return Ok((vec![success], Vec::new(), true));
+        }
+        // Backwards from the stub's block, within `reach`.
+        let mut region = vec![stub_block];
+        let mut k = 0;
+        while k < region.len() {
+            let b = region[k];
+            k += 1;
+            if b == success {
+                continue;
+            }
+            for p in self.predecessors(b) {
+                if !reach.contains(&p) {
+                    return Err(
+                        "a block evaluating the kernel's arguments is also entered from                          elsewhere than the push"
+                            .into(),
+                    );
+                }
+                if !region.contains(&p) {
+                    region.push(p);
+                }
+            }
+        }
+        // Each block after its predecessors (Kahn's order); a cycle leaves blocks over.
+        let mut order: Vec<BasicBlock<'ctx>> = Vec::new();
+        while order.len() < region.len() {
+            let next = region.iter().copied().find(|b| {
+                !order.contains(b)
+                    && (*b == success || self.predecessors(*b).iter().all(|p| order.contains(p)))
+            });
+            match next {
+                Some(b) => order.push(b),
+                None => {
+                    return Err("the kernel's arguments are evaluated in a loop".into());
+                }
+            }
+        }
+        let closed = order
+            .iter()
+            .filter(|b| **b != stub_block)
+            .all(|b| successors(*b).iter().all(|s| order.contains(s)));
+        // A block every path to the stub passes through: without it the stub's block
+        // cannot be reached from `success`.
+        let reaches_without = |skip: BasicBlock<'ctx>| {
+            let mut seen = vec![success];
+            let mut k = 0;
+            while k < seen.len() {
+                let b = seen[k];
+                k += 1;
+                if b == stub_block {
+                    return true;
+                }
+                for s in successors(b) {
+                    if s != skip && order.contains(&s) && !seen.contains(&s) {
+                        seen.push(s);
+                    }
+                }
+            }
+            false
+        };
+        let arms = order
+            .iter()
+            .copied()
+            .filter(|b| *b != success && *b != stub_block && reaches_without(*b))
+            .collect();
+        Ok((order, arms, closed))
     }
 
     fn push_shape_ok(&self, push: InstructionValue<'ctx>) -> bool {
@@ -1211,6 +1415,11 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         if shmem.get_type().get_bit_width() != 64 {
             return None;
         }
+        if !launch.closed {
+            // A path (an exception thrown while the arguments are evaluated) leaves without
+            // launching: a call after the launch would not be reached on it.
+            return None;
+        }
         let stub = launch.stub_call;
         let at = match stub.get_opcode() {
             InstructionOpcode::Call => stub.get_next_instruction()?,
@@ -1243,7 +1452,6 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
     /// and the stub call (k orders them), `None` for one that dominates the push.
     fn after_push(&self, launch: &Launch<'ctx>, i: InstructionValue<'ctx>) -> Option<usize> {
         let push_block = launch.push.get_parent()?;
-        let stub_block = launch.stub_call.get_parent()?;
         let ib = i.get_parent()?;
         if ib == push_block {
             let mut seen_push = false;
@@ -1256,14 +1464,19 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
                 }
             }
             None
-        } else if ib == stub_block {
-            let base = instructions(push_block).count();
-            instructions(stub_block)
-                .position(|x| x == i)
-                .map(|k| base + k)
         } else {
-            // The stub block's only predecessor is the push block, so anything else the
-            // stub call uses dominates the push block.
+            // The test block and the arguments' blocks, in order; anything else the stub
+            // call uses dominates the push block (the region is entered from it only).
+            let mut base = instructions(push_block).count();
+            for b in std::iter::once(launch.test_block).chain(launch.region.iter().copied()) {
+                if b == push_block {
+                    continue;
+                }
+                if b == ib {
+                    return instructions(b).position(|x| x == i).map(|k| base + k);
+                }
+                base += instructions(b).count();
+            }
             None
         }
     }
@@ -1277,10 +1490,9 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         until: InstructionValue<'ctx>,
     ) -> Vec<InstructionValue<'ctx>> {
         let mut blocks = Vec::new();
-        for b in [Some(launch.test_block), launch.stub_call.get_parent()]
-            .into_iter()
-            .flatten()
-        {
+        // Every block of the arguments' evaluation before `until`'s counts, also an arm a
+        // path skips: an over-approximation of what runs in between.
+        for b in std::iter::once(launch.test_block).chain(launch.region.iter().copied()) {
             if Some(b) != launch.push.get_parent() && !blocks.contains(&b) {
                 blocks.push(b);
             }
@@ -1319,6 +1531,18 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         let op = i.get_opcode();
         if i == launch.push {
             return Err("is the push's own result".into());
+        }
+        // An instruction of a conditional's arm runs before the push on every path, so it
+        // must not fault nor have effects there.
+        if i.get_parent().is_some_and(|b| launch.arms.contains(&b)) {
+            speculable(i)?;
+        }
+        if op == InstructionOpcode::Phi {
+            let (incoming, conds) = self.phi_parts(launch, i)?;
+            for v in incoming.into_iter().map(|(v, _)| v).chain(conds) {
+                self.check_available(launch, v)?;
+            }
+            return Ok(());
         }
         if op == InstructionOpcode::Load {
             if i.get_volatile().unwrap_or(true) {
@@ -1438,6 +1662,130 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         Ok(())
     }
 
+    /// The incoming values of a `phi` of the arguments' evaluation (a conditional's join:
+    /// `c ? a : b`, `MIN(a, b)`, `&&`, `||`), each with the block it comes from; and every
+    /// branch condition that decides which (those of the blocks before the join). The pass
+    /// computes the `phi` before the push as selects on the conditions under which each edge
+    /// into the join is taken ([`Self::edge_condition`]).
+    #[allow(clippy::type_complexity)]
+    fn phi_parts(
+        &self,
+        launch: &Launch<'ctx>,
+        i: InstructionValue<'ctx>,
+    ) -> Result<
+        (
+            Vec<(BasicValueEnum<'ctx>, BasicBlock<'ctx>)>,
+            Vec<BasicValueEnum<'ctx>>,
+        ),
+        String,
+    > {
+        let phi = inkwell::values::PhiValue::try_from(i).map_err(|_| "not a phi".to_string())?;
+        let join = i.get_parent().ok_or("a phi outside a block")?;
+        let pos = launch
+            .region
+            .iter()
+            .position(|b| *b == join)
+            .ok_or("is a value joined from several paths outside the launch")?;
+        let incoming: Vec<_> = (0..phi.count_incoming())
+            .filter_map(|k| phi.get_incoming(k))
+            .collect();
+        let mut conds = Vec::new();
+        for b in &launch.region[..pos] {
+            let Some(t) = b.get_terminator() else {
+                continue;
+            };
+            match t.get_opcode() {
+                InstructionOpcode::Br if t.get_num_operands() == 3 => {
+                    conds.extend(operand_value(t, 0));
+                }
+                InstructionOpcode::Br => {}
+                _ => {
+                    return Err(format!(
+                        "is a value joined after a {:?}, which the pass does not move",
+                        t.get_opcode()
+                    ))
+                }
+            }
+        }
+        Ok((incoming, conds))
+    }
+
+    /// The condition (an `i1` computed before the push) under which the arguments'
+    /// evaluation takes the edge `from` → `to`; `memo` keeps each block's condition.
+    /// Conjunctions and disjunctions are selects, so that a value computed on a path not
+    /// taken cannot make the result poison.
+    fn edge_condition(
+        &self,
+        launch: &Launch<'ctx>,
+        from: BasicBlock<'ctx>,
+        to: BasicBlock<'ctx>,
+        memo: &mut HashMap<InstructionValue<'ctx>, BasicValueEnum<'ctx>>,
+        blocks: &mut HashMap<BasicBlock<'ctx>, inkwell::values::IntValue<'ctx>>,
+    ) -> Result<inkwell::values::IntValue<'ctx>, InjectError> {
+        let i1 = self.ctx.bool_type();
+        let at_from = self.block_condition(launch, from, memo, blocks)?;
+        let Some(t) = from.get_terminator() else {
+            return Ok(at_from);
+        };
+        if t.get_num_operands() != 3 {
+            return Ok(at_from);
+        }
+        let (Some(c), Some(f), Some(tt)) = (
+            operand_value(t, 0),
+            t.get_operand(1).and_then(|o| o.block()),
+            t.get_operand(2).and_then(|o| o.block()),
+        ) else {
+            return Ok(at_from);
+        };
+        if f == tt {
+            return Ok(at_from);
+        }
+        let c = self.materialize(launch, c, memo)?.into_int_value();
+        let c = if to == tt {
+            c
+        } else {
+            self.builder.build_not(c, "klaraptor.cond")?
+        };
+        if at_from.get_zero_extended_constant() == Some(1) {
+            return Ok(c);
+        }
+        Ok(self
+            .builder
+            .build_select(at_from, c, i1.const_zero(), "klaraptor.cond")?
+            .into_int_value())
+    }
+
+    /// The condition under which the arguments' evaluation reaches `b`.
+    fn block_condition(
+        &self,
+        launch: &Launch<'ctx>,
+        b: BasicBlock<'ctx>,
+        memo: &mut HashMap<InstructionValue<'ctx>, BasicValueEnum<'ctx>>,
+        blocks: &mut HashMap<BasicBlock<'ctx>, inkwell::values::IntValue<'ctx>>,
+    ) -> Result<inkwell::values::IntValue<'ctx>, InjectError> {
+        let i1 = self.ctx.bool_type();
+        if let Some(c) = blocks.get(&b) {
+            return Ok(*c);
+        }
+        if launch.region.first() == Some(&b) {
+            return Ok(i1.const_all_ones());
+        }
+        let mut acc: Option<inkwell::values::IntValue<'ctx>> = None;
+        for p in self.predecessors(b) {
+            let e = self.edge_condition(launch, p, b, memo, blocks)?;
+            acc = Some(match acc {
+                None => e,
+                Some(a) => self
+                    .builder
+                    .build_select(a, i1.const_all_ones(), e, "klaraptor.cond")?
+                    .into_int_value(),
+            });
+        }
+        let c = acc.unwrap_or_else(|| i1.const_zero());
+        blocks.insert(b, c);
+        Ok(c)
+    }
+
     /// `v`, computed before the push (the builder is positioned there). Only called after
     /// [`Self::check_available`] accepted `v`.
     fn materialize(
@@ -1454,6 +1802,27 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         }
         if let Some(done) = memo.get(&i) {
             return Ok(*done);
+        }
+        if i.get_opcode() == InstructionOpcode::Phi {
+            let (incoming, _) = self
+                .phi_parts(launch, i)
+                .expect("checked by check_available");
+            let join = i.get_parent().expect("checked by check_available");
+            let mut blocks = HashMap::new();
+            let mut value: Option<BasicValueEnum<'ctx>> = None;
+            for (v, from) in incoming {
+                let v = self.materialize(launch, v, memo)?;
+                value = Some(match value {
+                    None => v,
+                    Some(other) => {
+                        let c = self.edge_condition(launch, from, join, memo, &mut blocks)?;
+                        self.builder.build_select(c, v, other, "klaraptor.arg")?
+                    }
+                });
+            }
+            let value = value.expect("a phi has incoming values");
+            memo.insert(i, value);
+            return Ok(value);
         }
         let mut ops = Vec::new();
         for n in 0..i.get_num_operands() {
