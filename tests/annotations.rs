@@ -556,3 +556,31 @@ fn a_grid_that_divides_by_zero_everywhere_is_an_error_at_the_pragma() {
     );
     assert!(!dir.path().join("z.o").exists());
 }
+
+/// A source nvcc compiles but libclang cannot parse (a host call of `max(float, float)`,
+/// which only nvcc's headers declare for the host): the build succeeds with nvcc's own
+/// object, and each annotation says that its kernel keeps the program's own launch, with
+/// the file, the line and libclang's error; a pragma naming a kernel the file does not
+/// define is reported.
+#[test]
+fn a_source_libclang_cannot_parse_warns_for_each_annotation() {
+    let src = "#pragma klaraptor kernel(k) data(n)\n\
+               __global__ void k(float *a, int n) { if (n) a[0] = 1; }\n\
+               #pragma klaraptor kernel(nothere) data(n)\n\
+               float larger(float a, float b) { return max(a, b); }\n\
+               void go(float *a, int n) { k<<<(n + 255) / 256, 256>>>(a, n); }\n";
+    let (code, err, wrote) = compile(&[("k.cu", src)], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(wrote, "{err}");
+    assert!(
+        err.contains(
+            "klaraptor-cc: warning: k.cu:1:19: kernel k keeps the program's own launch: \
+             libclang cannot parse k.cu (k.cu:4:41: error: no matching function for call to 'max')"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("klaraptor-cc: warning: k.cu:3:19: no kernel named 'nothere' in k.cu"),
+        "{err}"
+    );
+}

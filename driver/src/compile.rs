@@ -8,8 +8,9 @@
 //!    what it wrote then names the toml, so that make, Ninja and ccache follow its edits.
 //! 3. Otherwise each annotated source goes through the front-end (pragmas, `klaraptor.toml`,
 //!    libclang). Annotation errors stop the build before nvcc runs, so nothing is written.
-//!    A source that does not parse is handed to nvcc untouched, so the user sees nvcc's own
-//!    diagnostics and exit status.
+//!    A source that libclang cannot parse is handed to nvcc untouched, so the user sees
+//!    nvcc's own diagnostics and exit status; when nvcc compiles it, each of its
+//!    annotations is a warning saying that its kernel keeps the program's own launch.
 //! 4. nvcc compiles the user's files as named on the command line, so diagnostics,
 //!    `__FILE__`, line information, the fatbinary's identifier and dependency files are
 //!    what nvcc alone would make: instrumented ([`crate::instrument`]) where the command
@@ -183,17 +184,18 @@ impl Invocation {
         }
         let cfg = self.clang_config();
         let mut analyses = Vec::new();
+        let mut unparsed: Vec<(PathBuf, Vec<String>)> = Vec::new();
         for src in &annotated {
             self.say(format!("front-end: {}", src.display()));
             match frontend::analyze(src, &cfg) {
                 Ok(Outcome::Annotated(a)) => analyses.push((src.clone(), a)),
                 Ok(Outcome::Unannotated) => {}
-                Ok(Outcome::SourceErrors(_)) => {
+                Ok(Outcome::SourceErrors(errors)) => {
                     self.say(format!(
-                        "{} does not compile: nvcc reports the errors",
+                        "libclang cannot parse {}: the command is compiled as given",
                         src.display()
                     ));
-                    return Err(self.exec_nvcc(&self.cl.to_args()));
+                    unparsed.push((src.clone(), errors));
                 }
                 Err(FrontendError::User(d)) => {
                     crate::kl_eprintln!("{d}");
@@ -205,6 +207,31 @@ impl Invocation {
                 Err(e) => return Err(anyhow::anyhow!(e)),
             }
         }
+        if !unparsed.is_empty() {
+            // nvcc decides whether the source compiles: when it does not, its own diagnostics
+            // are the user's; when it does, each annotation klaraptor could not apply says so.
+            let code = self.compile_as_given()?;
+            if code == 0 {
+                for (src, errors) in &unparsed {
+                    self.warn_unparsed(src, errors);
+                }
+                for (src, _) in &analyses {
+                    crate::kl_eprintln!(
+                        "klaraptor-cc: warning: {}: its kernels keep the program's own launch: \
+                         the command also compiles {}, which libclang cannot parse, so nvcc \
+                         compiled it as given; compile {} in a command of its own",
+                        src.display(),
+                        unparsed
+                            .iter()
+                            .map(|(s, _)| s.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        src.display()
+                    );
+                }
+            }
+            return Ok(code);
+        }
         if analyses.is_empty() {
             // No entry of a klaraptor.toml beside a source annotates it: nvcc's command, as
             // given, but a later entry may, so its dependencies name the toml.
@@ -215,6 +242,71 @@ impl Invocation {
             return Err(self.exec_nvcc(&self.cl.to_args()));
         }
         self.compile_annotated(&analyses)
+    }
+
+    /// Warns, for each annotation of `src` (a source nvcc compiled but libclang cannot parse,
+    /// with libclang's `errors`), that its kernel keeps the program's own launch; an
+    /// annotation naming a kernel the source's text does not define is reported as such.
+    fn warn_unparsed(&self, src: &Path, errors: &[String]) {
+        let dirs = self.clang_config().quote_include_dirs();
+        let Ok(text) = std::fs::read_to_string(src) else {
+            return;
+        };
+        let why = errors
+            .first()
+            .map(String::as_str)
+            .unwrap_or("no diagnostic");
+        let more = match errors.len() {
+            0 | 1 => String::new(),
+            n => format!(" and {} more", n - 1),
+        };
+        let kernels = frontend::kernels_by_text(src, &text, &dirs);
+        let defined = |k: &str| {
+            let short = k.rsplit("::").next().unwrap_or(k);
+            kernels.iter().any(|n| n == short)
+        };
+        let Ok((scanned, toml, _)) = frontend::annotations_of_tu(src, &text, &dirs) else {
+            crate::kl_eprintln!(
+                "klaraptor-cc: warning: {}: its kernels keep the program's own launch: libclang \
+                 cannot parse it ({why}{more}), though nvcc compiles it",
+                src.display()
+            );
+            return;
+        };
+        let annotations = scanned
+            .annotations
+            .iter()
+            .map(|a| (a, true))
+            .chain(toml.iter().map(|t| {
+                (
+                    &t.annotation,
+                    t.source.is_some() || defined(&t.annotation.kernel),
+                )
+            }));
+        for (a, applies) in annotations {
+            if !applies {
+                continue;
+            }
+            if !defined(&a.kernel) {
+                crate::kl_eprintln!(
+                    "klaraptor-cc: warning: {}: no kernel named '{}' in {} (no __global__ \
+                     function of that name in it or the files it includes with quotes); the \
+                     annotation is not applied",
+                    a.loc,
+                    a.kernel,
+                    src.display()
+                );
+                continue;
+            }
+            crate::kl_eprintln!(
+                "klaraptor-cc: warning: {}: kernel {} keeps the program's own launch: libclang \
+                 cannot parse {} ({why}{more}), though nvcc compiles it, so klaraptor can \
+                 neither check this annotation nor instrument the kernel's launches",
+                a.loc,
+                a.kernel,
+                src.display()
+            );
+        }
     }
 
     /// What klaraptor-cc would do with the annotated `sources` of a `--dryrun` command.

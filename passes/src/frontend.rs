@@ -117,6 +117,97 @@ pub fn misspelled_pragmas_of_tu(
         .collect()
 }
 
+/// The names of the `__global__` functions defined or declared in `source` (with contents
+/// `text`) and in the files it includes with quotes, read from the text without libclang
+/// (the reading of [`annotations_of_tu`]): what a translation unit libclang cannot parse
+/// can still be checked against. Comments are skipped; `__launch_bounds__(…)` and
+/// `__attribute__((…))` between `__global__` and the name are passed over.
+pub fn kernels_by_text(source: &Path, text: &str, include_dirs: &[PathBuf]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in includes::quoted_closure(source, text, include_dirs) {
+        let code = without_comments(&f.text);
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find("__global__") {
+            rest = &rest[at + "__global__".len()..];
+            if let Some(name) = declared_name(rest) {
+                if !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `text` with its comments replaced by blanks (string literals kept as they are).
+fn without_comments(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'/' && b.get(i + 1) == Some(&b'/') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            out.push(' ');
+        } else if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+            i += 2;
+            while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                i += 1;
+            }
+            i += 2;
+            out.push(' ');
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// The identifier a declaration's text after `__global__` declares: the last one before the
+/// first `(` that is not an attribute's.
+fn declared_name(text: &str) -> Option<String> {
+    let mut name: Option<String> = None;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c.is_ascii_alphabetic() || c == '_' {
+            let mut end = i + c.len_utf8();
+            while let Some(&(j, d)) = chars.peek() {
+                if d.is_ascii_alphanumeric() || d == '_' {
+                    end = j + d.len_utf8();
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            name = Some(text[i..end].to_string());
+        } else if c == '(' {
+            if matches!(name.as_deref(), Some("__launch_bounds__" | "__attribute__")) {
+                // Skip the attribute's parenthesised arguments.
+                let mut depth = 1;
+                for (_, d) in chars.by_ref() {
+                    match d {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                name = None;
+                continue;
+            }
+            return name;
+        } else if c == ';' || c == '{' || c == '}' {
+            return None;
+        }
+    }
+    None
+}
+
 /// The annotations of `files` (each scanned into the matching entry of `scans`): those of
 /// the main file (the first) always, of the others only where they hold pragmas.
 fn scan_files(files: &[UnitFile], scans: &[FileScan]) -> Result<annotations::Scanned, Diagnostics> {
@@ -317,4 +408,21 @@ pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendErro
         has_pragmas: scanned.annotations.iter().any(|a| a.style != Style::Toml),
         toml: toml_path,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_are_read_from_the_text() {
+        let text = "// __global__ void commented(int n)\n\
+                    template <int R> __global__ void __launch_bounds__(256, 2) scale(float *x) {}\n\
+                    static __global__ void plain(int n);\n\
+                    __global__ __attribute__((noinline)) void attr(int) {}\n\
+                    /* __global__ void c2() */ __device__ void dev(int) {}\n";
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("t.cu");
+        assert_eq!(kernels_by_text(&src, text, &[]), ["scale", "plain", "attr"]);
+    }
 }
