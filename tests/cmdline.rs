@@ -190,8 +190,8 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 /// changed with every compile (a profile never found again) and tools showed a deleted
 /// file. Now nvcc translates the user's file: with `-lineinfo` two compiles give one hash
 /// and the object names `mm.cu`, as plain nvcc's does; with `-G` (whose device debug
-/// information differs from compile to compile under nvcc alone too) nothing names the
-/// temporary directory. `-cuda` output's line markers name the user's file.
+/// information names nvcc's temporary files, which the code hash leaves out) nothing names
+/// the temporary directory. `-cuda` output's line markers name the user's file.
 #[test]
 fn line_information_and_identifiers_name_the_users_file() {
     let s = Scratch::new("src");

@@ -739,3 +739,41 @@ int main() {
     );
     let _ = std::fs::remove_dir_all(kept);
 }
+
+/// The code hash that keys a kernel's profiles is the same for every compile of the same
+/// code: nvcc's names derived from the source's absolute path (`_INTERNAL_<hash>_…` of a
+/// `static __device__` variable or an anonymous namespace's device function) and, with
+/// `-G`, its temporary files' names (`tmpxft_<pid>_…`) do not enter it: compiles in two
+/// directories get one hash, and so do two compiles with `-G`.
+#[test]
+fn the_code_hash_is_the_same_for_every_compile() {
+    let src = r#"static __device__ int counter;
+namespace { __device__ float twice(float x) { return 2 * x; } }
+#pragma klaraptor kernel(k) data(n)
+__global__ void k(float *a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { a[i] = twice(a[i]); atomicAdd(&counter, 1); }
+}
+void go(float *a, int n) { k<<<(n + 255) / 256, 256>>>(a, n); }
+"#;
+    let hash = |dir: &Path, extra: &[&str]| {
+        let mut args = vec!["-c", "k.cu", "-o", "k.o"];
+        args.extend(extra);
+        ok(&run(dir, &klaraptor_cc(), &args));
+        let specs = klaraptor_spec::link::scan_bytes(
+            &std::fs::read(dir.join("k.o")).unwrap(),
+            Path::new("k.o"),
+        )
+        .unwrap();
+        assert_eq!(specs.len(), 1);
+        specs[0].code_hash.clone()
+    };
+    let a = project(&[("k.cu", src)]);
+    let b = project(&[("sub/dir/k.cu", src)]);
+    let b = b.path().join("sub/dir");
+    let plain = hash(a.path(), &[]);
+    assert_eq!(plain, hash(&b, &[]), "another directory");
+    // -G's line tables name the source's directory, so only the same directory compares.
+    let debug = hash(a.path(), &["-G"]);
+    assert_eq!(debug, hash(a.path(), &["-G"]), "-G, compiled twice");
+}

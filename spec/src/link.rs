@@ -277,6 +277,13 @@ fn unwrap_parens(e: &str) -> &str {
 /// kernel's code or the flags that change it (architectures, `-O`, `-D`, `-G`, …) change. It
 /// covers the whole translation unit's device code, so editing one kernel invalidates the
 /// profiles of the others in the same file.
+///
+/// Device code that holds names nvcc makes per compile ([`normalise_per_compile_names`]:
+/// `_INTERNAL_<hash>_…` and `_GLOBAL__N__<hash>_…` of internal-linkage entities, whose hash
+/// nvcc derives from the source's absolute path; `tmpxft_<pid>_<n>` temporary names, which
+/// `-G` embeds) is hashed with those names made equal, from the fatbinary's entries
+/// decompressed: the hash is the same for every compile of the same code, wherever it is
+/// compiled. Device code without such names hashes exactly as before (the data lines).
 pub fn code_hash(host_translation: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
@@ -285,25 +292,191 @@ pub fn code_hash(host_translation: &str) -> String {
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
     };
-    let mut any = false;
-    for line in host_translation.lines() {
-        let t = line.trim_start();
-        if t.starts_with("\".quad ") || t.starts_with("\".long ") || t.starts_with("\".byte ") {
-            feed(t.as_bytes());
-            any = true;
-        }
-    }
-    if !any {
+    let lines: Vec<&str> = host_translation
+        .lines()
+        .map(str::trim_start)
+        .filter(|t| {
+            t.starts_with("\".quad ") || t.starts_with("\".long ") || t.starts_with("\".byte ")
+        })
+        .collect();
+    if lines.is_empty() {
         // No embedded fatbinary in the expected form: fall back to the whole translation,
         // which invalidates more often but never wrongly keeps a profile.
-        feed(host_translation.as_bytes());
+        let mut text = host_translation.as_bytes().to_vec();
+        normalise_per_compile_names(&mut text);
+        feed(&text);
+    } else if let Some(code) = normalised_device_code(&lines) {
+        feed(b"device code with per-compile names normalised\n");
+        feed(&code);
+    } else {
+        for t in lines {
+            feed(t.as_bytes());
+        }
     }
     format!("{h:016x}")
+}
+
+/// The fatbinary of the data lines `lines` (`.quad` only), each entry's header and payload
+/// (decompressed where it is a zstd frame) with [`normalise_per_compile_names`] applied:
+/// `None` when no such name occurs, or the data do not read as a fatbinary.
+fn normalised_device_code(lines: &[&str]) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    for l in lines {
+        let body = l.strip_prefix("\".quad ")?;
+        let body = body.split('\\').next()?.trim_end_matches('"');
+        for v in body.split(',') {
+            let v = v.trim().strip_prefix("0x")?;
+            bytes.extend_from_slice(&u64::from_str_radix(v, 16).ok()?.to_le_bytes());
+        }
+    }
+    let u32_at = |b: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    };
+    let u64_at = |b: &[u8], at: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    };
+    let mut out = Vec::new();
+    let mut changed = false;
+    let mut at = 0usize;
+    // Fatbinaries one after another: a 16-byte header (magic, version, header size, size of
+    // the entries), then entries, each a header (kind, version, header size, payload size,
+    // …) and its payload.
+    while at + 16 <= bytes.len() {
+        if u32_at(&bytes, at)? != 0xba55_ed50 {
+            break;
+        }
+        let header = usize::from(u16::from_le_bytes(
+            bytes.get(at + 6..at + 8)?.try_into().ok()?,
+        ));
+        let size = usize::try_from(u64_at(&bytes, at + 8)?).ok()?;
+        let end = at.checked_add(header)?.checked_add(size)?;
+        let mut e = at + header;
+        while e + 16 <= end.min(bytes.len()) {
+            let hs = usize::try_from(u32_at(&bytes, e + 4)?).ok()?;
+            let ps = usize::try_from(u64_at(&bytes, e + 8)?).ok()?;
+            let mut head = bytes.get(e..e.checked_add(hs)?)?.to_vec();
+            let payload = bytes.get(e + hs..e.checked_add(hs)?.checked_add(ps)?)?;
+            let mut plain = if payload.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+                use std::io::Read;
+                let mut d = ruzstd::decoding::StreamingDecoder::new(payload).ok()?;
+                let mut v = Vec::new();
+                d.read_to_end(&mut v).ok()?;
+                // The sizes of the compressed payload are not the code's.
+                for b in head.iter_mut().take(24).skip(8) {
+                    *b = 0;
+                }
+                v
+            } else {
+                payload.to_vec()
+            };
+            changed |= normalise_per_compile_names(&mut head);
+            changed |= normalise_per_compile_names(&mut plain);
+            out.extend_from_slice(&head);
+            out.extend_from_slice(&plain);
+            e += hs + ps;
+        }
+        at = end;
+    }
+    changed.then_some(out)
+}
+
+/// Makes equal, in place, the parts of names that nvcc derives from the compile rather than
+/// the code: the hash after `_INTERNAL_`, `_GLOBAL__N__` and `__nv_static_<n>__` (of the
+/// source's absolute path), and the file-name hash that may follow the file's name there
+/// (`_GLOBAL__N__c0cfb401_5_r2_cu_7d5b8a25…`); the process id and counter of
+/// `tmpxft_<8 hex>_<8 hex>`. Each becomes as many `X`s. Whether anything was changed.
+pub fn normalise_per_compile_names(b: &mut [u8]) -> bool {
+    fn hex8(b: &[u8], at: usize) -> bool {
+        b.get(at..at + 8)
+            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    }
+    fn blank(b: &mut [u8], at: usize) {
+        for c in &mut b[at..at + 8] {
+            *c = b'X';
+        }
+    }
+    let mut changed = false;
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        if rest.starts_with(b"tmpxft_")
+            && hex8(b, i + 7)
+            && b.get(i + 15) == Some(&b'_')
+            && hex8(b, i + 16)
+        {
+            blank(b, i + 7);
+            blank(b, i + 16);
+            changed = true;
+            i += 24;
+            continue;
+        }
+        let marker = if rest.starts_with(b"_INTERNAL_") {
+            Some(10)
+        } else if rest.starts_with(b"_GLOBAL__N__") {
+            Some(12)
+        } else if rest.starts_with(b"__nv_static_") {
+            // `__nv_static_<n>__<hash>_…`
+            let digits = rest[12..].iter().take_while(|c| c.is_ascii_digit()).count();
+            (digits > 0 && rest[12 + digits..].starts_with(b"__")).then_some(12 + digits + 2)
+        } else {
+            None
+        };
+        let Some(m) = marker else {
+            i += 1;
+            continue;
+        };
+        let h = i + m;
+        if !(hex8(b, h) && b.get(h + 8) == Some(&b'_')) {
+            i += 1;
+            continue;
+        }
+        blank(b, h);
+        changed = true;
+        // `<len>_<file name>`, then maybe `_<hash>`.
+        let d = h + 9;
+        let digits = b[d.min(b.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        let len: Option<usize> = std::str::from_utf8(&b[d..d + digits])
+            .ok()
+            .and_then(|s| s.parse().ok());
+        i = h + 8;
+        if let Some(len) = len {
+            let after = d + digits + 1 + len;
+            if digits > 0
+                && b.get(d + digits) == Some(&b'_')
+                && b.get(after) == Some(&b'_')
+                && hex8(b, after + 1)
+            {
+                blank(b, after + 1);
+                i = after + 9;
+            }
+        }
+    }
+    changed
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_compile_names_are_made_equal() {
+        let mut b = b"_ZN33_INTERNAL_de8d0221_4_r_cu__Z1kPfi5twiceEf _GLOBAL__N__c0cfb401_5_r2_cu_7d5b8a252akEPfi \
+                      __nv_static_24__de8d0221_4_r_cu__Z1kPfi_counter tmpxft_00006d07_00000000-6_r.ptx \
+                      _INTERNAL_nothex_ plain_de8d0221_"
+            .to_vec();
+        assert!(normalise_per_compile_names(&mut b));
+        assert_eq!(
+            String::from_utf8(b).unwrap(),
+            "_ZN33_INTERNAL_XXXXXXXX_4_r_cu__Z1kPfi5twiceEf _GLOBAL__N__XXXXXXXX_5_r2_cu_XXXXXXXX2akEPfi \
+             __nv_static_24__XXXXXXXX_4_r_cu__Z1kPfi_counter tmpxft_XXXXXXXX_XXXXXXXX-6_r.ptx \
+             _INTERNAL_nothex_ plain_de8d0221_"
+        );
+        let mut none = b"_Z1kPfi counter".to_vec();
+        assert!(!normalise_per_compile_names(&mut none));
+    }
     use std::process::Command;
 
     #[test]
