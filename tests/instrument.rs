@@ -777,3 +777,77 @@ void go(float *a, int n) { k<<<(n + 255) / 256, 256>>>(a, n); }
     let debug = hash(a.path(), &["-G"]);
     assert_eq!(debug, hash(a.path(), &["-G"]), "-G, compiled twice");
 }
+
+/// Two translation units annotating one kernel (an instance of a template in a header)
+/// differently, linked by the host compiler rather than klaraptor-cc's link (which refuses
+/// them): the runtime sees both descriptors, warns once naming the kernel, and keeps the
+/// program's own launch for it (no decision is made). Annotated alike, nothing is said and
+/// the kernel is decided for.
+#[test]
+fn conflicting_annotations_in_two_objects_keep_the_programs_launch() {
+    let header = "template <int R> __global__ void scale(float *x, int n) {\n\
+                  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) x[i] *= R;\n}\n";
+    let unit = |f: &str, extra: &str| {
+        format!(
+            "#include \"k.h\"\n#pragma klaraptor kernel(scale) data(n){extra}\n\
+             void go_{f}(float *x, int n) {{ scale<2><<<(n + 255) / 256, 256>>>(x, n); }}\n"
+        )
+    };
+    let main = "#include <stdint.h>\n#include <stdio.h>\n\
+        extern \"C\" void klaraptor_select(const char *, int32_t, const int64_t *, uint64_t *, \
+        uint32_t *, uint64_t *, uint32_t *);\n\
+        int main() { int64_t n = 1000; uint64_t gxy = 4 | (1ull << 32), bxy = 256 | (1ull << 32);\n\
+        uint32_t gz = 1, bz = 1;\n\
+        klaraptor_select(\"_Z5scaleILi2EEvPfi\", 1, &n, &gxy, &gz, &bxy, &bz);\n\
+        printf(\"block=%u\\n\", (unsigned)bxy); return 0; }\n";
+    let (a, b, c) = (unit("a", ""), unit("b", " block(bx >= 128)"), unit("c", ""));
+    let d = project(&[
+        ("k.h", header),
+        ("a.cu", &a),
+        ("b.cu", &b),
+        ("c.cu", &c),
+        ("main.cpp", main),
+    ]);
+    for f in ["a", "b", "c"] {
+        ok(&run(
+            d.path(),
+            &klaraptor_cc(),
+            &["-c", &format!("{f}.cu"), "-o", &format!("{f}.o")],
+        ));
+    }
+    let lib = nvcc().parent().unwrap().parent().unwrap().join("lib64");
+    let link_and_run = |objs: [&str; 2]| {
+        let exe = d.path().join(format!("app_{}", objs[1]));
+        let o = Command::new("c++")
+            .current_dir(d.path())
+            .arg("main.cpp")
+            .args(objs)
+            .arg("-L")
+            .arg(&lib)
+            .args(["-lcudart_static", "-lpthread", "-ldl", "-lrt", "-o"])
+            .arg(&exe)
+            .output()
+            .unwrap();
+        ok(&o);
+        let o = Command::new(&exe)
+            .env("KLARAPTOR_LOG", "1")
+            .env_remove("KLARAPTOR_FORCE")
+            .env_remove("KLARAPTOR_DISABLE")
+            .env("KLARAPTOR_CHOICES", "off")
+            .output()
+            .unwrap();
+        (stderr(&o), String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let (err, out) = link_and_run(["a.o", "b.o"]);
+    let warning = "klaraptor: warning: kernel scale<2> is annotated differently in two objects \
+                   of this program (their block constraints differ";
+    assert_eq!(err.matches(warning).count(), 1, "{err}");
+    assert!(err.contains("it keeps the program's own launch"), "{err}");
+    assert_eq!(out, "block=256\n", "{err}");
+    // No decision is made for it (without a GPU, one alike is decided: the log says so).
+    assert!(!err.contains("klaraptor: scale<2> n=1000"), "{err}");
+    let (err, out) = link_and_run(["a.o", "c.o"]);
+    assert!(!err.contains("annotated differently"), "{err}");
+    assert!(err.contains("klaraptor: scale<2> n=1000 block="), "{err}");
+    assert_eq!(out, "block=256\n", "{err}");
+}

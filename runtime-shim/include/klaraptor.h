@@ -73,7 +73,9 @@ typedef struct klaraptor_kernel {
   int64_t (*shmem)(const int64_t *data, const uint32_t block[3]);
 } klaraptor_kernel;
 
-/* Called by generated constructors. A second registration of the same id is ignored. */
+/* Called by generated constructors. A second registration of the same id (another object's
+ * descriptor of the kernel) is ignored when it describes the same annotation; when it
+ * describes another, the runtime warns once and the kernel keeps the program's own launch. */
 void klaraptor_register(const klaraptor_kernel *k);
 
 /* Rational programs carry their own version: 1 ends at `source`, 2 adds `rank`,

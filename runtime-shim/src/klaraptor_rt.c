@@ -130,6 +130,9 @@ typedef struct kentry {
   const klaraptor_kernel *k;
   struct kentry *_Atomic next;
   int mismatch_logged; /* under g_lock */
+  /* Another object registered this kernel with another annotation: its launches keep the
+   * program's own dims. */
+  _Atomic int conflict;
 } kentry;
 
 #define REG_BUCKETS 256
@@ -141,6 +144,61 @@ static kentry *registry_find(const char *id) {
   for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
     if (strcmp(e->k->id, id) == 0) return e;
   return NULL;
+}
+
+/* Whether two descriptors of one kernel (from two translation units) describe different
+ * annotations: other data parameters or dimensions, or grid formulas, block constraints or
+ * shared-memory formulas that give other answers at some probe (data sizes from 1 to 2^30,
+ * block shapes of 1 to 1024 threads). Descriptors made from the same annotation are made of
+ * the same code and answer alike. Writes what differs into why. */
+static int descriptors_differ(const klaraptor_kernel *a, const klaraptor_kernel *b, char *why,
+                              size_t whylen) {
+  if (a->n_data != b->n_data || a->dim != b->dim) {
+    snprintf(why, whylen, "%d data parameter(s) and dim %d in one, %d and dim %d in the other",
+             a->n_data, a->dim, b->n_data, b->dim);
+    return 1;
+  }
+  for (int i = 0; i < a->n_data; i++) {
+    const char *x = a->data_names[i] ? a->data_names[i] : "";
+    const char *y = b->data_names[i] ? b->data_names[i] : "";
+    if (strcmp(x, y) != 0) {
+      snprintf(why, whylen, "data parameter %d is %s in one, %s in the other", i + 1, x, y);
+      return 1;
+    }
+  }
+  static const int64_t sizes[] = {1, 7, 64, 1000, 4096, 1 << 20, 1 << 30};
+  static const uint32_t shapes[][3] = {{1, 1, 1},   {32, 1, 1},  {96, 1, 1}, {256, 1, 1},
+                                       {1024, 1, 1}, {16, 16, 1}, {8, 8, 4},  {32, 4, 2}};
+  int64_t data[64];
+  int nd = a->n_data < 64 ? a->n_data : 64;
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    for (int i = 0; i < nd; i++) data[i] = sizes[(s + (size_t)i) % (sizeof sizes / sizeof sizes[0])];
+    for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+      uint32_t block[3] = {shapes[h][0], shapes[h][1], shapes[h][2]};
+      uint32_t ga[3] = {0, 0, 0}, gb[3] = {0, 0, 0};
+      int ra = a->grid(data, block, ga), rb = b->grid(data, block, gb);
+      if (ra != rb || (ra == 0 && memcmp(ga, gb, sizeof ga) != 0)) {
+        snprintf(why, whylen, "their grid formulas differ (block %ux%ux%u)", block[0], block[1],
+                 block[2]);
+        return 1;
+      }
+      int aa = a->allowed ? a->allowed(data, block) : 1;
+      int ab = b->allowed ? b->allowed(data, block) : 1;
+      if (aa != ab) {
+        snprintf(why, whylen, "their block constraints differ (block %ux%ux%u)", block[0],
+                 block[1], block[2]);
+        return 1;
+      }
+      int64_t (*sa)(const int64_t *, const uint32_t[3]) = kshmem(a);
+      int64_t (*sb)(const int64_t *, const uint32_t[3]) = kshmem(b);
+      if (!sa != !sb || (sa && sa(data, block) != sb(data, block))) {
+        snprintf(why, whylen, "their shared-memory formulas differ (block %ux%ux%u)", block[0],
+                 block[1], block[2]);
+        return 1;
+      }
+    }
+  }
+  return 0;
 }
 
 void klaraptor_register(const klaraptor_kernel *k) {
@@ -156,7 +214,19 @@ void klaraptor_register(const klaraptor_kernel *k) {
     return;
   }
   pthread_mutex_lock(&g_lock);
-  if (!registry_find(k->id)) {
+  kentry *prev = registry_find(k->id);
+  if (prev) {
+    /* Another object's descriptor of the kernel (a template instance or a kernel in a header,
+     * annotated in several translation units): a link through klaraptor-cc refuses different
+     * annotations, any other link reaches here. Neither is chosen over the other. */
+    char why[160];
+    if (prev->k != k && !atomic_load(&prev->conflict) && descriptors_differ(prev->k, k, why, sizeof why)) {
+      atomic_store(&prev->conflict, 1);
+      warn("kernel %s is annotated differently in two objects of this program (%s): it keeps "
+           "the program's own launch; annotate it alike in every translation unit, or in one",
+           kname(k), why);
+    }
+  } else {
     kentry *e = calloc(1, sizeof *e);
     if (e) {
       uint64_t h = fnv1a(k->id);
@@ -2432,6 +2502,7 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
     log_unknown(id);
     return 0;
   }
+  if (atomic_load_explicit(&e->conflict, memory_order_relaxed)) return 0;
   if (n_data != e->k->n_data) {
     log_mismatch(e, n_data);
     return 0;

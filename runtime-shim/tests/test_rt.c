@@ -181,10 +181,12 @@ static const klaraptor_kernel k_tmpl = {
     KLARAPTOR_ABI_VERSION, "_Z4tmplIfLi2EEvPT_ii", "ns::tmpl<float, 2>", 2, tmpl_names, 1,
     grid_1d, NULL, -1, -1, NULL, NULL, NULL};
 
-/* A second descriptor with mm's id: ignored. */
+/* A second descriptor with mm's id and the same annotation (another object's): ignored. One
+ * with another annotation would make mm keep the program's own launches (tests/instrument.rs:
+ * conflicting_annotations_in_two_objects_keep_the_programs_launch). */
 static const klaraptor_kernel k_mm_dup = {
-    KLARAPTOR_ABI_VERSION, "_Z2mmPKfS0_Pfi", "mm_duplicate", 1, n_names, 2, grid_2d, NULL, 32,
-    0, saxpy_select, "NVIDIA H200", NULL};
+    KLARAPTOR_ABI_VERSION, "_Z2mmPKfS0_Pfi", "mm_duplicate", 1, n_names, 2, grid_2d, mm_allowed,
+    32, 0, saxpy_select, "NVIDIA H200", NULL};
 /* A descriptor from another ABI: refused. */
 static const klaraptor_kernel k_abi2 = {
     3, "_Z4abi2v", "abi2", 1, n_names, 1, grid_1d, NULL, -1, -1, saxpy_select, "NVIDIA H200", NULL};
