@@ -331,3 +331,50 @@ fn a_launch_log_that_does_not_match_the_csv_is_refused() {
     let (none, _) = import_ncu(&csv, "", "_Z5otherv").unwrap();
     assert!(none.is_empty());
 }
+
+/// `klaraptor import` of a capture directory that is missing, empty, of something else, or
+/// that holds no record of the binary's kernels is an error saying so (it stored nothing);
+/// and `KLARAPTOR_NVCC` naming no nvcc is an error naming the variable, not a silent fall
+/// back to another nvcc.
+#[test]
+fn import_of_no_capture_and_a_wrong_klaraptor_nvcc_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("empty")).unwrap();
+    std::fs::create_dir_all(d.join("junk")).unwrap();
+    std::fs::write(d.join("junk/notes.txt"), "hello").unwrap();
+    std::fs::create_dir_all(d.join("norecords/records")).unwrap();
+    std::fs::write(d.join("norecords/env.txt"), "").unwrap();
+    for (capture, says) in [
+        ("missing", "capture directory "),
+        ("empty", "is not a capture: it holds neither records/"),
+        ("junk", "is not a capture: it holds neither records/"),
+        ("norecords", "hold no record of a kernel of"),
+    ] {
+        let o = Command::new(klaraptor())
+            .arg("import")
+            .arg("--binary")
+            .arg(variant())
+            .arg("--db")
+            .arg(d.join("db"))
+            .arg(d.join(capture))
+            .env("XDG_CACHE_HOME", d.join("cache"))
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{capture}: {err}");
+        assert!(err.contains(says), "{capture}: {err}");
+        assert!(!d.join("db/v1").exists(), "{capture}: stored something");
+    }
+    let o = Command::new(klaraptor_cc())
+        .args(["--version"])
+        .env("KLARAPTOR_NVCC", "/nonexistent/nvcc")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("KLARAPTOR_NVCC=/nonexistent/nvcc is not an executable file"),
+        "{err}"
+    );
+}

@@ -39,12 +39,21 @@ pub struct Toolchain {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "cannot find nvcc: looked in KLARAPTOR_NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH and {prefix}\n  \
-     = help: run scripts/setup (it installs CUDA 13.0 into the project prefix), or set KLARAPTOR_NVCC=/path/to/nvcc"
-)]
-pub struct NotFound {
-    prefix: String,
+pub enum NotFound {
+    #[error(
+        "cannot find nvcc: looked in KLARAPTOR_NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH and {prefix}\n  \
+         = help: run scripts/setup (it installs CUDA 13.0 into the project prefix), or set KLARAPTOR_NVCC=/path/to/nvcc"
+    )]
+    Nowhere { prefix: String },
+    /// `KLARAPTOR_NVCC` names something that is not an executable file: an error, never a
+    /// silent fall back to another nvcc.
+    #[error(
+        "KLARAPTOR_NVCC={} is not an executable file ({why})\n  \
+         = help: point KLARAPTOR_NVCC at an nvcc, or unset it to use $CUDA_HOME/bin, $CUDA_PATH/bin, \
+         PATH or the project prefix",
+        path.display()
+    )]
+    Variable { path: PathBuf, why: String },
 }
 
 /// A CUDA tool that is not beside nvcc.
@@ -107,6 +116,14 @@ impl Toolchain {
         };
         let mut tries: Vec<(PathBuf, Origin)> = Vec::new();
         if let Some(p) = env("KLARAPTOR_NVCC") {
+            if !is_executable(&p) {
+                let why = match p.metadata() {
+                    Err(e) => e.to_string(),
+                    Ok(m) if m.is_dir() => "a directory".to_string(),
+                    Ok(_) => "not executable".to_string(),
+                };
+                return Err(NotFound::Variable { path: p, why });
+            }
             tries.push((p, Origin::KlaraptorNvcc));
         }
         if let Some(p) = env("CUDA_HOME") {
@@ -127,7 +144,7 @@ impl Toolchain {
         tries
             .into_iter()
             .find_map(|(p, o)| found(p, o))
-            .ok_or_else(|| NotFound {
+            .ok_or_else(|| NotFound::Nowhere {
                 prefix: prefixes[0].join("cuda/bin").display().to_string(),
             })
     }

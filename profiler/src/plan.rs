@@ -1232,6 +1232,28 @@ pub fn import_captures(binary: &Path, jobs: &[PathBuf]) -> Result<Vec<crate::rec
             binary.display()
         );
     }
+    // A capture directory must be one: a missing or mistyped path, or a directory of
+    // something else, would store nothing without a word.
+    for job in jobs {
+        if !job.is_dir() {
+            let why = match job.metadata() {
+                Err(e) => e.to_string(),
+                Ok(_) => "not a directory".to_string(),
+            };
+            bail!(
+                "capture directory {}: {why}; give the run directories of the profiling \
+                 variant (each with records/, or ncu.csv and launches/)",
+                job.display()
+            );
+        }
+        if !job.join("records").is_dir() && !job.join("ncu.csv").is_file() {
+            bail!(
+                "{} is not a capture: it holds neither records/ (a collector run) nor ncu.csv \
+                 (an ncu capture)",
+                job.display()
+            );
+        }
+    }
     let mut out = Vec::new();
     for spec in &specs {
         let mut samples = Vec::new();
@@ -1362,6 +1384,22 @@ pub fn import_captures(binary: &Path, jobs: &[PathBuf]) -> Result<Vec<crate::rec
             samples,
             incomplete: None,
         });
+    }
+    if out.is_empty() {
+        bail!(
+            "the captures {} hold no record of a kernel of {} (its kernels: {}): nothing to \
+             import; were they made by this binary's profiling variant?",
+            jobs.iter()
+                .map(|j| j.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            binary.display(),
+            specs
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     Ok(out)
 }
