@@ -851,3 +851,39 @@ fn conflicting_annotations_in_two_objects_keep_the_programs_launch() {
     assert!(err.contains("klaraptor: scale<2> n=1000 block="), "{err}");
     assert_eq!(out, "block=256\n", "{err}");
 }
+
+/// The diagnostics of launches left alone say which launch, which instance and why: a
+/// launch through a function pointer says so; a template instance's launch whose shared
+/// memory cannot be read is named with its template arguments, once, with no second "has no
+/// <<<>>> launch" warning after it; an instance with no launch at all is named.
+#[test]
+fn diagnostics_name_the_instance_and_the_reason() {
+    let src = r#"#pragma klaraptor kernel(red) data(n)
+template <int B> __global__ void red(float *a, int n) { extern __shared__ float s[]; s[0] = a[0]; a[n] = s[0]; }
+int pick(int b);
+void go(float *a, int n, int b) { red<1><<<(n + 255) / 256, b, pick(b)>>>(a, n); }
+template __global__ void red<3>(float *, int);
+#pragma klaraptor kernel(k) data(n)
+__global__ void k(float *a, int n) { if (n) a[0] = 1; }
+void viaptr(float *a, int n) { void (*p)(float *, int) = k; p<<<(n + 255) / 256, 256>>>(a, n); }
+"#;
+    let d = project(&[("t.cu", src)]);
+    let err = ok(&run(d.path(), &klaraptor_cc(), &["-c", "t.cu", "-o", "t.o"]));
+    assert!(
+        err.contains("warning: t.cu: a launch of red<1> in _Z2goPfii keeps the program's own launch dims"),
+        "{err}"
+    );
+    assert!(!err.contains("kernel red<1> (annotated"), "{err}");
+    assert!(
+        err.contains("warning: kernel red<3> (annotated at t.cu:1:19) has no <<<>>> launch"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "kernel k (annotated at t.cu:6:19) has no <<<>>> launch in t.cu that klaraptor could \
+             instrument; launches elsewhere keep their own dimensions; the launch in \
+             _Z6viaptrPfi is not instrumented: it calls the kernel through a function pointer"
+        ),
+        "{err}"
+    );
+}

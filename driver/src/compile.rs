@@ -862,10 +862,17 @@ impl Invocation {
             ));
         }
         for l in &r.refused {
+            let name = a
+                .specs
+                .iter()
+                .find(|s| s.mangled.contains(&l.kernel))
+                .map_or(l.kernel.clone(), |s| {
+                    klaraptor_spec::names::instance_name(&s.name, &l.kernel)
+                });
             crate::kl_eprintln!(
                 "klaraptor-cc: warning: {}: a launch of {} in {} is not instrumented: {}",
                 src.display(),
-                l.kernel,
+                name,
                 l.function,
                 l.reason
             );
@@ -902,18 +909,34 @@ impl Invocation {
                  annotation at {} (e.g. shmem(bx * 4) for one float per thread), and klaraptor \
                  will choose its block and pass the amount for it",
                 l.at.clone().unwrap_or_else(|| src.display().to_string()),
-                s.map_or(l.kernel.as_str(), |s| s.name.as_str()),
+                s.map_or(l.kernel.clone(), |s| klaraptor_spec::names::instance_name(
+                    &s.name, &l.kernel
+                )),
                 l.function,
                 l.detail,
                 s.map_or("?".to_string(), |s| s.annotated_at.to_string()),
             );
         }
         for m in &r.missing {
+            // A kernel whose launches were left alone with a reason above has had its say.
+            if r.refused.iter().any(|l| &l.kernel == m)
+                || r.shmem_unreadable.iter().any(|l| &l.kernel == m)
+            {
+                continue;
+            }
             let s = a.specs.iter().find(|s| s.mangled.contains(m));
+            // A template's instances are told apart by their template arguments.
+            let name = s.map_or(m.to_string(), |s| {
+                klaraptor_spec::names::instance_name(&s.name, m)
+            });
+            let pointer = r
+                .unidentified
+                .iter()
+                .map(|(f, why)| format!("; the launch in {f} is not instrumented: {why}"))
+                .collect::<String>();
             crate::kl_eprintln!(
-                "klaraptor-cc: warning: kernel {} (annotated at {}) has no <<<>>> launch in {} that klaraptor \
-                 could instrument; launches elsewhere keep their own dimensions",
-                s.map_or(m.as_str(), |s| s.name.as_str()),
+                "klaraptor-cc: warning: kernel {name} (annotated at {}) has no <<<>>> launch in {} that klaraptor \
+                 could instrument; launches elsewhere keep their own dimensions{pointer}",
                 s.map_or("?".to_string(), |s| s.annotated_at.to_string()),
                 src.display()
             );
