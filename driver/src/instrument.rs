@@ -229,7 +229,11 @@ pub fn compile_unit(
 
     // The pass runs on unoptimised IR, before the inliner can fold a kernel's launch stub
     // into its caller; the user's optimisation level applies when the instrumented IR is
-    // compiled (`optnone` is kept off so that it can).
+    // compiled (`optnone` is kept off so that it can). Above -O0 the IR is made at that
+    // level with the optimisation passes off, so that it carries what only the front end
+    // adds (type-based alias information, lifetimes, inlining hints): IR made at -O0 and
+    // optimised later loses them, and host loops the user compiled at -O3 ran up to 2.4
+    // times slower than nvcc's build of them (bench/results/e2e-h200-2026-11-28.md).
     let ll = w.join("host.ll");
     let codegen_flags = host_codegen_flags(view);
     let unoptimised: Vec<String> = codegen_flags
@@ -237,14 +241,17 @@ pub fn compile_unit(
         .filter(|f| !f.starts_with("-O"))
         .cloned()
         .collect();
+    let mut ir = Command::new(&tools.clang);
+    ir.args(["-S", "-emit-llvm", "-Wno-unused-command-line-argument"])
+        .args(&unoptimised);
+    match view.values(Role::Optimize).last().unwrap_or("0") {
+        "0" => ir.args(["-O0", "-Xclang", "-disable-O0-optnone"]),
+        o => ir
+            .arg(format!("-O{o}"))
+            .args(["-Xclang", "-disable-llvm-passes"]),
+    };
     run(
-        Command::new(&tools.clang)
-            .args(["-S", "-emit-llvm", "-Wno-unused-command-line-argument"])
-            .args(&unoptimised)
-            .args(["-O0", "-Xclang", "-disable-O0-optnone"])
-            .arg(&ii)
-            .arg("-o")
-            .arg(&ll),
+        ir.arg(&ii).arg("-o").arg(&ll),
         verbose,
         "clang++-19 (host IR)",
     )?;
