@@ -58,26 +58,9 @@ fn copy_sample_with(root: &Path, devices: &[&str]) -> PathBuf {
     sample
 }
 
-/// A command with klaraptor-cc's environment pinned: the test's nvcc, no GPU (never profile
-/// here, whatever the machine), no database from the environment, and an empty user cache
-/// (a calibration cached on this machine would change the device description).
-fn command(dir: &Path, prog: &Path) -> Command {
-    let mut c = Command::new(prog);
-    c.current_dir(dir)
-        .env("KLARAPTOR_NVCC", nvcc())
-        .env("KLARAPTOR_NO_GPU", "1")
-        .env("KLARAPTOR_TRANSFER", "off")
-        .env("XDG_CACHE_HOME", dir.join(".test-cache"))
-        .env_remove("KLARAPTOR_PROFILE_DB")
-        .env_remove("KLARAPTOR_COLLECTOR")
-        .env_remove("NVCC_PREPEND_FLAGS")
-        .env_remove("NVCC_APPEND_FLAGS");
-    c
-}
-
 /// `make NVCC="klaraptor-cc <kl_flags>" <targets>` in `dir`, with `env` added.
 fn make(dir: &Path, kl_flags: &str, targets: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut c = command(dir, Path::new("make"));
+    let mut c = pinned(dir, Path::new("make"));
     c.arg(format!("NVCC={} {kl_flags}", klaraptor_cc().display()))
         .args(targets);
     for (k, v) in env {
@@ -241,7 +224,7 @@ fn the_sample_links_a_rational_program_per_kernel() {
 #[test]
 fn inspect_lists_both_kernels_with_device_and_fit_quality() {
     let b = built();
-    let o = command(&b.sample, &klaraptor())
+    let o = pinned(&b.sample, &klaraptor())
         .args(["inspect", "matmul"])
         .output()
         .unwrap();
@@ -312,7 +295,7 @@ fn explain_rows(out: &str) -> Vec<Row> {
 #[test]
 fn explain_ranks_all_66_shapes_with_one_choice() {
     let b = built();
-    let o = command(&b.sample, &klaraptor())
+    let o = pinned(&b.sample, &klaraptor())
         .args(["explain", "matmul", "mm", "--size", "4096"])
         .output()
         .unwrap();
@@ -835,7 +818,7 @@ fn an_empty_database_warns_and_require_model_fails_the_link() {
     // --kl-require-model: the same link is an error (exit 1), and no binary is left, not even
     // the one linked above.
     let link = |extra: &[&str], db: Option<&Path>| {
-        let mut c = command(&sample, &klaraptor_cc());
+        let mut c = pinned(&sample, &klaraptor_cc());
         c.args(extra).args([
             "-gencode",
             "arch=compute_90,code=sm_90",
@@ -904,7 +887,7 @@ fn a_kernel_that_cannot_be_modelled_keeps_its_launch_and_the_build_goes_on() {
     );
 
     // --kl-require-model keeps the strict behaviour: the link fails and leaves no binary.
-    let o = command(&sample, &klaraptor_cc())
+    let o = pinned(&sample, &klaraptor_cc())
         .args([
             "--kl-require-model",
             "-gencode",
@@ -981,13 +964,13 @@ fn a_damaged_entry_is_a_miss_kept_aside_and_the_link_succeeds() {
     assert!(!sample.join("matmul.klaraptor").exists());
 
     // `klaraptor profile list` shows them as such; prune --invalid removes them.
-    let list = command(&sample, &klaraptor())
+    let list = pinned(&sample, &klaraptor())
         .args(["profile", "list"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&list.stdout).into_owned() + &stderr(&list);
     assert_eq!(text.matches("invalid (set aside)").count(), 2, "{text}");
-    let prune = command(&sample, &klaraptor())
+    let prune = pinned(&sample, &klaraptor())
         .args(["profile", "prune", "--invalid"])
         .output()
         .unwrap();
@@ -1029,7 +1012,7 @@ fn two_links_of_the_same_inputs_give_the_same_programs() {
         std::fs::remove_file(sample.join(o)).unwrap();
     }
     let epoch = root.path().join("1700000000");
-    let o = command(&sample, Path::new("make"))
+    let o = pinned(&sample, Path::new("make"))
         .arg(format!("NVCC={}", klaraptor_cc().display()))
         .env("SOURCE_DATE_EPOCH", epoch.file_name().unwrap())
         .output()
@@ -1059,7 +1042,7 @@ fn the_generated_c_is_built_by_a_c_compiler_whatever_cc_says() {
     ok(&objs);
     let relink = |env: &[(&str, &str)]| {
         let _ = std::fs::remove_file(sample.join("matmul"));
-        let mut c = command(&sample, Path::new("make"));
+        let mut c = pinned(&sample, Path::new("make"));
         c.arg(format!("NVCC={}", klaraptor_cc().display()));
         for (k, v) in env {
             c.env(k, v);
@@ -1157,7 +1140,7 @@ fn corr_matrix_spec(shmem: Option<&str>) -> LinkSpec {
 fn a_gpu_without_a_profile_gets_programs_transferred_from_one_of_its_architecture() {
     let root = tempfile::tempdir().unwrap();
     let sample = copy_sample(root.path());
-    let mut c = command(&sample, Path::new("make"));
+    let mut c = pinned(&sample, Path::new("make"));
     c.arg(format!("NVCC={}", klaraptor_cc().display()))
         .env_remove("KLARAPTOR_TRANSFER");
     ok(&c.output().unwrap());
@@ -1196,7 +1179,7 @@ fn a_gpu_without_a_profile_gets_programs_transferred_from_one_of_its_architectur
     assert_eq!(mm100.provenance.captured_at, mm200.provenance.captured_at);
     assert_eq!(mm100.provenance.samples, mm200.provenance.samples);
     assert_ne!(mm100.device.memory_clock_mhz, mm200.device.memory_clock_mhz);
-    let o = command(&sample, &klaraptor())
+    let o = pinned(&sample, &klaraptor())
         .args(["inspect", "matmul"])
         .output()
         .unwrap();
@@ -1238,7 +1221,7 @@ fn a_gpu_without_a_profile_gets_programs_transferred_from_one_of_its_architectur
 fn the_committed_database_gives_each_gpu_its_own_programs() {
     let root = tempfile::tempdir().unwrap();
     let sample = copy_sample_with(root.path(), &[H200_DIR, H100_DIR]);
-    let mut c = command(&sample, Path::new("make"));
+    let mut c = pinned(&sample, Path::new("make"));
     c.arg(format!("NVCC={}", klaraptor_cc().display()))
         .env_remove("KLARAPTOR_TRANSFER");
     let err = ok(&c.output().unwrap());
@@ -1273,7 +1256,7 @@ fn the_committed_database_gives_each_gpu_its_own_programs() {
         assert_eq!(p.provenance.captured_at, own.captured_at);
         assert_eq!(p.provenance.samples, own.samples.len());
     }
-    let o = command(&sample, &klaraptor())
+    let o = pinned(&sample, &klaraptor())
         .args(["inspect", "matmul"])
         .output()
         .unwrap();

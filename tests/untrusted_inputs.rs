@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{copy_dir, fixture_entry, idiom_spec, klaraptor_cc, nvcc, ok};
+use common::{copy_dir, fixture_entry, idiom_spec, klaraptor_cc, ok, pinned};
 use klaraptor_model::c_text::code_tokens;
 use klaraptor_profiler::db::ProfileDb;
 use klaraptor_profiler::record::Entry;
@@ -197,17 +197,8 @@ fn a_hostile_collector_in_a_shared_database_never_becomes_code() {
     assert_ne!(hostile, text, "the fixture's collector line moved");
     std::fs::write(&entry, hostile).unwrap();
 
-    let out = Command::new("make")
+    let out = pinned(&sample, Path::new("make"))
         .arg(format!("NVCC={}", klaraptor_cc().display()))
-        .current_dir(&sample)
-        .env("KLARAPTOR_NVCC", nvcc())
-        .env("KLARAPTOR_NO_GPU", "1")
-        .env("KLARAPTOR_TRANSFER", "off")
-        .env("XDG_CACHE_HOME", root.path().join(".test-cache"))
-        .env_remove("KLARAPTOR_PROFILE_DB")
-        .env_remove("KLARAPTOR_COLLECTOR")
-        .env_remove("NVCC_PREPEND_FLAGS")
-        .env_remove("NVCC_APPEND_FLAGS")
         .output()
         .expect("cannot run make");
     let err = ok(&out);

@@ -50,6 +50,24 @@ pub fn run(dir: &Path, prog: &Path, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", prog.display()))
 }
 
+/// `prog` in `dir` with klaraptor-cc's environment pinned: the test's nvcc, no GPU (never
+/// profile, whatever the machine), no transferred programs, no database or collector from the
+/// environment, and a user cache of the directory's own (a calibration cached on this machine
+/// would change the device description).
+pub fn pinned(dir: &Path, prog: &Path) -> Command {
+    let mut c = Command::new(prog);
+    c.current_dir(dir)
+        .env("KLARAPTOR_NVCC", nvcc())
+        .env("KLARAPTOR_NO_GPU", "1")
+        .env("KLARAPTOR_TRANSFER", "off")
+        .env("XDG_CACHE_HOME", dir.join(".test-cache"))
+        .env_remove("KLARAPTOR_PROFILE_DB")
+        .env_remove("KLARAPTOR_COLLECTOR")
+        .env_remove("NVCC_PREPEND_FLAGS")
+        .env_remove("NVCC_APPEND_FLAGS");
+    c
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
