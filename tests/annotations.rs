@@ -584,3 +584,101 @@ fn a_source_libclang_cannot_parse_warns_for_each_annotation() {
         "{err}"
     );
 }
+
+/// Alternative kernels under `#ifdef`, each with its pragma: the pragmas of the branch the
+/// preprocessor skips are ignored (no "annotated twice", no "no kernel named"), and the
+/// kernel that is compiled gets its own branch's annotation. Each branch in turn, with -D on
+/// the command line, through `klaraptor specs` and klaraptor-cc.
+#[test]
+fn pragmas_in_inactive_ifdef_branches_are_ignored() {
+    let src = "#ifdef WIDE\n\
+               #pragma klaraptor kernel(k) data(n) block(bx >= 128)\n\
+               __global__ void k(float *a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = 2; }\n\
+               #else\n\
+               #pragma klaraptor kernel(k) data(n) block(bx <= 64)\n\
+               __global__ void k(float *a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = 1; }\n\
+               #endif\n\
+               #if defined(EXTRA) && EXTRA > 1\n\
+               #pragma klaraptor kernel(extra) data(n) grid(n / (bx - bx))\n\
+               __global__ void extra(float *a, int n) {}\n\
+               #endif\n\
+               #if 0\n\
+               #pragma klaraptor kernel(gone) data(\n\
+               #endif\n\
+               void run(float *a, int n) { k<<<(n + 255) / 256, 256>>>(a, n); }\n";
+    let dir = project(&[("k.cu", src)]);
+    for (define, block) in [(None, "bx <= 64"), (Some("-DWIDE"), "bx >= 128")] {
+        let mut args = vec!["specs"];
+        args.extend(define);
+        args.push("k.cu");
+        let o = run(dir.path(), &klaraptor(), &args);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = ok(&o);
+        assert!(out.contains(&format!("block = [\"({block})\"]")), "{out}");
+        assert!(out.contains("annotated_at = \"k.cu:"), "{out}");
+        assert!(!out.contains("extra") && !out.contains("gone"), "{out}");
+
+        let mut args = vec!["-arch=sm_90", "-c", "k.cu", "-o", "k.o"];
+        args.extend(define);
+        let o = compile_no_gpu(dir.path(), &args, &dir.path().join("cache"));
+        let err2 = stderr(&o);
+        assert!(o.status.success(), "{err}{err2}");
+        let obj = dir.path().join("k.o");
+        let specs = klaraptor_spec::link::scan_bytes(&std::fs::read(&obj).unwrap(), &obj).unwrap();
+        assert_eq!(specs.len(), 1, "{err2}");
+        let line = if define.is_some() { 2 } else { 5 };
+        assert!(
+            specs[0]
+                .annotated_at
+                .to_string()
+                .starts_with(&format!("k.cu:{line}:")),
+            "{}",
+            specs[0].annotated_at
+        );
+        std::fs::remove_file(&obj).unwrap();
+    }
+    // The branch made active by a -D with a value: its pragma applies (and is checked).
+    let o = compile_no_gpu(
+        dir.path(),
+        &["-arch=sm_90", "-DEXTRA=2", "-c", "k.cu", "-o", "k.o"],
+        &dir.path().join("cache"),
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("k.cu:9:") && err.contains("kernel 'extra'"),
+        "{err}"
+    );
+}
+
+/// A source that cannot be read: the error names it and says the system's reason once
+/// (klaraptor prints the error's chain, whose cause the message already holds).
+#[test]
+fn an_unreadable_source_is_said_once() {
+    let d = project(&[]);
+    let (code, _, err) = specs(d.path(), "nothere.cu");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot read nothere.cu: "), "{err}");
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+}
+
+/// `shmem(bx * 1000000)`: more than any GPU gives a block at every shape; `klaraptor specs`
+/// and klaraptor-cc refuse it at the clause (nothing is written).
+#[test]
+fn a_shmem_formula_above_the_limit_at_every_shape_is_an_error() {
+    let src = "#pragma klaraptor kernel(k) data(n) shmem(bx * 1000000)\n\
+               __global__ void k(float *a, int n) { extern __shared__ float s[]; if (n) a[0] = s[0]; }\n\
+               void go(float *a, int n) { k<<<1, 32, 32 * 4>>>(a, n); }\n";
+    let d = project(&[("k.cu", src)]);
+    let (code, _, err) = specs(d.path(), "k.cu");
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("k.cu:1:43: error: shmem((bx * 1000000)) is more shared memory than a block")
+            && err.contains("232448 bytes (227 KiB")
+            && err.contains("= help: shmem(…) gives the bytes of dynamic shared memory ONE block"),
+        "{err}"
+    );
+    let (code, err, wrote) = compile(&[("k.cu", src)], &["-arch=sm_90"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!wrote && err.contains("k.cu:1:43: error: shmem("), "{err}");
+}

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use clang_sys::*;
 
 pub use klaraptor_spec::source::{
-    name_matches, FunctionInfo, Inclusion, KernelParam, SourceInfo, Specialization,
+    name_matches, FunctionInfo, Inclusion, KernelParam, SkippedLines, SourceInfo, Specialization,
 };
 
 /// Where Debian's `libclang-19-dev` / `libclang1-19` put libclang, in the order
@@ -468,7 +468,7 @@ pub fn inspect(source: &Path, names: &[&str], cfg: &ClangConfig) -> Result<Sourc
             n_args,
             ptr::null_mut(),
             0,
-            CXTranslationUnit_KeepGoing,
+            CXTranslationUnit_KeepGoing | CXTranslationUnit_DetailedPreprocessingRecord,
             &mut tu,
         );
         if code != CXError_Success || tu.is_null() {
@@ -482,10 +482,12 @@ pub fn inspect(source: &Path, names: &[&str], cfg: &ClangConfig) -> Result<Sourc
         let diagnostics = collect_diagnostics(tu.0);
         let functions = Collector::new(names).run(tu.0);
         let inclusions = collect_inclusions(tu.0);
+        let skipped = collect_skipped(tu.0);
         Ok(SourceInfo {
             functions,
             diagnostics,
             inclusions,
+            skipped,
         })
     }
 }
@@ -587,6 +589,48 @@ unsafe fn collect_inclusions(tu: CXTranslationUnit) -> Vec<Inclusion> {
         &mut data as *mut (CXTranslationUnit, Vec<Inclusion>) as CXClientData,
     );
     data.1
+}
+
+/// The lines the preprocessor skipped (inactive conditional branches), in every file but
+/// the system headers.
+///
+/// # Safety
+/// libclang loaded on this thread; `tu` live.
+unsafe fn collect_skipped(tu: CXTranslationUnit) -> Vec<SkippedLines> {
+    let list = clang_getAllSkippedRanges(tu);
+    if list.is_null() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let n = (*list).count as usize;
+    let ranges = (*list).ranges;
+    for i in 0..n {
+        if ranges.is_null() {
+            break;
+        }
+        let r = *ranges.add(i);
+        if clang_Location_isInSystemHeader(clang_getRangeStart(r)) != 0 {
+            continue;
+        }
+        let line_of = |loc: CXSourceLocation| {
+            let mut file: CXFile = ptr::null_mut();
+            let (mut line, mut col, mut offset): (c_uint, c_uint, c_uint) = (0, 0, 0);
+            clang_getFileLocation(loc, &mut file, &mut line, &mut col, &mut offset);
+            (file, line)
+        };
+        let (file, first) = line_of(clang_getRangeStart(r));
+        let (_, last) = line_of(clang_getRangeEnd(r));
+        if file.is_null() {
+            continue;
+        }
+        out.push(SkippedLines {
+            file: file_path(file),
+            first,
+            last: last.max(first),
+        });
+    }
+    clang_disposeSourceRangeList(list);
+    out
 }
 
 /// A function found so far, keyed by its USR.

@@ -38,10 +38,12 @@ pub struct Analysis {
 pub enum FrontendError {
     #[error("{0}")]
     User(Diagnostics),
-    #[error("cannot read {path}: {source}")]
+    /// The I/O error is part of the message, not its `source()`: a report that prints the
+    /// chain (anyhow's `{:#}`) would say it twice.
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Clang(#[from] clang::ClangError),
@@ -242,6 +244,17 @@ fn toml_entries(
     Ok((entries, Some(toml_path)))
 }
 
+/// Whether `text` holds a conditional preprocessor directive (`#if`, `#ifdef`, `#ifndef`,
+/// `#elif`, `#else`), outside comments or not: a cheap test with no false negatives.
+fn has_conditionals(text: &str) -> bool {
+    text.lines().any(|l| {
+        l.trim_start()
+            .strip_prefix('#')
+            .map(str::trim_start)
+            .is_some_and(|d| d.starts_with("if") || d.starts_with("el"))
+    })
+}
+
 /// Adds the unqualified names of `kernels` to `names`; whether any was new.
 fn add_names(names: &mut Vec<String>, kernels: Vec<&str>) -> bool {
     let mut added = false;
@@ -262,14 +275,19 @@ fn add_names(names: &mut Vec<String>, kernels: Vec<&str>) -> bool {
 /// preprocessor really entered, through quoted includes of non-system headers, with
 /// `cfg`'s include directories and macros), not the textual reading of
 /// [`annotations_of_tu`]; the textual reading only supplies the kernel names to ask
-/// libclang about, and lets a source with no annotation anywhere skip libclang.
+/// libclang about, and lets a source with no annotation anywhere skip libclang. Likewise a
+/// pragma in a branch the preprocessor skipped (libclang's skipped ranges) is ignored.
 pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendError> {
     let text = std::fs::read_to_string(source).map_err(|e| FrontendError::Read {
         path: source.to_path_buf(),
-        source: e,
+        error: e,
     })?;
-    // Errors in the source's own pragmas are reported before libclang runs.
-    let own = annotations::scan(source, &text)?;
+    // Errors in the source's own pragmas are reported before libclang runs, unless the
+    // source has conditional directives: a pragma in a branch the preprocessor skips is
+    // ignored, and only libclang knows which branches those are.
+    if !has_conditionals(&text) {
+        annotations::scan(source, &text)?;
+    }
     let seen = includes::quoted_closure(source, &text, &cfg.quote_include_dirs());
     let seen_scans: Vec<FileScan> = seen
         .iter()
@@ -278,7 +296,7 @@ pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendErro
     let all_canon: Vec<PathBuf> = seen.iter().map(|f| f.canonical.clone()).collect();
     let (toml_maybe, _) = toml_entries(source, &all_canon)?;
     let included_pragmas = seen_scans.iter().skip(1).any(FileScan::has_pragmas);
-    if own.annotations.is_empty() && !included_pragmas && toml_maybe.is_empty() {
+    if !seen_scans[0].has_pragmas() && !included_pragmas && toml_maybe.is_empty() {
         return Ok(Outcome::Unannotated);
     }
 
@@ -334,6 +352,13 @@ pub fn analyze(source: &Path, cfg: &ClangConfig) -> Result<Outcome, FrontendErro
             return Ok(Outcome::SourceErrors(info.diagnostics));
         }
     }
+    // A pragma in a branch the preprocessor skipped (`#ifdef` alternatives) is ignored, as
+    // the code beside it is.
+    let scans: Vec<FileScan> = scans
+        .iter()
+        .zip(&files)
+        .map(|(s, f)| s.active(|line| info.is_skipped(&f.canonical, line)))
+        .collect();
     let scanned = scan_files(&files, &scans)?;
     let canon: Vec<PathBuf> = files.iter().map(|f| f.canonical.clone()).collect();
     let (toml, toml_path) = toml_entries(source, &canon)?;

@@ -404,3 +404,48 @@ fn timing() {
         "{times:?}"
     );
 }
+
+/// The lines of inactive conditional branches are reported, per file, with the -D flags of
+/// the configuration deciding which branch is active.
+#[test]
+fn skipped_branches_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("alt.cu");
+    std::fs::write(
+        &src,
+        "#ifdef FAST\n\
+         __global__ void fast(float *a, int n) {}\n\
+         #else\n\
+         __global__ void slow(float *a, int n) {}\n\
+         #endif\n\
+         #if 0\n\
+         never\n\
+         #endif\n",
+    )
+    .unwrap();
+    let skipped = |args: &[&str]| {
+        let info = inspect(&src, &["fast", "slow"], &config(args)).unwrap();
+        assert_clean(&info);
+        (1..=8)
+            .filter(|&l| info.is_skipped(&src, l))
+            .collect::<Vec<u32>>()
+    };
+    assert_eq!(skipped(&[]), [1, 2, 3, 6, 7, 8]);
+    assert_eq!(skipped(&["-DFAST"]), [3, 4, 5, 6, 7, 8]);
+    // A header read twice: a line skipped in one reading only is active.
+    let h = dir.path().join("h.cuh");
+    std::fs::write(
+        &h,
+        "#ifdef ONE\n__global__ void one(int n) {}\n#endif\n#if 0\nnever\n#endif\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &src,
+        "#define ONE\n#include \"h.cuh\"\n#undef ONE\n#include \"h.cuh\"\n",
+    )
+    .unwrap();
+    let info = inspect(&src, &["one"], &config(&[])).unwrap();
+    assert_clean(&info);
+    let lines: Vec<u32> = (1..=6).filter(|&l| info.is_skipped(&h, l)).collect();
+    assert_eq!(lines, [4, 5, 6]);
+}

@@ -28,3 +28,20 @@ pub mod transfer;
 pub mod untrusted;
 pub mod validate;
 pub mod validate_cmd;
+
+#[cfg(test)]
+mod tests {
+    /// The annotation check's shared-memory limit (`klaraptor-spec` cannot see the model's
+    /// architecture table) is the largest opt-in limit of any GPU the table knows.
+    #[test]
+    fn the_annotations_shared_memory_limit_is_the_largest_gpus() {
+        let most = klaraptor_model::device::known_archs()
+            .iter()
+            .map(|cc| {
+                let d = klaraptor_model::device::Device::for_arch(cc.major, cc.minor).unwrap();
+                i64::from(d.shared_memory.per_block_optin)
+            })
+            .max();
+        assert_eq!(most, Some(klaraptor_spec::annotations::MAX_SHMEM_PER_BLOCK));
+    }
+}

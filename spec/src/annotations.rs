@@ -11,8 +11,9 @@
 //!         profile(run="./gemm {NI} {NJ} {NK}", sizes=[64, 128, 256])
 //! ```
 //!
-//! Annotations are read from the text before preprocessing, so a pragma inside `#if 0` still
-//! counts; pragmas inside comments do not. Pragmas that are not ours are left alone. The
+//! Annotations are read from the text before preprocessing; pragmas inside comments do not
+//! count. A pragma in a branch the preprocessor skips is dropped once libclang has said which
+//! branches those are ([`FileScan::active`]). Pragmas that are not ours are left alone. The
 //! lines holding our pragmas are blanked (not removed, so line numbers stay right) in the
 //! copy the compiler sees: see [`strip`].
 //!
@@ -213,6 +214,40 @@ impl FileScan {
     /// Whether the file holds any of our pragmas (valid or not).
     pub fn has_pragmas(&self) -> bool {
         !self.pragma_lines.is_empty()
+    }
+
+    /// The scan without the pragmas on the lines `inactive` says the preprocessor skipped
+    /// (an inactive `#if`/`#ifdef`/`#else` branch): their annotations and their errors are
+    /// dropped, as the compiler drops the code beside them. Their lines are still blanked
+    /// by [`strip`].
+    pub fn active(&self, inactive: impl Fn(u32) -> bool) -> FileScan {
+        FileScan {
+            file: self.file.clone(),
+            annotations: self
+                .annotations
+                .iter()
+                .filter(|a| !inactive(a.loc.line))
+                .cloned()
+                .collect(),
+            classic: self
+                .classic
+                .iter()
+                .filter(|c| !inactive(c.loc.line))
+                .cloned()
+                .collect(),
+            pragma_lines: self.pragma_lines.clone(),
+            errors: self
+                .errors
+                .iter()
+                .filter(|d| !inactive(d.loc.line))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Whether the file holds errors in its pragmas.
+    pub fn has_errors(&self) -> bool {
+        !self.errors.is_empty()
     }
 }
 
@@ -884,6 +919,8 @@ fn parse_klaraptor(
                 .map_err(|e| expr_err(c.args_off, e).help(SHMEM_HELP))?;
             check_shmem(&e, dim)
                 .map_err(|m| Diagnostic::new(at(c.args_off), m).help(SHMEM_HELP))?;
+            check_shmem_fits(&e, dim, &labels, &constraints)
+                .map_err(|m| Diagnostic::new(at(c.args_off), m).help(SHMEM_FITS_HELP))?;
             Some(e)
         }
     };
@@ -948,6 +985,84 @@ pub fn check_shmem(e: &IntExpr, dim: u8) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The most shared memory one block may have on any GPU klaraptor supports, in bytes: the
+/// opt-in limit of sm_90 (227 KiB; `klaraptor-model`'s architecture table, which a test of
+/// `klaraptor-program` keeps in step). Annotations are checked before the device is known.
+pub const MAX_SHMEM_PER_BLOCK: i64 = 227 * 1024;
+
+/// What to do about a `shmem(…)` that no block shape can have.
+pub const SHMEM_FITS_HELP: &str = "shmem(…) gives the bytes of dynamic shared memory ONE block \
+     needs for its shape (e.g. shmem(bx * 4) for one float per thread of x), not the whole \
+     launch's; or allow with block(…) only the shapes whose amount fits";
+
+/// Checks that a `shmem(…)` formula leaves some block shape a launch could have: at some
+/// candidate shape the annotation's `block(…)` constraints allow, and some data size tried
+/// (each data parameter 1, 7, 64, 1000, 4096, 2^20, 2^30 or 2^40), its value is at most
+/// [`MAX_SHMEM_PER_BLOCK`]. Shapes and sizes at which the formula or a constraint cannot be
+/// evaluated are passed over (the runtime checks each shape again, with the device's own
+/// limit).
+pub fn check_shmem_fits(
+    e: &IntExpr,
+    dim: u8,
+    data: &[&str],
+    constraints: &[BoolExpr],
+) -> Result<(), String> {
+    const VALUES: [i64; 8] = [1, 7, 64, 1000, 4096, 1 << 20, 1 << 30, 1 << 40];
+    let blocks = crate::spec::candidate_blocks(dim);
+    let values: &[i64] = if data.is_empty() {
+        &VALUES[..1]
+    } else {
+        &VALUES
+    };
+    // The smallest amount met: (bytes, block, data value).
+    let mut least: Option<(i64, [u32; 3], i64)> = None;
+    for &v in values {
+        for b in &blocks {
+            let mut env: Vec<(&str, i64)> = data.iter().map(|d| (*d, v)).collect();
+            env.extend([
+                ("bx", i64::from(b[0])),
+                ("by", i64::from(b[1])),
+                ("bz", i64::from(b[2])),
+            ]);
+            if !constraints
+                .iter()
+                .all(|c| c.eval(env.as_slice()).unwrap_or(false))
+            {
+                continue;
+            }
+            let Ok(bytes) = e.eval(env.as_slice()) else {
+                continue;
+            };
+            if bytes <= MAX_SHMEM_PER_BLOCK {
+                return Ok(());
+            }
+            if least.is_none_or(|(l, _, _)| bytes < l) {
+                least = Some((bytes, *b, v));
+            }
+        }
+    }
+    let Some((bytes, b, v)) = least else {
+        return Ok(());
+    };
+    let shape: String = b[..dim as usize]
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join("x");
+    let at_data = if e.vars().iter().any(|v| !expr::BLOCK_VARS.contains(v)) {
+        format!(", data {v}")
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "shmem({e}) is more shared memory than a block may have at every block shape the \
+         annotation allows (at least {bytes} bytes, at block {shape}{at_data}): the most any \
+         supported GPU gives a block is {MAX_SHMEM_PER_BLOCK} bytes (227 KiB, sm_90 with \
+         opt-in; the device is not known when annotations are checked), so no launch of the \
+         kernel could be chosen"
+    ))
 }
 
 fn parse_data(c: &Clause, at: &dyn Fn(usize) -> Location) -> Result<Vec<DataParam>, Diagnostic> {

@@ -204,6 +204,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 })?;
                 crate::annotations::check_shmem(&parsed, dim)
                     .map_err(|m| err(f.span(), m, crate::annotations::SHMEM_HELP))?;
+                crate::annotations::check_shmem_fits(&parsed, dim, &labels, &constraints)
+                    .map_err(|m| err(f.span(), m, crate::annotations::SHMEM_FITS_HELP))?;
                 Some(parsed)
             }
         };

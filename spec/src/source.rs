@@ -92,6 +92,21 @@ pub struct SourceInfo {
     /// include guard or `#pragma once` kept out the second time, once), in the
     /// order it entered them.
     pub inclusions: Vec<Inclusion>,
+    /// The lines the preprocessor skipped: the inactive branches of `#if`, `#ifdef`,
+    /// `#ifndef`, `#elif` and `#else`, in every file it entered outside system headers, once
+    /// per reading of the file.
+    pub skipped: Vec<SkippedLines>,
+}
+
+/// Lines of one file the preprocessor skipped (an inactive conditional branch, from the
+/// directive that opens it to the one that closes it, both included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedLines {
+    /// The file: its real (absolute, symlink-free) path when libclang knows it.
+    pub file: PathBuf,
+    /// The first and last skipped line, 1-based.
+    pub first: u32,
+    pub last: u32,
 }
 
 /// One `#include` the preprocessor followed.
@@ -132,6 +147,32 @@ impl SourceInfo {
         self.functions
             .iter()
             .find(|f| name_matches(name, &f.name, &f.qualified_name))
+    }
+
+    /// Whether the preprocessor skipped line `line` of `file` (a path compared canonically)
+    /// every time it read the file: the line lies in an inactive conditional branch. A
+    /// header read twice whose line is active in one reading counts as active.
+    pub fn is_skipped(&self, file: &Path, line: u32) -> bool {
+        if self.skipped.is_empty() {
+            return false;
+        }
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let file = canonical(file);
+        // Within one reading of a file the skipped ranges do not overlap: a line skipped in
+        // every reading is covered once per reading.
+        // libclang gives real paths: only the question's path needs making canonical.
+        let covered = self
+            .skipped
+            .iter()
+            .filter(|s| s.first <= line && line <= s.last && s.file == file)
+            .count();
+        let readings = self
+            .inclusions
+            .iter()
+            .filter(|i| i.file == file)
+            .count()
+            .max(1);
+        covered > 0 && covered >= readings
     }
 
     /// Whether libclang reported any error.

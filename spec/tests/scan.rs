@@ -106,6 +106,70 @@ fn the_shmem_clause_is_a_formula_of_the_block_and_the_data() {
     assert!(s.annotations[0].shmem.is_none());
 }
 
+/// `shmem(bx * 1000000)`: above the most any GPU gives a block (227 KiB, sm_90 opt-in) at
+/// every block shape: refused at the clause, in a pragma and in `klaraptor.toml`, saying the
+/// limit, why that one, and what to write. A formula above it at some shapes only, or one that
+/// fits once `block(…)` rules the large shapes out, is accepted; one that fits at no shape
+/// `block(…)` allows is refused.
+#[test]
+fn a_shmem_formula_above_every_gpus_limit_at_every_shape_is_refused() {
+    let d = scan(
+        Path::new("a.cu"),
+        "int x;\n#pragma klaraptor kernel(k) data(n) shmem(bx * 1000000)\n",
+    )
+    .unwrap_err();
+    let d = &d.0[0];
+    assert_eq!(d.loc.to_string(), "a.cu:2:43");
+    assert!(
+        d.message.starts_with(
+            "shmem((bx * 1000000)) is more shared memory than a block may have at every block \
+             shape the annotation allows (at least 1000000 bytes, at block 1): the most any \
+             supported GPU gives a block is 232448 bytes (227 KiB, sm_90 with opt-in; the \
+             device is not known when annotations are checked)"
+        ),
+        "{}",
+        d.message
+    );
+    let help = d.help.as_deref().unwrap();
+    assert!(
+        help.contains("ONE block") && help.contains("block(…)"),
+        "{help}"
+    );
+    // Data sizes count: N * 1000000 is above the limit at every size tried.
+    let e =
+        first_error("#pragma klaraptor kernel(k) data(N=n) dim(2) shmem(N * 1000000 + bx * by)");
+    assert!(
+        e.contains("at least 1000001 bytes, at block 1x1, data 1"),
+        "{e}"
+    );
+    // bx * 1000 fits at blocks up to 232 threads only: accepted, unless block(…) allows
+    // larger blocks alone.
+    assert!(scan(
+        Path::new("a.cu"),
+        "#pragma klaraptor kernel(k) data(n) shmem(bx * 1000)\n"
+    )
+    .is_ok());
+    let e = first_error("#pragma klaraptor kernel(k) data(n) block(bx >= 256) shmem(bx * 1000)");
+    assert!(e.contains("at least 256000 bytes, at block 256"), "{e}");
+    assert!(scan(
+        Path::new("a.cu"),
+        "#pragma klaraptor kernel(k) data(n) shmem(n * 4 + 232000)\n"
+    )
+    .is_ok());
+    // The same in klaraptor.toml, at the value.
+    let e = config::parse(
+        Path::new("klaraptor.toml"),
+        "[kernel.k]\ndata = [\"N=0\"]\nshmem = \"bx * 1000000\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(e.0[0].loc.to_string(), "klaraptor.toml:3:9");
+    assert!(
+        e.0[0].message.contains("232448 bytes (227 KiB"),
+        "{}",
+        e.0[0].message
+    );
+}
+
 #[test]
 fn diagnostics_show_the_line_and_a_caret() {
     let d = scan(
