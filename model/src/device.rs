@@ -280,10 +280,12 @@ pub struct Device {
 /// Errors of loading, building or checking a device description.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("{path}: cannot read the device description: {source}")]
+    /// The I/O error is part of the message, not its `source()`: a report that prints the
+    /// chain (anyhow's `{:#}`) would say it twice.
+    #[error("{path}: cannot read the device description: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{origin}: not a valid device description: {message}")]
     Parse { origin: String, message: String },
@@ -810,9 +812,9 @@ impl Device {
 
     /// Reads and checks a TOML description.
     pub fn load(path: &Path) -> Result<Device, DeviceError> {
-        let text = std::fs::read_to_string(path).map_err(|source| DeviceError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| DeviceError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         Device::from_toml_str(&text, &path.display().to_string())
     }
@@ -1034,6 +1036,23 @@ pub mod text {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A missing file is said once, also where the error's chain is printed (anyhow's `{:#}`).
+    #[test]
+    fn a_missing_description_says_its_io_error_once() {
+        let e = Device::load(Path::new("/nonexistent/dev.toml")).unwrap_err();
+        let mut chain = e.to_string();
+        let mut next = std::error::Error::source(&e);
+        while let Some(c) = next {
+            chain.push_str(&format!(": {c}"));
+            next = c.source();
+        }
+        assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+        assert!(
+            chain.starts_with("/nonexistent/dev.toml: cannot read"),
+            "{chain}"
+        );
+    }
 
     #[test]
     fn every_table_row_is_valid_and_round_trips_through_toml() {

@@ -224,11 +224,13 @@ pub enum CalibrationError {
          help: run `klaraptor device calibrate --force` to measure again"
     )]
     Version { origin: String, found: u32 },
-    #[error("cannot {action} {}: {source}", path.display())]
+    /// The I/O error is part of the message, not its `source()`: a report that prints the
+    /// chain (anyhow's `{:#}`) would say it twice.
+    #[error("cannot {action} {}: {error}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(
         "cannot tell where to cache device reports: neither XDG_CACHE_HOME (absolute) nor HOME \
@@ -265,10 +267,10 @@ pub type Result<T, E = CalibrationError> = std::result::Result<T, E>;
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CalibrationError {
     let path = path.to_path_buf();
-    move |source| CalibrationError::Io {
+    move |error| CalibrationError::Io {
         action,
         path,
-        source,
+        error,
     }
 }
 
@@ -957,6 +959,16 @@ impl fmt::Display for DeviceInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A missing report is said once, also where the error's chain is printed (`{:#}`).
+    #[test]
+    fn a_missing_report_says_its_io_error_once() {
+        let e = anyhow::Error::new(
+            DeviceReport::load(Path::new("/nonexistent/report.toml")).unwrap_err(),
+        );
+        let chain = format!("{e:#}");
+        assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+    }
 
     #[test]
     fn cache_root_follows_xdg_then_home() {

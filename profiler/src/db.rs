@@ -31,7 +31,7 @@
 //! writer may leave its temporary file; `prune --invalid` removes it.
 //!
 //! `<db>/generation` changes with every `put`, `remove` and `prune` (under the exclusive
-//! lock): a compile that read the database (klaraptor-cc puts the rational programs of the
+//! lock), and after a reader moved a damaged entry aside: a compile that read the database (klaraptor-cc puts the rational programs of the
 //! kernels it finds profiled into the object) lists it among the object's dependencies and
 //! in its preprocessed output, so make, Ninja and ccache rebuild the object when the
 //! database changes ([`ProfileDb::ensure_generation`]).
@@ -71,12 +71,13 @@ const PRUNE_HINT: &str = "remove it or run `klaraptor profile prune --invalid`";
 /// Errors of the profile database. Each names the file concerned and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    #[error("{path}: cannot {action}: {source}", path = path.display())]
+    /// The I/O error is part of the message, not its `source()`: a report that prints the
+    /// chain (anyhow's `{:#}`) would say it twice.
+    #[error("{path}: cannot {action}: {error}", path = path.display())]
     Io {
         path: PathBuf,
         action: &'static str,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     #[error(
         "{path}: not a valid profile entry: {message}\n  ({PRUNE_HINT})",
@@ -130,10 +131,10 @@ pub type Result<T, E = DbError> = std::result::Result<T, E>;
 
 fn io_err(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> DbError {
     let path = path.to_path_buf();
-    move |source| DbError::Io {
+    move |error| DbError::Io {
         path,
         action,
-        source,
+        error,
     }
 }
 
@@ -456,13 +457,37 @@ impl ProfileDb {
     }
 
     /// Every valid entry of this kernel (mangled name and code hash), one per device.
+    ///
+    /// A damaged entry is moved aside ([`ProfileDb::take_damaged`] says so) and, since that
+    /// changes the database, the generation file is rewritten afterwards: under the
+    /// exclusive lock, taken once the shared one this read holds is released (a reader
+    /// cannot turn its shared lock into an exclusive one without risking a deadlock with
+    /// another reader doing the same).
     pub fn entries_for(&self, mangled: &str, code_hash: &str) -> Result<Vec<Entry>> {
         check_key(mangled, code_hash, "any device")?;
-        let file = entry_file_name(mangled, code_hash);
-        let Some(_lock) = self.lock_shared()? else {
-            return Ok(Vec::new());
+        let (out, moved) = {
+            let Some(lock) = self.lock_shared()? else {
+                return Ok(Vec::new());
+            };
+            let found = self.entries_for_locked(mangled, code_hash);
+            drop(lock);
+            found?
         };
+        if moved {
+            // Best effort: a database nobody may write to could not have had an entry moved.
+            if let Ok(_lock) = self.lock_exclusive() {
+                let _ = self.bump_generation();
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`ProfileDb::entries_for`] under its shared lock: the entries, and whether a damaged
+    /// one was moved aside.
+    fn entries_for_locked(&self, mangled: &str, code_hash: &str) -> Result<(Vec<Entry>, bool)> {
+        let file = entry_file_name(mangled, code_hash);
         let mut out = Vec::new();
+        let mut moved = false;
         for dev_dir in subdirs(&self.version_dir(FORMAT_VERSION))? {
             let path = dev_dir.join(&file);
             let text = match fs::read(&path) {
@@ -482,7 +507,7 @@ impl ProfileDb {
             let entry = match parsed {
                 Ok(e) => e,
                 Err(err) => {
-                    self.set_aside(&path, &err);
+                    moved |= self.set_aside(&path, &err);
                     continue;
                 }
             };
@@ -492,16 +517,18 @@ impl ProfileDb {
             out.push(entry);
         }
         out.sort_by(|a, b| a.device.name.cmp(&b.device.name));
-        Ok(out)
+        Ok((out, moved))
     }
 
     /// Moves a damaged entry to `<entry>.invalid` (replacing an older one there) and keeps a
-    /// message for [`ProfileDb::take_damaged`].
-    fn set_aside(&self, path: &Path, err: &DbError) {
+    /// message for [`ProfileDb::take_damaged`]; whether this call moved it.
+    fn set_aside(&self, path: &Path, err: &DbError) -> bool {
         let mut aside = path.as_os_str().to_owned();
         aside.push(INVALID_SUFFIX);
         let aside = PathBuf::from(aside);
-        let what = match fs::rename(path, &aside) {
+        let rename = fs::rename(path, &aside);
+        let moved = rename.is_ok();
+        let what = match rename {
             Ok(()) => format!("moved aside to {}", aside.display()),
             // Another process moved it first.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -520,6 +547,7 @@ impl ProfileDb {
                 path.display()
             ));
         }
+        moved
     }
 
     /// What [`ProfileDb::entries_for`] found damaged and moved aside since the last call, one

@@ -515,6 +515,45 @@ fn corrupt_and_misplaced_entries() {
     assert_eq!(db.list().unwrap().len(), 1);
 }
 
+/// A damaged entry that a link moves aside changes the database as a `put` does: the
+/// generation file is rewritten (after the readers' shared lock is released), so that make,
+/// Ninja and ccache rebuild the objects compiled from the database.
+#[test]
+fn moving_a_damaged_entry_aside_bumps_the_generation() {
+    let (_tmp, db) = temp_db();
+    let e = mm_entry(H200, "v1", "2026-11-03T10:20:30Z");
+    let path = db.put(&e).unwrap();
+    let generation = db.ensure_generation().unwrap();
+    let before = fs::read_to_string(&generation).unwrap();
+    // A valid entry read: nothing changes.
+    assert_eq!(db.entries_for(MM, &hash_of("v1")).unwrap(), vec![e.clone()]);
+    assert_eq!(fs::read_to_string(&generation).unwrap(), before);
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(&path, &text[..text.len() / 2]).unwrap();
+    assert_eq!(db.entries_for(MM, &hash_of("v1")).unwrap(), vec![]);
+    assert!(!path.exists());
+    assert_eq!(db.take_damaged().len(), 1);
+    let after = fs::read_to_string(&generation).unwrap();
+    assert_ne!(after, before, "the generation did not change");
+    // The lock is free again: a writer gets it, and a reader after it sees no entry and
+    // changes nothing.
+    db.put(&e).unwrap();
+    let stored = fs::read_to_string(&generation).unwrap();
+    db.remove(MM, &hash_of("v1"), H200).unwrap();
+    assert_ne!(fs::read_to_string(&generation).unwrap(), stored);
+    let stored = fs::read_to_string(&generation).unwrap();
+    assert_eq!(db.entries_for(MM, &hash_of("v1")).unwrap(), vec![]);
+    assert_eq!(fs::read_to_string(&generation).unwrap(), stored);
+}
+
+/// An I/O error is said once, also where the error's chain is printed (anyhow's `{:#}`).
+#[test]
+fn io_errors_are_said_once() {
+    let e = anyhow::Error::new(ProfileDb::read_file(Path::new("/nonexistent/x.toml")).unwrap_err());
+    let chain = format!("{e:#}");
+    assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+}
+
 #[test]
 fn prune_by_device_kernel_and_date() {
     let (_tmp, db) = temp_db();
