@@ -147,22 +147,50 @@ fn an_annotated_kernel_without_a_launch_gets_a_warning() {
     );
 }
 
+/// Relocatable device code (`-dc`, `-rdc=true -c`) is instrumented as a whole-program
+/// compile is, and keeps nvcc's registration through the device link; a mode nvcc refuses
+/// with `-rdc` (`-dc -rdc=false`) is nvcc's to report; `--kl-backend=clang` hands it to nvcc
+/// and says so (tests/separable_compilation.rs links such objects).
 #[test]
-fn rdc_builds_with_a_warning_and_program_dims() {
+fn rdc_compiles_are_instrumented() {
     let src = "#pragma klaraptor kernel(k) data(n)\n__global__ void k(int n) {}\nvoid go(int n) { k<<<1, 32>>>(n); }\n";
     let d = project(&[("k.cu", src)]);
+    for args in [
+        &["-dc", "-arch=sm_90", "k.cu", "-o", "k.o"][..],
+        &["-rdc=true", "-c", "-arch=sm_90", "k.cu", "-o", "k.o"],
+        &[
+            "--kl-backend=clang",
+            "-dc",
+            "-arch=sm_90",
+            "k.cu",
+            "-o",
+            "k.o",
+        ],
+    ] {
+        let _ = std::fs::remove_file(d.path().join("k.o"));
+        let o = run(d.path(), &klaraptor_cc(), args);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert!(!err.contains("not instrumented"), "{args:?}: {err}");
+        assert_eq!(
+            err.contains("--kl-backend=clang does not build relocatable device code"),
+            args[0] == "--kl-backend=clang",
+            "{args:?}: {err}"
+        );
+        let syms = symbols(&d.path().join("k.o"));
+        assert!(
+            syms.contains("klaraptor_launch_begin") && syms.contains("__cudaRegisterLinkedBinary_"),
+            "{args:?}: {syms}"
+        );
+    }
     let o = run(
         d.path(),
         &klaraptor_cc(),
-        &["-dc", "-arch=sm_90", "k.cu", "-o", "k.o"],
+        &["-dc", "-rdc=false", "-arch=sm_90", "k.cu", "-o", "k2.o"],
     );
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert!(
-        err.contains("launches are not instrumented in this mode (relocatable device code)"),
-        "{err}"
-    );
-    assert!(!symbols(&d.path().join("k.o")).contains("klaraptor_"));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nvcc fatal"), "{}", stderr(&o));
+    assert!(!d.path().join("k2.o").exists());
 }
 
 /// The descriptors' C grid and constraint functions (`pow2` included), compiled with `cc

@@ -312,14 +312,12 @@ impl Invocation {
     /// What klaraptor-cc would do with the annotated `sources` of a `--dryrun` command.
     fn dry_run_note(&self, sources: &[PathBuf]) -> String {
         let names: Vec<String> = sources.iter().map(|s| s.display().to_string()).collect();
-        let phase = self.view.phase();
-        let what = if matches!(phase, Phase::Compile | Phase::Link | Phase::Run) && !self.view.rdc()
-        {
+        let what = if self.instruments() {
             format!(
                 "check the annotations of {} and instrument the launches of its annotated \
                  kernels{}",
                 names.join(", "),
-                if phase == Phase::Compile {
+                if self.view.compiles_to_objects() {
                     ""
                 } else {
                     ", then link their rational programs and the runtime"
@@ -419,27 +417,35 @@ impl Invocation {
         cfg
     }
 
+    /// Whether this command's annotated sources are instrumented: it compiles them to
+    /// objects (`-c`; with relocatable device code, `-dc` or `-rdc=true -c`, as CMake's
+    /// `CUDA_SEPARABLE_COMPILATION` compiles; `-dw`) or links them (with `-rdc=true`, nvcc's
+    /// device link then sees the instrumented objects' device code, which is nvcc's own).
+    /// A mode that contradicts `-rdc` is nvcc's to refuse.
+    fn instruments(&self) -> bool {
+        (self.view.compiles_to_objects() || matches!(self.view.phase(), Phase::Link | Phase::Run))
+            && !self.view.rdc_contradicts_mode()
+    }
+
     /// Builds a command with annotated sources: instrumented when the command compiles to
-    /// objects (`-c`) or links, else (`-rdc`, `-lib`, `-ptx`, …) compiled from the prepared
-    /// copies with the program's own launch dimensions.
+    /// objects or links ([`Self::instruments`]), else (`-lib`, `-ptx`, `-cuda`, …) compiled as
+    /// given, with the program's own launch dimensions.
     fn compile_annotated(&self, analyses: &[(PathBuf, Analysis)]) -> Result<i32> {
         let work = klaraptor_profiler::interrupt::Scratch::new("klaraptor-")
             .context("creating a temporary directory")?;
         let phase = self.view.phase();
-        let code = if matches!(phase, Phase::Compile | Phase::Link | Phase::Run) && !self.view.rdc()
-        {
+        let code = if self.instruments() {
             self.compile_instrumented(analyses, work.path())?
+        } else if self.view.rdc_contradicts_mode() {
+            // nvcc refuses the command with its own message and status.
+            self.compile_as_given()?
         } else {
             for (src, _) in analyses {
                 crate::kl_eprintln!(
                     "klaraptor-cc: warning: {}: launches are not instrumented in this mode ({}); \
                      kernels keep the program's own launch dimensions{}",
                     src.display(),
-                    if self.view.rdc() {
-                        "relocatable device code".to_string()
-                    } else {
-                        format!("{phase:?}")
-                    },
+                    mode_name(phase),
                     if self.cl.backend() == Backend::Clang {
                         ", and nvcc builds it (--kl-backend=clang applies to instrumented \
                          compiles only)"
@@ -464,11 +470,21 @@ impl Invocation {
     /// rest of the command (other sources, the link) with the instrumented objects.
     fn compile_instrumented(&self, analyses: &[(PathBuf, Analysis)], work: &Path) -> Result<i32> {
         let tools = HostTools::discover();
-        let link = self.view.phase() != Phase::Compile;
+        let link = !self.view.compiles_to_objects();
         // With the clang backend: the user's options translated for clang-19 (or the first
         // one it cannot honour, before anything is written), and ptxas and fatbinary.
         let clang = match self.cl.backend() {
             Backend::Nvcc => None,
+            Backend::Clang if self.view.rdc() => {
+                // nvlink reads the relocatable device code nvcc embeds; clang-19 makes its
+                // own kind (-fgpu-rdc), which nvcc's device link does not take.
+                crate::kl_eprintln!(
+                    "klaraptor-cc: warning: --kl-backend=clang does not build relocatable device \
+                     code (-rdc=true, -dc, CMake's CUDA_SEPARABLE_COMPILATION): nvcc builds it, \
+                     instrumented as with the default backend"
+                );
+                None
+            }
             Backend::Clang => match self.clang_backend() {
                 Ok(c) => Some(c),
                 Err(e) => {
@@ -1220,6 +1236,20 @@ impl Invocation {
             fixed = add_dependency(&fixed, source, toml, one_source, phony);
         }
         fixed
+    }
+}
+
+/// How a warning names a mode whose launches klaraptor does not instrument.
+fn mode_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Library => "-lib",
+        Phase::Intermediate => "-cuda, -ptx, -cubin, -fatbin, -optix-ir or -lto-ir",
+        Phase::DeviceLink => "-dlink",
+        Phase::Preprocess => "-E",
+        Phase::Dependencies => "-M",
+        Phase::Compile | Phase::CompileRdc | Phase::CompileWhole | Phase::Link | Phase::Run => {
+            "a mode nvcc refuses with these options"
+        }
     }
 }
 

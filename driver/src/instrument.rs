@@ -12,6 +12,16 @@
 //! ld -r host.o kernels.o -o <object>                                (one object: -c then a separate link works)
 //! ```
 //!
+//! With relocatable device code (`-dc`, `-rdc=true -c`, CMake's `CUDA_SEPARABLE_COMPILATION`)
+//! the host translation is `nvcc -cuda -rdc=true …`: it embeds the relocatable device code in
+//! the section `__nv_relfatbin` with the module id in `__nv_module_id`, and registers through
+//! `__cudaRegisterLinkedBinary_<module id>`, which the device link defines. Both survive the
+//! clang-19 compile, `ld -r` and objcopy untouched, so `nvcc -dlink` (or nvcc's link with
+//! `-rdc=true`) reads the instrumented object as it reads nvcc's own; the stubs launch through
+//! `__cudaLaunchKernel` as in a whole-program compile, and the code hash is that of the
+//! embedded fatbinary, as there (device functions of other translation units that a kernel
+//! calls are not part of it).
+//!
 //! A unit in which the pass instrumented no launch is `host.o` alone: it references nothing
 //! of the runtime, so it links with any driver.
 //!
@@ -42,7 +52,7 @@ use klaraptor_passes::frontend::Analysis;
 use klaraptor_passes::inject::{self, InjectReport, InjectTarget};
 use klaraptor_spec::spec::KernelSpec;
 
-use crate::nvcc_args::{Arg, ClangFlags, CommandLine, Role};
+use crate::nvcc_args::{Arg, ClangFlags, CommandLine, Phase, Role};
 use klaraptor_program::codegen;
 
 /// The tools besides nvcc.
@@ -208,8 +218,14 @@ pub fn compile_unit(
     std::fs::create_dir_all(w).with_context(|| format!("creating {}", w.display()))?;
     let ii = w.join("host.ii");
     let mut cmd = Command::new(nvcc);
-    cmd.args(host_translation_flags(view))
-        .args(["-cuda", "-ccbin"])
+    cmd.args(host_translation_flags(view));
+    if view.phase() == Phase::CompileRdc && view.values(Role::Rdc).last() != Some("true") {
+        // `-dc` is `-rdc=true -c`: the translation embeds relocatable device code (section
+        // `__nv_relfatbin`) and registers it through `__cudaRegisterLinkedBinary_<module>`,
+        // which the device link (`nvcc -dlink`, or nvcc's link with `-rdc=true`) defines.
+        cmd.arg("-rdc=true");
+    }
+    cmd.args(["-cuda", "-ccbin"])
         .arg(&tools.clang)
         .arg(unit.source)
         .arg("-o")

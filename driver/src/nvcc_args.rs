@@ -786,6 +786,27 @@ impl CommandLine {
     pub fn rdc(&self) -> bool {
         self.phase() == Phase::CompileRdc || self.values(Rdc).last().is_some_and(|v| v == "true")
     }
+
+    /// Whether the mode and `-rdc` contradict each other, which nvcc 13 refuses: `-dc` with
+    /// `-rdc=false` ("'--device-c (-dc)' is not compatible with
+    /// '--relocatable-device-code=false (-rdc=false)'"), `-dw` with `-rdc=true`.
+    pub fn rdc_contradicts_mode(&self) -> bool {
+        let rdc = self.values(Rdc).last();
+        match self.phase() {
+            Phase::CompileRdc => rdc == Some("false"),
+            Phase::CompileWhole => rdc == Some("true"),
+            _ => false,
+        }
+    }
+
+    /// Whether the phase compiles each source to an object of its own, with or without
+    /// relocatable device code: `-c`, `-dc`, `-dw`.
+    pub fn compiles_to_objects(&self) -> bool {
+        matches!(
+            self.phase(),
+            Phase::Compile | Phase::CompileRdc | Phase::CompileWhole
+        )
+    }
 }
 
 fn is_object_like(p: &Path) -> bool {
