@@ -682,3 +682,72 @@ fn a_shmem_formula_above_the_limit_at_every_shape_is_an_error() {
     assert_eq!(code, 1, "{err}");
     assert!(!wrote && err.contains("k.cu:1:43: error: shmem("), "{err}");
 }
+
+/// `klaraptor.toml` entries that match nothing (a misspelled kernel, a `source` that does not
+/// exist, a `source` that defines no such kernel) are warnings naming the toml's line, the
+/// entry and what it did not match, from `klaraptor specs` and from klaraptor-cc, which
+/// builds all the same; an entry without `source` whose kernel another `.cu` file beside the
+/// toml defines, or one for this translation unit, is no warning.
+#[test]
+fn klaraptor_toml_entries_that_match_nothing_are_warnings() {
+    let toml = "[kernel.scal]\n\
+                data = [\"n\"]\n\
+                \n\
+                [kernel.twice]\n\
+                source = \"nothere.cu\"\n\
+                data = [\"n\"]\n\
+                \n\
+                [kernel.other]\n\
+                source = \"other.cu\"\n\
+                data = [\"n\"]\n\
+                \n\
+                [kernel.elsewhere]\n\
+                data = [\"n\"]\n\
+                \n\
+                [kernel.used]\n\
+                source = \"k.cu\"\n\
+                data = [\"n\"]\n";
+    let k = "__global__ void scale(float *a, int n) { if (n) a[0] = 1; }\n\
+             __global__ void used(float *a, int n) { if (n) a[0] = 2; }\n\
+             void go(float *a, int n) { scale<<<1, 32>>>(a, n); used<<<1, 32>>>(a, n); }\n";
+    let files = [
+        ("klaraptor.toml", toml),
+        ("k.cu", k),
+        ("b.cu", "__global__ void elsewhere(float *a, int n) {}\n"),
+        ("other.cu", "__global__ void other2(float *a, int n) {}\n"),
+    ];
+    let d = project(&files);
+    let want = [
+        "klaraptor.toml:1:1: warning: the entry [kernel.scal] of klaraptor.toml matches no \
+         kernel: no .cu file in . (nor a file one includes with quotes) defines a __global__ \
+         function named 'scal'",
+        "did you mean 'scale'?",
+        "klaraptor.toml:5:11: warning: the entry [kernel.twice] of klaraptor.toml matches \
+         nothing: its source, nothere.cu, does not exist",
+        "klaraptor.toml:9:11: warning: the entry [kernel.other] of klaraptor.toml matches \
+         nothing: other.cu defines no kernel named 'other'",
+        "did you mean 'other2'?",
+    ];
+    let (code, out, err) = specs(d.path(), "k.cu");
+    assert_eq!(code, 0, "{err}");
+    for w in want {
+        assert!(err.contains(w), "missing {w:?} in:\n{err}");
+    }
+    assert_eq!(err.matches("warning:").count(), 3, "{err}");
+    assert!(out.contains("[kernel.used]"), "{out}");
+
+    let (code, err, wrote) = compile(&files, &["-arch=sm_90"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(wrote, "{err}");
+    for w in want {
+        let w = w.replacen(
+            "klaraptor.toml:",
+            "klaraptor-cc: warning: klaraptor.toml:",
+            1,
+        );
+        let w = w.replacen(": warning: the entry", ": the entry", 1);
+        assert!(err.contains(&w), "missing {w:?} in:\n{err}");
+    }
+    assert_eq!(err.matches("matches no kernel").count(), 1, "{err}");
+    assert_eq!(err.matches("matches nothing").count(), 2, "{err}");
+}

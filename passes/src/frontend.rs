@@ -103,20 +103,204 @@ pub fn annotations_of_tu(
     Ok((scanned, toml, toml_path))
 }
 
+/// Annotations the compiler would ignore without a word, each a diagnostic for a warning:
 /// `#pragma` lines one or two letters off `klaraptor` ([`annotations::misspelled_pragmas`])
 /// in `source` and in every file it includes with quotes, found as [`annotations_of_tu`]
-/// finds them: a misspelled pragma beside a kernel in a header is as silent as one in the
-/// main file. Each diagnostic names the file that holds the line; a header included twice
-/// is reported once.
+/// finds them (a misspelled pragma beside a kernel in a header is as silent as one in the
+/// main file; each diagnostic names the file that holds the line, a header included twice
+/// once); then the entries of the `klaraptor.toml` beside `source` that match nothing
+/// ([`unmatched_toml_entries`]). klaraptor-cc says each as a warning for every CUDA source
+/// it compiles.
 pub fn misspelled_pragmas_of_tu(
     source: &Path,
     text: &str,
     include_dirs: &[PathBuf],
 ) -> Vec<klaraptor_spec::diag::Diagnostic> {
-    includes::quoted_closure(source, text, include_dirs)
+    let mut out: Vec<Diagnostic> = includes::quoted_closure(source, text, include_dirs)
         .iter()
         .flat_map(|f| annotations::misspelled_pragmas(&f.path, &f.text))
-        .collect()
+        .collect();
+    out.extend(unmatched_toml_entries(source, text, include_dirs));
+    out
+}
+
+/// The entries of the `klaraptor.toml` beside `source` (with contents `text`) that match
+/// nothing, each a diagnostic for a warning at the entry (its `source = "…"` value when it
+/// has one) saying what it did not match: a `source` that names no file; a `source` naming a
+/// file outside this translation unit that defines no `__global__` function of the entry's
+/// name (in it or the files it includes with quotes; one inside the translation unit is
+/// checked by [`analyze`], where a missing kernel is an error); an entry without `source`
+/// whose kernel no `.cu` file beside the toml defines (nor the files they include with
+/// quotes). Kernels are found by the text ([`kernels_by_text`]), so a kernel whose name a
+/// macro makes is not seen. A toml that does not read gives nothing here ([`analyze`]
+/// reports it).
+pub fn unmatched_toml_entries(
+    source: &Path,
+    text: &str,
+    include_dirs: &[PathBuf],
+) -> Vec<Diagnostic> {
+    let toml_path = annotations::toml_path_for(source);
+    if !toml_path.is_file() {
+        return Vec::new();
+    }
+    let Ok(entries) = config::load(&toml_path) else {
+        return Vec::new();
+    };
+    if entries.is_empty() {
+        return Vec::new();
+    }
+    let dir = toml_path.parent().unwrap_or(Path::new("."));
+    let unit: Vec<PathBuf> = includes::quoted_closure(source, text, include_dirs)
+        .into_iter()
+        .map(|f| f.canonical)
+        .collect();
+    let here = kernels_by_text(source, text, include_dirs);
+    // The kernels of every .cu file beside the toml: read once, when an entry needs them.
+    let mut beside: Option<Vec<String>> = None;
+    let mut out = Vec::new();
+    for t in &entries {
+        let a = &t.annotation;
+        let short = a.kernel.rsplit("::").next().unwrap_or(&a.kernel);
+        let entry = format!("[kernel.{}]", a.kernel);
+        match &t.source {
+            Some(s) if !s.is_file() => {
+                out.push(
+                    Diagnostic::new(
+                        t.source_loc.clone().unwrap_or_else(|| a.loc.clone()),
+                        format!(
+                            "the entry {entry} of {} matches nothing: its source, {}, does not \
+                             exist, so kernel '{}' keeps the program's own launch",
+                            toml_path.display(),
+                            s.display(),
+                            a.kernel
+                        ),
+                    )
+                    .help(
+                        "name the file that defines the kernel, relative to the directory of \
+                         klaraptor.toml, or leave `source` out",
+                    ),
+                );
+            }
+            Some(s) => {
+                if unit.contains(&includes::canonical(s)) {
+                    continue;
+                }
+                let found = includes::read_text(s)
+                    .map(|st| kernels_by_text(s, &st, include_dirs))
+                    .unwrap_or_default();
+                if found.iter().any(|k| k == short) {
+                    continue;
+                }
+                out.push(
+                    Diagnostic::new(
+                        t.source_loc.clone().unwrap_or_else(|| a.loc.clone()),
+                        format!(
+                            "the entry {entry} of {} matches nothing: {} defines no kernel \
+                             named '{}' (no __global__ function of that name in it or the \
+                             files it includes with quotes)",
+                            toml_path.display(),
+                            s.display(),
+                            a.kernel
+                        ),
+                    )
+                    .help(suggest(short, &found, &s.display().to_string())),
+                );
+            }
+            None => {
+                if here.iter().any(|k| k == short) {
+                    continue;
+                }
+                let all = beside.get_or_insert_with(|| kernels_beside(dir, include_dirs));
+                if all.iter().any(|k| k == short) {
+                    continue;
+                }
+                out.push(
+                    Diagnostic::new(
+                        a.loc.clone(),
+                        format!(
+                            "the entry {entry} of {} matches no kernel: no .cu file in {} (nor \
+                             a file one includes with quotes) defines a __global__ function \
+                             named '{}'",
+                            toml_path.display(),
+                            if dir.as_os_str().is_empty() {
+                                ".".to_string()
+                            } else {
+                                dir.display().to_string()
+                            },
+                            a.kernel
+                        ),
+                    )
+                    .help(suggest(short, all, "the directory")),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The `__global__` functions of every `.cu` file in `dir` and of the files they include
+/// with quotes, read from the text; each name once, in the files' order of name.
+fn kernels_beside(dir: &Path, include_dirs: &[PathBuf]) -> Vec<String> {
+    let listed = if dir.as_os_str().is_empty() {
+        std::fs::read_dir(".")
+    } else {
+        std::fs::read_dir(dir)
+    };
+    let mut files: Vec<PathBuf> = listed
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "cu") && p.is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let mut out: Vec<String> = Vec::new();
+    for f in files {
+        let Some(text) = includes::read_text(&f) else {
+            continue;
+        };
+        for k in kernels_by_text(&f, &text, include_dirs) {
+            if !out.contains(&k) {
+                out.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// What to tell the writer of an entry for kernel `name` that matches none of `found` (the
+/// kernels of `place`): the names one or two letters off, else the kernels there.
+fn suggest(name: &str, found: &[String], place: &str) -> String {
+    let close: Vec<&str> = found
+        .iter()
+        .filter(|k| annotations::edit_distance(k, name) <= 2)
+        .map(String::as_str)
+        .collect();
+    if !close.is_empty() {
+        return format!("did you mean {}?", quoted(&close));
+    }
+    if found.is_empty() {
+        return format!("{place} defines no __global__ function; check the kernel's name");
+    }
+    let shown: Vec<&str> = found.iter().take(8).map(String::as_str).collect();
+    format!(
+        "the kernels of {place} are {}{}; check the kernel's name",
+        quoted(&shown),
+        if found.len() > shown.len() {
+            ", …"
+        } else {
+            ""
+        }
+    )
+}
+
+/// `'a'`, `'a' or 'b'`, `'a', 'b' or 'c'`.
+fn quoted(names: &[&str]) -> String {
+    let q: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    match q.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => q.join(""),
+    }
 }
 
 /// The names of the `__global__` functions defined or declared in `source` (with contents

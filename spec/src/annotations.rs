@@ -167,7 +167,7 @@ pub fn misspelled_pragmas(file: &Path, text: &str) -> Vec<Diagnostic> {
 }
 
 /// The Levenshtein distance of two short ASCII words.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.iter().enumerate() {

@@ -63,6 +63,8 @@ enum Size {
 pub struct TomlKernel {
     pub annotation: KernelAnnotation,
     pub source: Option<PathBuf>,
+    /// Where the entry's `source = "…"` value is written.
+    pub source_loc: Option<Location>,
 }
 
 /// Reads a `klaraptor.toml`.
@@ -270,6 +272,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 loc: at(entry_span.start),
                 style: Style::Toml,
             },
+            source_loc: e.source.as_ref().map(|s| at(inside(s, 0))),
             source: e.source.map(|s| dir.join(s.into_inner())),
         });
     }

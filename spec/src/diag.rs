@@ -62,6 +62,18 @@ impl Diagnostic {
     }
 }
 
+impl Diagnostic {
+    /// The diagnostic as a warning: as its `Display` (an error) but for the word.
+    pub fn as_warning(&self) -> String {
+        let text = self.to_string();
+        let error = format!("{}: error: ", self.loc);
+        match text.strip_prefix(&error) {
+            Some(rest) => format!("{}: warning: {rest}", self.loc),
+            None => text,
+        }
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: error: {}", self.loc, self.message)?;

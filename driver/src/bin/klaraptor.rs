@@ -228,7 +228,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cfg.args.extend(include.iter().map(|i| format!("-I{i}")));
             cfg.args.extend(define.iter().map(|d| format!("-D{d}")));
             let mut failed = false;
+            let mut warned = std::collections::BTreeSet::new();
             for src in &sources {
+                // What klaraptor-cc warns about: misspelled pragmas, klaraptor.toml entries
+                // that match nothing (each once, however many sources share the toml).
+                if let Ok(text) = std::fs::read_to_string(src) {
+                    let dirs = cfg.quote_include_dirs();
+                    for d in frontend::misspelled_pragmas_of_tu(src, &text, &dirs) {
+                        let w = d.as_warning();
+                        if warned.insert(w.clone()) {
+                            klaraptor::kl_eprintln!("{w}");
+                        }
+                    }
+                }
                 match frontend::analyze(src, &cfg) {
                     Ok(Outcome::Unannotated) => {
                         klaraptor::kl_println!("# {}: no annotated kernels", src.display())
