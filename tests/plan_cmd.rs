@@ -103,3 +103,21 @@ fn klaraptor_plan_prints_the_shapes_each_kernel_allows() {
     // The same text the profiling variant's plan file gets.
     assert_eq!(out, plan::plan_file(&specs));
 }
+
+/// A binary that cannot be read: the error names it.
+#[test]
+fn klaraptor_plan_of_a_missing_binary_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(klaraptor())
+        .current_dir(dir.path())
+        .args(["plan", "nothere"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("reading nothere: No such file or directory"),
+        "{err}"
+    );
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+}

@@ -153,7 +153,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             candidates,
             recipes,
         } => {
-            let bytes = std::fs::read(&binary)?;
+            let bytes = std::fs::read(&binary)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", binary.display()))?;
             let specs = klaraptor_spec::link::scan_bytes(&bytes, &binary)?;
             if specs.is_empty() {
                 anyhow::bail!("{} holds no klaraptor kernel specs", binary.display());
