@@ -7,6 +7,11 @@
 #   bench/cmake-gpu/build.sh first            # empty database: configure and build
 #   bench/cmake-gpu/build.sh again <db.tar>   # the database the GPU machine filled: build again
 #
+# PROJECT=separable-compilation builds tests/fixtures/separable-compilation instead (issue
+# 40: two annotated kernels in two sources calling each other's device functions, with
+# CUDA_SEPARABLE_COMPILATION ON: -rdc=true compiles, nvcc's -dlink, g++'s link); device.sh
+# then needs KERNELS="scale shrink".
+#
 # Everything lives under $ROOT (/tmp/klaraptor-cmake-gpu, the same path on both machines:
 # the objects record the build directory, where `klaraptor profile` runs the recipe):
 # src/ (the project), build/ (Ninja), db/ (the profile database the module is pointed at).
@@ -35,9 +40,9 @@ case $step in
   first)
     rm -rf "$ROOT"
     mkdir -p "$ROOT/db"
-    cp -r "$repo/tests/fixtures/cmake-project" "$ROOT/src"
+    cp -r "$repo/tests/fixtures/${PROJECT:-cmake-project}" "$ROOT/src"
     {
-      echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) configure and build from an empty database"
+      echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) configure and build tests/fixtures/${PROJECT:-cmake-project} from an empty database"
       cmake -S "$ROOT/src" -B "$ROOT/build" -G Ninja \
         -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90-real \
         -DCMAKE_MODULE_PATH="$repo/cmake" -DKLARAPTOR_CC="$rel/klaraptor-cc" \

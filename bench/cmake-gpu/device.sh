@@ -14,6 +14,11 @@
 # run: unpacks again.tar.xz and runs the rebuilt build/app with KLARAPTOR_LOG=1 at three sizes
 #   (the choices of the rational program it carries are logged) and with KLARAPTOR_DISABLE=1,
 #   and writes runs.txt and summary.txt.
+# CMAKE_GPU_BUNDLE: the bundle to unpack (default .dev/linkprof/bundle.tar.xz); one holding
+#   only its BUILD-INFO and bin/ will do (unpack.sh), e.g. .dev/cmake-gpu/tools.tar.xz made by
+#   `tar -C <unpacked bundle> -cJf .dev/cmake-gpu/tools.tar.xz BUILD-INFO bin`.
+# KERNELS: the annotated kernels whose programs the run step checks (default saxpy; "scale
+#   shrink" for build.sh's PROJECT=separable-compilation).
 set -uo pipefail
 ROOT=/tmp/klaraptor-cmake-gpu
 : "${OUT:?set OUT}"
@@ -33,7 +38,7 @@ rm -rf "$ROOT"
 mkdir -p "$ROOT"
 set -e
 . bench/linkprof/unpack.sh
-unpack_bundle "$repo/.dev/linkprof/bundle.tar.xz" "$ROOT/bundle" "$nvcc"
+unpack_bundle "${CMAKE_GPU_BUNDLE:-$repo/.dev/linkprof/bundle.tar.xz}" "$ROOT/bundle" "$nvcc"
 set +e
 tar -C "$ROOT" -xJf "$repo/.dev/cmake-gpu/$tarball.tar.xz" || die "unpacking $tarball.tar.xz"
 export XDG_CACHE_HOME=$ROOT/cache KLARAPTOR_CHOICES=off
@@ -69,14 +74,18 @@ if [ "$STEP" = profile ]; then
   tar -C "$ROOT" -cf "$OUT/db.tar" db
 else
   "$klaraptor" inspect ./app > "$OUT/inspect.txt" 2>&1
-  check "the program carries the rational program" "$(grep -q saxpy "$OUT/inspect.txt" && echo 1)" \
-    "klaraptor inspect: $(grep -c . "$OUT/inspect.txt") line(s)"
+  for k in ${KERNELS:-saxpy}; do
+    check "the program carries the rational program of $k" "$(grep -q "kernel $k " "$OUT/inspect.txt" && echo 1)" \
+      "klaraptor inspect: $(grep -c . "$OUT/inspect.txt") line(s)"
+  done
   for n in 100000 1000000 16777216; do
     run_app KLARAPTOR_LOG=1 -- "$n"
     rc=$?
-    check "app $n with KLARAPTOR_LOG=1" \
-      "$([ $rc = 0 ] && grep -qE '^klaraptor: saxpy .*source=model' "$ROOT/run.txt" && echo 1)" \
-      "exit $rc; $(grep -E '^klaraptor: saxpy' "$ROOT/run.txt" | head -1)"
+    for k in ${KERNELS:-saxpy}; do
+      check "app $n with KLARAPTOR_LOG=1: $k" \
+        "$([ $rc = 0 ] && grep -qE "^klaraptor: $k .*source=model" "$ROOT/run.txt" && echo 1)" \
+        "exit $rc; $(grep -E "^klaraptor: $k " "$ROOT/run.txt" | head -1)"
+    done
     run_app KLARAPTOR_DISABLE=1 -- "$n"
     check "app $n with KLARAPTOR_DISABLE=1" "$([ $? = 0 ] && echo 1)" "$(grep -E '^app:' "$ROOT/run.txt" | tail -1)"
   done

@@ -21,6 +21,19 @@ unpack_bundle() {
   kcc=$B/bin/klaraptor-cc
   klaraptor=$B/bin/klaraptor
   local libdir=$B/libs
+  if [ ! -d "$libdir" ]; then
+    # A bundle without klaraptor-cc's libraries (bin/ and BUILD-INFO of one: bench/cmake-gpu
+    # runs no klaraptor-cc there, and the whole bundle beside the working tree may exceed the
+    # device call's limit): klaraptor and the collector only.
+    local b m
+    for b in "$klaraptor" "$B/bin/libklaraptor_collector.so"; do
+      m=$(missing "$b")
+      [ -z "$m" ] || die "ldd: $(basename "$b") lacks: $(echo $m)"
+    done
+    export KLARAPTOR_NVCC=$nvcc
+    say "klaraptor and the collector only (no klaraptor-cc libraries); nvcc: $nvcc ($("$nvcc" --version | tail -1))"
+    return 0
+  fi
   export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if [ "${LINKPROF_FORCE_FALLBACK:-0}" = 1 ]; then
     for f in "$B"/fallback/*; do ln -sf "../fallback/$(basename "$f")" "$libdir/"; done
