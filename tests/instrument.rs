@@ -958,3 +958,42 @@ void go(float *a, int n) { k<<<(n + 255) / 256, 256>>>(a, n); }
         );
     }
 }
+
+/// A kernel without a profile recipe is not told that a link or `klaraptor profile` will
+/// profile it (neither can): the compile says to add a recipe, and that the kernel keeps the
+/// program's own launch until then; a kernel with one is told how it gets profiled.
+#[test]
+fn the_no_profile_hint_says_what_a_kernel_without_a_recipe_needs() {
+    let src = r#"
+#pragma klaraptor kernel(bare) data(N=n) dim(1) grid(ceil(N, bx))
+__global__ void bare(float *a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = 0; }
+#pragma klaraptor kernel(timed) data(N=n) dim(1) grid(ceil(N, bx)) profile(run="./app {N}", sizes=[1024, 4096])
+__global__ void timed(float *a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = 1; }
+void go(float *a, int n) { bare<<<(n + 255) / 256, 256>>>(a, n); timed<<<(n + 127) / 128, 128>>>(a, n); }
+"#;
+    let d = project(&[("k.cu", src)]);
+    let o = pinned(d.path(), &klaraptor_cc())
+        .env("KLARAPTOR_PROFILE_DB", d.path().join("db"))
+        .args(["-c", "k.cu", "-o", "k.o", "--kl-verbose"])
+        .output()
+        .unwrap();
+    let err = ok(&o);
+    let line = |k: &str| {
+        err.lines()
+            .find(|l| l.contains(&format!("kernel {k} (annotated at")) && l.contains("no profile"))
+            .unwrap_or_else(|| panic!("no hint for {k}:\n{err}"))
+            .to_string()
+    };
+    let bare = line("bare");
+    assert!(
+        bare.contains("has no profile(run=…, sizes=…) recipe: add one"),
+        "{bare}"
+    );
+    assert!(bare.contains("keeps the program's own launch"), "{bare}");
+    let timed = line("timed");
+    assert!(
+        timed.contains("`klaraptor profile <binary>` profiles it"),
+        "{timed}"
+    );
+    assert!(!timed.contains("recipe"), "{timed}");
+}

@@ -722,9 +722,17 @@ impl Invocation {
             match db.entries_for(&s.mangled, &s.code_hash) {
                 Ok(es) => {
                     if es.is_empty() {
+                        // Only a kernel with a recipe can be profiled by a link or by
+                        // `klaraptor profile`; another needs one first.
+                        let how = if s.profile_run.is_some() && !s.profile_sizes.is_empty() {
+                            "the link on a GPU machine or `klaraptor profile <binary>` profiles it"
+                        } else {
+                            "its annotation has no profile(run=…, sizes=…) recipe: add one, \
+                             and the link on a GPU machine or `klaraptor profile <binary>` \
+                             profiles it; until then it keeps the program's own launch"
+                        };
                         self.say(format!(
-                            "kernel {} (annotated at {}): no profile in {}; the link on a GPU \
-                             machine or `klaraptor profile <binary>` profiles it",
+                            "kernel {} (annotated at {}): no profile in {}; {how}",
                             s.name,
                             s.annotated_at,
                             db.root().display()
