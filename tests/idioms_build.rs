@@ -4,12 +4,64 @@
 //! klaraptor-cc, its annotations read and its launches instrumented. The suite has no
 //! committed profile yet, so each kernel keeps the program's own launch: the only warnings
 //! allowed are klaraptor-cc's "no profile" ones.
+//!
+//! `scripts/test` builds and emulates the representative subset [`SUBSET`];
+//! `scripts/test --full` (`KLARAPTOR_TEST_FULL=1`, as CI runs it) all 19 programs.
 
 mod common;
 use common::*;
 
 use std::path::Path;
 use std::process::Command;
+
+/// The programs the default run builds and emulates: together they hold every idiom the
+/// suite has (samples/idioms/README.md's table) and every kind of annotation clause.
+#[rustfmt::skip]
+const SUBSET: [&str; 8] = [
+    // A kernel template instantiated twice, template and annotation in a header the
+    // program includes; `__constant__` weights.
+    "template_scale",
+    // Grid-stride loop over a capped grid (`min(...)` in the grid formula), warp shuffles,
+    // float atomics, dynamic shared memory from the block (`shmem(bx * 4)`), a `pow2(bx)`
+    // constraint, two kernels in one program.
+    "reduce_atomic",
+    // 3-D blocks and grid.
+    "stencil3d7",
+    // A batch on the grid's z axis, four data parameters.
+    "batched_gemm",
+    // One kernel on two streams (`<<<g, b, 0, s>>>`).
+    "streams_axpby",
+    // `__launch_bounds__`, register-heavy kernels, constraints `bx <= 256` and
+    // `bx * by <= 128`, a 1-D and a 2-D kernel in one program.
+    "launch_bounds_poly",
+    // Shared-memory tiles and `__syncthreads`, the constraint `bx == by`, dynamic shared
+    // memory from a 2-D block, three data parameters.
+    "gemm_tiled",
+    // Dynamic shared memory sized from the block and the data (`shmem((bx + R - 1) * 4)`),
+    // a filter in `__constant__` memory, a halo staged before a barrier.
+    "conv1d_const",
+];
+
+/// The programs of `samples/idioms/Makefile` the run checks: all of them with
+/// `scripts/test --full`, else [`SUBSET`] (which must be among them).
+fn programs(makefile: &str) -> Vec<String> {
+    let all: Vec<String> = makefile
+        .lines()
+        .find_map(|l| l.strip_prefix("PROGRAMS := "))
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert!(all.len() >= 11, "{all:?}");
+    for p in SUBSET {
+        assert!(all.iter().any(|q| q == p), "{p} is not in {all:?}");
+    }
+    if full() {
+        all
+    } else {
+        SUBSET.iter().map(|p| p.to_string()).collect()
+    }
+}
 
 #[test]
 fn the_idioms_suite_builds_through_klaraptor() {
@@ -23,10 +75,13 @@ fn the_idioms_suite_builds_through_klaraptor() {
     let db = tmp.path().join("empty-db");
     std::fs::create_dir_all(&db).unwrap();
     let dir = tmp.path().join("samples/idioms");
+    let mk = std::fs::read_to_string(dir.join("Makefile")).unwrap();
+    let programs = programs(&mk);
     let o = Command::new("make")
         .current_dir(&dir)
-        .arg("-j2")
+        .arg(format!("-j{}", jobs()))
         .arg(format!("NVCC={}", klaraptor_cc().display()))
+        .args(&programs)
         .env("KLARAPTOR_NVCC", nvcc())
         .env("KLARAPTOR_NO_GPU", "1")
         .env("KLARAPTOR_TRANSFER", "off")
@@ -44,14 +99,6 @@ fn the_idioms_suite_builds_through_klaraptor() {
             "unexpected warning: {line}\n{err}"
         );
     }
-    let mk = std::fs::read_to_string(dir.join("Makefile")).unwrap();
-    let programs: Vec<&str> = mk
-        .lines()
-        .find_map(|l| l.strip_prefix("PROGRAMS := "))
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    assert!(programs.len() >= 11, "{programs:?}");
     for p in &programs {
         assert!(dir.join(p).join(p).is_file(), "{p} was not built");
         // One "no profile" warning per program, naming where its annotation is (the
@@ -77,14 +124,31 @@ fn the_idioms_suite_builds_through_klaraptor() {
     );
 }
 
-/// `make emu-check`: every idioms program under the CPU emulation (barriers, shuffles and
-/// atomics included) at its own block and at odd ones, against its CPU reference.
+/// `make emu-check`: the idioms programs under the CPU emulation (barriers, shuffles and
+/// atomics included) at their own block and at odd ones, against their CPU references —
+/// each run that a program's `emu.args` lists.
 #[test]
 fn the_idioms_suite_passes_under_the_cpu_emulation() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let build = tempfile::tempdir().unwrap();
+    let idioms = repo.join("samples/idioms");
+    let programs = programs(&std::fs::read_to_string(idioms.join("Makefile")).unwrap());
+    let runs: usize = programs
+        .iter()
+        .map(|p| {
+            let args = std::fs::read_to_string(idioms.join(p).join("emu.args")).unwrap();
+            args.lines()
+                .filter(|l| {
+                    l.split_whitespace()
+                        .next()
+                        .is_some_and(|w| !w.starts_with('#'))
+                })
+                .count()
+        })
+        .sum();
     let o = Command::new("bash")
-        .arg(repo.join("samples/idioms/emu/check.sh"))
+        .arg(idioms.join("emu/check.sh"))
+        .args(&programs)
         .env("EMU_BUILD", build.path())
         .output()
         .unwrap();
@@ -95,10 +159,12 @@ fn the_idioms_suite_passes_under_the_cpu_emulation() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(!out.contains("FAIL"), "{out}");
-    assert!(
-        out.lines().filter(|l| l.starts_with("ok ")).count() >= 40,
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        runs,
         "{out}"
     );
+    assert!(runs >= 2 * programs.len(), "{runs} runs");
 }
 
 /// Copies the regular files under `from` (recursively), leaving out executables and

@@ -19,6 +19,19 @@ pub fn nvcc() -> PathBuf {
     p
 }
 
+/// Whether the slow tests check everything (`scripts/test --full`, which sets
+/// `KLARAPTOR_TEST_FULL=1`, as CI does) rather than their representative subset: every
+/// program of the sample suites instead of a few chosen to cover each feature the suite
+/// exercises, and every repetition of a check that repeats.
+pub fn full() -> bool {
+    std::env::var_os("KLARAPTOR_TEST_FULL").is_some_and(|v| v == "1")
+}
+
+/// How many jobs a test's own `make -j` runs: the machine's CPUs.
+pub fn jobs() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 pub fn klaraptor_cc() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_klaraptor-cc"))
 }
