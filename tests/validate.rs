@@ -48,22 +48,33 @@ fn built() -> &'static Path {
             std::fs::copy(repo.join(f), &to).unwrap();
         }
         let dir = root.join("samples/polybench");
-        for p in ["gemm", "atax"] {
-            let o = Command::new("make")
-                .current_dir(dir.join(p))
-                .arg(format!("NVCC={}", klaraptor_cc().display()))
-                .arg(format!(
-                    "NVCCFLAGS=-O3 -std=c++17 --kl-profiling-variant={p}.variant"
-                ))
-                .env("KLARAPTOR_NVCC", nvcc())
-                .env("KLARAPTOR_NO_GPU", "1")
-                .env("KLARAPTOR_TRANSFER", "off")
-                .env("XDG_CACHE_HOME", root.join(".cache"))
-                .env_remove("KLARAPTOR_PROFILE_DB")
-                .env_remove("NVCC_PREPEND_FLAGS")
-                .env_remove("NVCC_APPEND_FLAGS")
-                .output()
-                .unwrap();
+        // Both at once (as `make -j` would build them): they share nothing but the
+        // database, which klaraptor-cc reads under its lock.
+        let makes: Vec<_> = ["gemm", "atax"]
+            .into_iter()
+            .map(|p| {
+                let child = Command::new("make")
+                    .current_dir(dir.join(p))
+                    .arg(format!("NVCC={}", klaraptor_cc().display()))
+                    .arg(format!(
+                        "NVCCFLAGS=-O3 -std=c++17 --kl-profiling-variant={p}.variant"
+                    ))
+                    .env("KLARAPTOR_NVCC", nvcc())
+                    .env("KLARAPTOR_NO_GPU", "1")
+                    .env("KLARAPTOR_TRANSFER", "off")
+                    .env("XDG_CACHE_HOME", root.join(".cache"))
+                    .env_remove("KLARAPTOR_PROFILE_DB")
+                    .env_remove("NVCC_PREPEND_FLAGS")
+                    .env_remove("NVCC_APPEND_FLAGS")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                (p, child)
+            })
+            .collect();
+        for (p, child) in makes {
+            let o = child.wait_with_output().unwrap();
             assert!(o.status.success(), "make {p}: {}", stderr(&o));
         }
         dir
