@@ -14,6 +14,8 @@ const SHIM_SOURCES: &[&str] = &[
 const SHIM_HEADERS: &[&str] = &[
     "runtime-shim/include/klaraptor.h",
     "runtime-shim/src/klaraptor_internal.h",
+    "runtime-shim/src/klaraptor_choices.inc",
+    "runtime-shim/src/klaraptor_refine.inc",
     "runtime-shim/include/klaraptor_collect.h",
 ];
 

@@ -38,12 +38,10 @@ void klaraptor__set_device_query(klaraptor_current_device_fn current,
 void klaraptor__reset_for_tests(void);
 /* Runs what the runtime does at exit for keys still refining (their progress files, the log). */
 void klaraptor__save_progress_for_tests(void);
-/* 1 when a key has a try in flight on this stream (the other keys launch untimed). */
-int klaraptor__refining_on(void *stream);
 
 /* Called by the launch entry point (klaraptor_prof.c) right before it passes a launch on: a
- * key's timed first launch in a run loads the kernel, then records its start event again
- * (lazy module loading is not timed). Nothing to do, and cheap, for every other launch. */
+ * timed launch records its start event again here, right before the launch. Nothing to do,
+ * and cheap, for every other launch. */
 void klaraptor__launch_starts(void *kernel, void *stream);
 
 /* Number of memoized decisions. */

@@ -87,7 +87,11 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
  *
  * Every stream (any pointer; NULL is the default stream) has a clock in microseconds: the
  * time at which the work queued on it so far ends. fake_cudart_kernel(stream, us) queues a
- * kernel of that length. An event recorded on a stream takes the stream's clock; it is
+ * kernel of that length. The host has a clock too (fake_cudart_host_us, moved on by
+ * fake_cudart_host for the host's own work and by fake_cudart_host_sync for a
+ * synchronisation the program makes): work queued on an idle stream starts when the host
+ * queues it, a kernel fake_cudart_latency_us after its launch call begins (that long is the
+ * call itself, on the host). An event recorded on a stream takes the stream's clock; it is
  * complete once the GPU's progress (fake_cudart_gpu_us) has reached it, or at once while
  * fake_cudart_gpu_follows is set. Elapsed times are read only between complete events, as
  * CUDA does. Every call that would make the host wait (cudaDeviceSynchronize,
@@ -123,10 +127,48 @@ static double *fake_clock(void *s) {
   return &fake_streams[fake_n_streams++].t;
 }
 
+double fake_cudart_host_us = 0;
+double fake_cudart_latency_us = 0;
+
+/* Under fake_lock: a kernel of us queued on the stream whose clock is c. */
+static void fake_queue_locked(double *c, double us) {
+  double start = fake_cudart_host_us + fake_cudart_latency_us;
+  if (*c > start) start = *c;
+  *c = start + us;
+  fake_cudart_host_us += fake_cudart_latency_us;
+}
+
 void fake_cudart_kernel(void *stream, double us) {
   pthread_mutex_lock(&fake_lock);
-  *fake_clock(stream) += us;
+  fake_queue_locked(fake_clock(stream), us);
   pthread_mutex_unlock(&fake_lock);
+}
+
+/* The host works for us (the GPU goes on with what is queued). */
+void fake_cudart_host(double us) {
+  pthread_mutex_lock(&fake_lock);
+  fake_cudart_host_us += us;
+  pthread_mutex_unlock(&fake_lock);
+}
+
+/* The program waits for every stream (its cudaDeviceSynchronize; not counted in
+ * fake_cudart_syncs, which counts the runtime's). */
+void fake_cudart_host_sync(void) {
+  pthread_mutex_lock(&fake_lock);
+  for (int i = 0; i < fake_n_streams; i++)
+    if (fake_streams[i].t > fake_cudart_host_us) fake_cudart_host_us = fake_streams[i].t;
+  if (fake_cudart_gpu_us < fake_cudart_host_us) fake_cudart_gpu_us = fake_cudart_host_us;
+  pthread_mutex_unlock(&fake_lock);
+}
+
+/* The latest time work queued on any stream ends. */
+double fake_cudart_busy_until(void) {
+  pthread_mutex_lock(&fake_lock);
+  double t = fake_cudart_host_us;
+  for (int i = 0; i < fake_n_streams; i++)
+    if (fake_streams[i].t > t) t = fake_streams[i].t;
+  pthread_mutex_unlock(&fake_lock);
+  return t;
 }
 
 /* Lazy module loading: a kernel (any pointer standing for its handle) is loaded by its first
@@ -154,7 +196,7 @@ void fake_cudart_launch(const void *kernel, void *stream, double us) {
   pthread_mutex_lock(&fake_lock);
   (void)fake_clock(stream);
   fake_load_locked(kernel);
-  *fake_clock(stream) += us;
+  fake_queue_locked(fake_clock(stream), us);
   pthread_mutex_unlock(&fake_lock);
 }
 
@@ -171,6 +213,7 @@ void fake_cudart_reset_streams(void) {
   pthread_mutex_lock(&fake_lock);
   fake_n_streams = 0;
   fake_cudart_gpu_us = 0;
+  fake_cudart_host_us = 0;
   fake_n_loaded = 0;
   fake_cudart_loads = 0;
   pthread_mutex_unlock(&fake_lock);
@@ -207,7 +250,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     pthread_mutex_unlock(&fake_lock);
     return cudaErrorStreamCaptureUnsupported;
   }
-  f->t = *fake_clock((void *)s);
+  double *c = fake_clock((void *)s);
+  f->t = *c > fake_cudart_host_us ? *c : fake_cudart_host_us;
   f->recorded = 1;
   fake_cudart_records++;
   pthread_mutex_unlock(&fake_lock);
