@@ -959,9 +959,10 @@ void go(float *a, int n) { k<<<(n + 255) / 256, 256>>>(a, n); }
     }
 }
 
-/// A kernel without a profile recipe is not told that a link or `klaraptor profile` will
-/// profile it (neither can): the compile says to add a recipe, and that the kernel keeps the
-/// program's own launch until then; a kernel with one is told how it gets profiled.
+/// A kernel without a profile recipe is not told that a link will profile it (none can):
+/// the compile says that `klaraptor profile <binary> <arguments>` profiles it at the sizes
+/// that run reaches (or to add a recipe), and that the kernel keeps the program's own launch
+/// until then; a kernel with one is told how it gets profiled.
 #[test]
 fn the_no_profile_hint_says_what_a_kernel_without_a_recipe_needs() {
     let src = r#"
@@ -986,7 +987,8 @@ void go(float *a, int n) { bare<<<(n + 255) / 256, 256>>>(a, n); timed<<<(n + 12
     };
     let bare = line("bare");
     assert!(
-        bare.contains("has no profile(run=…, sizes=…) recipe: add one"),
+        bare.contains("has no profile(run=…, sizes=…) recipe, so no link profiles it")
+            && bare.contains("`klaraptor profile <binary> <arguments>`"),
         "{bare}"
     );
     assert!(bare.contains("keeps the program's own launch"), "{bare}");

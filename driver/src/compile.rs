@@ -722,14 +722,15 @@ impl Invocation {
             match db.entries_for(&s.mangled, &s.code_hash) {
                 Ok(es) => {
                     if es.is_empty() {
-                        // Only a kernel with a recipe can be profiled by a link or by
-                        // `klaraptor profile`; another needs one first.
+                        // Only a kernel with a recipe can be profiled by a link; another
+                        // is profiled by `klaraptor profile` running the program as given.
                         let how = if s.profile_run.is_some() && !s.profile_sizes.is_empty() {
                             "the link on a GPU machine or `klaraptor profile <binary>` profiles it"
                         } else {
-                            "its annotation has no profile(run=…, sizes=…) recipe: add one, \
-                             and the link on a GPU machine or `klaraptor profile <binary>` \
-                             profiles it; until then it keeps the program's own launch"
+                            "its annotation has no profile(run=…, sizes=…) recipe, so no link \
+                             profiles it: `klaraptor profile <binary> <arguments>` on a GPU \
+                             machine profiles it at the sizes that run of the program reaches \
+                             (or add a recipe); until then it keeps the program's own launch"
                         };
                         self.say(format!(
                             "kernel {} (annotated at {}): no profile in {}; {how}",
@@ -1436,17 +1437,17 @@ fn canonical_entry(t: &klaraptor_spec::config::TomlKernel) -> String {
     let data: Vec<String> = a
         .data
         .iter()
-        .map(|d| match &d.arg {
-            ArgRef::Index(i) => format!("{}={i}", d.label),
-            ArgRef::Name(n) => format!("{}={n}", d.label),
+        .filter_map(|d| match &d.arg {
+            ArgRef::Index(i) => Some(format!("{}={i}", d.label)),
+            ArgRef::Name(n) => Some(format!("{}={n}", d.label)),
+            ArgRef::Launch(_) => None,
         })
         .collect();
-    let mut line = format!(
-        "kernel({}) data({}) dim({})",
-        a.kernel,
-        data.join(", "),
-        a.dim
-    );
+    let mut line = format!("kernel({})", a.kernel);
+    if !data.is_empty() {
+        line.push_str(&format!(" data({})", data.join(", ")));
+    }
+    line.push_str(&format!(" dim({})", a.dim));
     let grid: Vec<String> = a.grid.iter().map(ToString::to_string).collect();
     line.push_str(&format!(" grid({})", grid.join(", ")));
     for b in &a.constraints {

@@ -152,7 +152,14 @@ pub fn targets(a: &Analysis) -> Vec<InjectTarget> {
             s.mangled.iter().map(|m| InjectTarget {
                 kernel: m.clone(),
                 id: m.clone(),
-                data_args: s.data.iter().map(|d| d.index).collect(),
+                data_args: s.data.iter().filter_map(|d| d.index()).collect(),
+                launch_threads: s
+                    .data
+                    .iter()
+                    .filter(|d| {
+                        matches!(d.source, klaraptor_spec::spec::DataSource::LaunchThreads(_))
+                    })
+                    .count() as u8,
                 shmem_clause: s.shmem.is_some(),
             })
         })

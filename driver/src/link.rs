@@ -421,8 +421,9 @@ fn why_no_profile(
     } else if no_profile {
         "--kl-no-profile was given"
     } else if s.profile_run.is_none() || s.profile_sizes.is_empty() {
-        "add a profile(run=…, sizes=…) recipe to the annotation so klaraptor-cc can profile \
-         it here"
+        "it has no profile(run=…, sizes=…) recipe, so the link cannot run it: run \
+         `klaraptor profile <binary> <arguments>` here (it profiles the kernel at the sizes \
+         that run reaches) and link again, or add a recipe to the annotation"
     } else if collector_missing {
         "the collector was not found, see the warning above"
     } else {

@@ -31,7 +31,13 @@
 //! ```
 //!
 //! then loads of the four (possibly rewritten) values, which become the push's first four
-//! operands. Shared memory and stream are left as they are, unless the launch's dynamic
+//! operands. For a kernel annotated without `data(…)` (the one-line form,
+//! [`InjectTarget::launch_threads`]) the data array also holds, after the data arguments,
+//! the threads the launch runs along each block axis of the annotation, computed from the
+//! push's own operands before the call (`(gridXY & 0xffffffff) * (blockXY & 0xffffffff)`
+//! for x, the high halves for y, the z operands for z), or 0 where the grid or the block is
+//! not 1 on an axis beyond the annotation's (the runtime's grid formula then gives 0 blocks,
+//! and the launch keeps its own shape). Shared memory and stream are left as they are, unless the launch's dynamic
 //! shared memory follows its block (below).
 //!
 //! Where the pass can also place a call right after the launch (after the stub `call`, or
@@ -188,6 +194,11 @@ pub struct InjectTarget {
     pub id: String,
     /// 0-based indices of the kernel arguments that are data sizes.
     pub data_args: Vec<usize>,
+    /// After those, the data values are the threads the launch runs along each of this many
+    /// block axes (`gridDim.x * blockDim.x`, …; 0: none), computed from the push's own grid
+    /// and block: the one-line form of the annotation. A launch whose grid or block is not 1
+    /// on an axis beyond these passes 0 for each (the runtime then keeps its own shape).
+    pub launch_threads: u8,
     /// The annotation says `shmem(…)`: every launch passes the amount the runtime computes
     /// for the shape it chooses.
     pub shmem_clause: bool,
@@ -1267,8 +1278,10 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         let gz = self.builder.build_alloca(i32t, "klaraptor.grid_z")?;
         let bxy = self.builder.build_alloca(i64t, "klaraptor.block_xy")?;
         let bz = self.builder.build_alloca(i32t, "klaraptor.block_z")?;
-        let data_ty = i64t.array_type(plan.len() as u32);
-        let data = if plan.is_empty() {
+        let launch_axes = u32::from(target.launch_threads.min(3));
+        let n_data = plan.len() as u32 + launch_axes;
+        let data_ty = i64t.array_type(n_data);
+        let data = if n_data == 0 {
             ptr.const_null()
         } else {
             self.builder.build_alloca(data_ty, "klaraptor.data")?
@@ -1325,9 +1338,26 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             let st = self.builder.build_store(at, wide)?;
             let _ = st.set_alignment(8);
         }
+        for (k, v) in self
+            .launch_threads(push, launch_axes)?
+            .into_iter()
+            .enumerate()
+        {
+            let slot = plan.len() + k;
+            let at = unsafe {
+                self.builder.build_in_bounds_gep(
+                    data_ty,
+                    data,
+                    &[i64t.const_zero(), i64t.const_int(slot as u64, false)],
+                    &format!("klaraptor.data{slot}.at"),
+                )?
+            };
+            let st = self.builder.build_store(at, v)?;
+            let _ = st.set_alignment(8);
+        }
         let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> = vec![
             id.as_pointer_value().into(),
-            i32t.const_int(plan.len() as u64, false).into(),
+            i32t.const_int(u64::from(n_data), false).into(),
             data.into(),
             gxy.into(),
             gz.into(),
@@ -1391,6 +1421,78 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         }
         self.builder.unset_current_debug_location();
         Ok(Ok(()))
+    }
+
+    /// The threads the launch of `push` runs along each of its first `axes` axes, as i64
+    /// values built at the builder's position: `gridDim * blockDim` from the push's grid and
+    /// block operands (a dim3 packed as `x | y << 32`, and z), each 0 unless the grid and the
+    /// block are 1 on every axis beyond `axes` (a 1-D annotation of a launch that also
+    /// spreads over y: its threads are not `NX` alone, so it keeps its own shape).
+    fn launch_threads(
+        &self,
+        push: InstructionValue<'ctx>,
+        axes: u32,
+    ) -> Result<Vec<inkwell::values::IntValue<'ctx>>, InjectError> {
+        if axes == 0 {
+            return Ok(Vec::new());
+        }
+        let i64t = self.ctx.i64_type();
+        let operand = |n: u32| -> inkwell::values::IntValue<'ctx> {
+            match operand_value(push, n) {
+                Some(BasicValueEnum::IntValue(v)) => v,
+                _ => unreachable!("push_shape_ok checked the push's operands"),
+            }
+        };
+        let b = &self.builder;
+        let wide = |v: inkwell::values::IntValue<'ctx>, name: &str| {
+            if v.get_type().get_bit_width() == 64 {
+                Ok(v)
+            } else {
+                b.build_int_z_extend(v, i64t, name)
+            }
+        };
+        let low = i64t.const_int(0xffff_ffff, false);
+        let shift = i64t.const_int(32, false);
+        // [x, y, z] of the grid and of the block, widened to i64.
+        let dims = |xy: u32,
+                    z: u32,
+                    what: &str|
+         -> Result<[inkwell::values::IntValue<'ctx>; 3], InjectError> {
+            let xy = wide(operand(xy), &format!("klaraptor.{what}_xy.w"))?;
+            Ok([
+                b.build_and(xy, low, &format!("klaraptor.{what}.x"))?,
+                b.build_right_shift(xy, shift, false, &format!("klaraptor.{what}.y"))?,
+                wide(operand(z), &format!("klaraptor.{what}.z"))?,
+            ])
+        };
+        let grid = dims(0, 1, "grid")?;
+        let block = dims(2, 3, "block")?;
+        let one = i64t.const_int(1, false);
+        let mut flat = self.ctx.bool_type().const_int(1, false);
+        for axis in axes as usize..3 {
+            for (v, what) in [(grid[axis], "grid"), (block[axis], "block")] {
+                let is_one = b.build_int_compare(
+                    IntPredicate::EQ,
+                    v,
+                    one,
+                    &format!("klaraptor.{what}{axis}.one"),
+                )?;
+                flat = b.build_and(flat, is_one, "klaraptor.flat")?;
+            }
+        }
+        let mut out = Vec::new();
+        for axis in 0..axes as usize {
+            let n =
+                b.build_int_mul(grid[axis], block[axis], &format!("klaraptor.threads{axis}"))?;
+            let v = b.build_select(
+                flat,
+                n,
+                i64t.const_zero(),
+                &format!("klaraptor.threads{axis}.v"),
+            )?;
+            out.push(v.into_int_value());
+        }
+        Ok(out)
     }
 
     /// The push's shared memory and stream operands and the instruction before which the

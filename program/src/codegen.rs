@@ -110,7 +110,7 @@ pub fn descriptors(source: &str, specs: &[KernelSpec]) -> String {
                 s.dim,
                 s.data
                     .iter()
-                    .map(|d| format!("{} = argument {} ({} {})", d.label, d.index, d.ty, d.param))
+                    .map(|d| format!("{} = {}", d.label, d.describe()))
                     .collect::<Vec<_>>()
                     .join(", ")
             ))

@@ -34,6 +34,10 @@ pub enum ArgRef {
     Index(usize),
     /// The parameter's name in the kernel's definition.
     Name(String),
+    /// No argument: the threads each launch runs along a block axis (0 = x, 1 = y, 2 = z),
+    /// `gridDim * blockDim` on that axis, as the launch computed them. What a pragma without
+    /// `data(…)` has ([`launch_data`]).
+    Launch(u8),
 }
 
 /// A data parameter: a name used in formulas, bound to a kernel argument.
@@ -659,6 +663,39 @@ fn merge_classic(items: Vec<Classic>) -> Result<Vec<KernelAnnotation>, Diagnosti
     }
 }
 
+/// The labels of the data parameters of a pragma without `data(…)` (the one-line form,
+/// `#pragma klaraptor kernel(k)`): the threads the launch runs along x, y and z.
+pub const LAUNCH_LABELS: [&str; 3] = ["NX", "NY", "NZ"];
+
+/// The data parameters of a pragma without `data(…)`: for each of the `dim` block axes, the
+/// threads a launch runs along it (`NX = gridDim.x * blockDim.x`, `NY`, `NZ`), computed at
+/// each launch from its own grid and block. `loc` is the pragma's.
+pub fn launch_data(dim: u8, loc: &Location) -> Vec<DataParam> {
+    (0..dim)
+        .map(|axis| DataParam {
+            label: LAUNCH_LABELS[axis as usize].to_string(),
+            arg: ArgRef::Launch(axis),
+            loc: loc.clone(),
+        })
+        .collect()
+}
+
+/// The block constraints a pragma without `data(…)` and without `grid(…)` gets: every block
+/// axis divides the threads the launch runs along it (`NX % bx == 0`, …), so that the chosen
+/// launch, whose grid is `ceil(NX, bx)`, runs exactly the threads the program's launch ran
+/// (a kernel that indexes by its global thread id without a bounds check stays correct).
+pub fn exact_cover(dim: u8) -> Vec<BoolExpr> {
+    let labels = &LAUNCH_LABELS[..dim as usize];
+    labels
+        .iter()
+        .zip(expr::BLOCK_VARS)
+        .map(|(n, b)| {
+            expr::parse_bool(&format!("{n} % {b} == 0"), labels)
+                .expect("the exact-cover constraint parses")
+        })
+        .collect()
+}
+
 /// `ceil(D_i, b_i)` per dimension, where D_i is the i-th data parameter (the last one when
 /// there are fewer data parameters than dimensions).
 pub fn default_grid(data: &[DataParam], dim: u8) -> Vec<IntExpr> {
@@ -838,11 +875,6 @@ fn parse_klaraptor(
         )
         .help("write the kernel's name as in its definition, e.g. kernel(mm) or kernel(ns::mm)"));
     }
-    let Some(d) = get("data") else {
-        return Err(Diagnostic::new(at(k.name_off), format!("kernel '{kname}' has no data(…) clause"))
-            .help("say which kernel arguments are data sizes, e.g. data(N=3) for the 4th argument, or data(n) for the argument named n"));
-    };
-    let data = parse_data(d, at)?;
     let dim = match get("dim") {
         None => 1,
         Some(c) => {
@@ -858,6 +890,12 @@ fn parse_klaraptor(
                 }
             }
         }
+    };
+    // Without data(…), the data are the threads the launch runs per block axis (the
+    // one-line form); then, without grid(…), every axis of the block must divide them.
+    let data = match get("data") {
+        Some(d) => parse_data(d, at)?,
+        None => launch_data(dim, &at(k.name_off)),
     };
     let labels: Vec<&str> = data.iter().map(|d| d.label.as_str()).collect();
     let expr_err = |base: usize, e: ExprError| Diagnostic::new(at(base + e.offset), e.message);
@@ -908,7 +946,11 @@ fn parse_klaraptor(
             )));
         }
     }
-    let mut constraints = Vec::new();
+    let mut constraints = if get("data").is_none() && get("grid").is_none() {
+        exact_cover(dim)
+    } else {
+        Vec::new()
+    };
     for c in cls.iter().filter(|c| c.name == "block") {
         constraints.push(expr::parse_bool(c.args, &labels).map_err(|e| expr_err(c.args_off, e))?);
     }

@@ -5,7 +5,8 @@
 //! ```toml
 //! [kernel.gemm]
 //! source = "gemm.cu"                      # optional: the file that defines the kernel
-//! data = ["NI=3", "NJ=4", "NK=5"]         # LABEL=INDEX, LABEL=ARGUMENT or ARGUMENT
+//! data = ["NI=3", "NJ=4", "NK=5"]         # LABEL=INDEX, LABEL=ARGUMENT or ARGUMENT; default:
+//!                                         # the launch's threads NX, NY, NZ (the one-line form)
 //! dim = 2
 //! grid = ["ceil(NJ, bx)", "ceil(NI, by)"] # default: ceil(<data i>, b<i>)
 //! block = ["bx * by >= 32"]               # all must hold
@@ -35,7 +36,7 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct Entry {
     source: Option<Spanned<String>>,
-    data: Spanned<Vec<Spanned<String>>>,
+    data: Option<Spanned<Vec<Spanned<String>>>>,
     dim: Option<Spanned<i64>>,
     grid: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
@@ -103,7 +104,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
         // Strings are basic TOML strings: the text starts one byte after the quote.
         let inside = |s: &Spanned<String>, off: usize| s.span().start + 1 + off;
         let mut data = Vec::new();
-        for d in e.data.get_ref() {
+        for d in e.data.iter().flat_map(|d| d.get_ref()) {
             let t = d.get_ref();
             let (label, arg) = match t.split_once('=') {
                 Some((l, a)) => (l.trim(), a.trim()),
@@ -129,9 +130,9 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 loc: at(inside(d, 0)),
             });
         }
-        if data.is_empty() {
+        if let Some(d) = e.data.as_ref().filter(|_| data.is_empty()) {
             return Err(err(
-                e.data.span(),
+                d.span(),
                 format!("kernel '{name}' has an empty data list"),
                 "name at least one data-size argument, e.g. data = [\"N=3\"]",
             ));
@@ -149,6 +150,10 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 }
             },
         };
+        // Without data, the one-line form: the threads the launch runs per block axis.
+        if e.data.is_none() {
+            data = crate::annotations::launch_data(dim, &at(entry_span.start));
+        }
         let labels: Vec<&str> = data.iter().map(|d| d.label.as_str()).collect();
         let grid = match &e.grid {
             None => default_grid(&data, dim),
@@ -188,7 +193,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 out
             }
         };
-        let mut constraints = Vec::new();
+        let mut constraints = if e.data.is_none() && e.grid.is_none() {
+            crate::annotations::exact_cover(dim)
+        } else {
+            Vec::new()
+        };
         for b in &e.block {
             constraints.push(expr::parse_bool(b.get_ref(), &labels).map_err(|x| {
                 Diagnostics(vec![

@@ -8,16 +8,52 @@ use crate::diag::Diagnostic;
 use crate::expr::{BoolExpr, IntExpr};
 use crate::source::{FunctionInfo, KernelParam, SourceInfo};
 
-/// A data parameter bound to a kernel argument.
+/// Where a data parameter's value comes from at each launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum DataSource {
+    /// The kernel argument at this 0-based position in the parameter list.
+    Argument(usize),
+    /// The threads the launch runs along block axis `axis` (0 = x): `gridDim * blockDim` on
+    /// that axis, computed from the launch's own grid and block (the one-line form,
+    /// [`crate::annotations::launch_data`]).
+    LaunchThreads(u8),
+}
+
+/// A data parameter bound to a kernel argument, or to the threads of the launch.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DataArg {
     /// The name formulas use.
     pub label: String,
-    /// 0-based position in the kernel's parameter list.
-    pub index: usize,
-    /// The parameter's name and type in the source.
+    pub source: DataSource,
+    /// The parameter's name and type in the source; for the threads of the launch, the
+    /// expression (`gridDim.x * blockDim.x`) and `launch`.
     pub param: String,
     pub ty: String,
+}
+
+impl DataArg {
+    /// Where the value comes from, in words: `argument 3 (int n)`, or `gridDim.x * blockDim.x
+    /// of the launch`.
+    pub fn describe(&self) -> String {
+        match self.source {
+            DataSource::Argument(i) => format!("argument {i} ({} {})", self.ty, self.param),
+            DataSource::LaunchThreads(_) => format!("{} of the launch", self.param),
+        }
+    }
+
+    /// The 0-based argument position, for a data parameter that is a kernel argument.
+    pub fn index(&self) -> Option<usize> {
+        match self.source {
+            DataSource::Argument(i) => Some(i),
+            DataSource::LaunchThreads(_) => None,
+        }
+    }
+}
+
+/// `gridDim.x * blockDim.x` for axis 0, and so on.
+pub fn launch_threads_expr(axis: u8) -> String {
+    let a = ["x", "y", "z"][usize::from(axis.min(2))];
+    format!("gridDim.{a} * blockDim.{a}")
 }
 
 /// Everything klaraptor knows about one annotated kernel of a translation unit.
@@ -107,6 +143,15 @@ pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, D
     let mut data = Vec::new();
     for d in &ann.data {
         let index = match &d.arg {
+            ArgRef::Launch(axis) => {
+                data.push(DataArg {
+                    label: d.label.clone(),
+                    source: DataSource::LaunchThreads(*axis),
+                    param: launch_threads_expr(*axis),
+                    ty: "launch".into(),
+                });
+                continue;
+            }
             ArgRef::Index(i) if *i < f.params.len() => *i,
             ArgRef::Index(i) => {
                 return Err(Diagnostic::new(
@@ -143,7 +188,7 @@ pub fn resolve(ann: &KernelAnnotation, src: &SourceInfo) -> Result<KernelSpec, D
         }
         data.push(DataArg {
             label: d.label.clone(),
-            index,
+            source: DataSource::Argument(index),
             param: p.name.clone(),
             ty: p.ty.clone(),
         });
@@ -196,7 +241,10 @@ impl KernelSpec {
             data: self
                 .data
                 .iter()
-                .map(|d| format!("{}={} ({} {})", d.label, d.index, d.ty, d.param))
+                .map(|d| match d.source {
+                    DataSource::Argument(i) => format!("{}={i} ({} {})", d.label, d.ty, d.param),
+                    DataSource::LaunchThreads(_) => format!("{} = {} (launch)", d.label, d.param),
+                })
                 .collect(),
             dim: self.dim,
             grid: self.grid.iter().map(ToString::to_string).collect(),

@@ -67,7 +67,7 @@ fn exact_messages_for_bad_pragmas() {
         ("#pragma kernel_info_dim_k = 4;\n#pragma kernel_info_size_param_idx_k = 0;", "a.cu:1:29: a kernel's dimensionality is 1, 2 or 3, not 4"),
         ("#pragma kernel_info_dim_k = 2;", "a.cu:1:9: kernel 'k' has a dimensionality but no data-size argument | add '#pragma kernel_info_size_param_idx_k = <argument index>;'"),
         ("#pragma klaraptor data(n)", "a.cu:1:9: this klaraptor pragma names no kernel | start it with kernel(<name>), e.g. '#pragma klaraptor kernel(mm) data(N=3) dim(2) grid(ceil(N, bx), ceil(N, by))'"),
-        ("#pragma klaraptor kernel(k)", "a.cu:1:19: kernel 'k' has no data(…) clause | say which kernel arguments are data sizes, e.g. data(N=3) for the 4th argument, or data(n) for the argument named n"),
+        ("#pragma klaraptor kernel(k) grid(ceil(N, bx))", "a.cu:1:39: unknown name 'N'; the names are bx, by, bz, NX"),
         ("#pragma klaraptor kernel(k) data(n) dims(2)", "a.cu:1:37: unknown clause 'dims' | the clauses are kernel, data, dim, grid, block, shmem, profile"),
         ("#pragma klaraptor kernel(k) data(n) dim(4)", "a.cu:1:41: expected 1, 2 or 3, found '4' | dim(…) is the number of block dimensions the kernel uses"),
         ("#pragma klaraptor kernel(k) data(n) dim(2) grid(n)", "a.cu:1:44: grid(…) gives 1 formula(s) but the kernel has 2 block dimension(s) | give one formula per grid axis, separated by commas: at least 2 (one per block dimension, or change dim(2)) and at most 3"),
@@ -91,6 +91,58 @@ fn exact_messages_for_bad_pragmas() {
     for (src, want) in cases {
         assert_eq!(first_error(src), want, "for {src}");
     }
+}
+
+/// The one-line form: without `data(…)`, the data are the threads the launch runs per block
+/// axis (`NX`, `NY`, `NZ`, one per dimension), the grid is `ceil(NX, bx)` per axis, and the
+/// blocks must divide those threads exactly (`NX % bx == 0`), unless the pragma gives its own
+/// grid; a `block(…)` clause adds to that rule, and expressions may use the names.
+#[test]
+fn a_pragma_without_data_takes_the_threads_of_the_launch() {
+    let labels = |a: &klaraptor_spec::annotations::KernelAnnotation| {
+        a.data.iter().map(|d| d.label.clone()).collect::<Vec<_>>()
+    };
+    let strs = |v: &[klaraptor_spec::expr::BoolExpr]| {
+        v.iter().map(ToString::to_string).collect::<Vec<_>>()
+    };
+    let one = |src: &str| scan(Path::new("a.cu"), src).unwrap().annotations.remove(0);
+    let a = one("#pragma klaraptor kernel(k)
+");
+    assert_eq!(labels(&a), ["NX"]);
+    assert_eq!(a.data[0].arg, ArgRef::Launch(0));
+    assert_eq!(a.grid[0].to_string(), "ceil(NX, bx)");
+    assert_eq!(strs(&a.constraints), ["((NX % bx) == 0)"]);
+    assert!(a.profile.is_none());
+    let a = one(
+        "#pragma klaraptor kernel(k) dim(3) block(bx * by * bz <= 256)
+",
+    );
+    assert_eq!(labels(&a), ["NX", "NY", "NZ"]);
+    assert_eq!(a.data[2].arg, ArgRef::Launch(2));
+    let grid: Vec<String> = a.grid.iter().map(ToString::to_string).collect();
+    assert_eq!(grid, ["ceil(NX, bx)", "ceil(NY, by)", "ceil(NZ, bz)"]);
+    assert_eq!(
+        strs(&a.constraints),
+        [
+            "((NX % bx) == 0)",
+            "((NY % by) == 0)",
+            "((NZ % bz) == 0)",
+            "(((bx * by) * bz) <= 256)"
+        ]
+    );
+    // Its own grid formula: the kernel checks its bounds, any block will do.
+    let a = one(
+        "#pragma klaraptor kernel(k) dim(2) grid(ceil(NX, bx), ceil(NY, by))
+",
+    );
+    assert!(a.constraints.is_empty());
+    // With data(…), the names of the launch are not data.
+    assert!(scan(
+        Path::new("a.cu"),
+        "#pragma klaraptor kernel(k) data(n) grid(ceil(NX, bx))
+"
+    )
+    .is_err());
 }
 
 #[test]

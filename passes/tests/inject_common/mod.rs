@@ -47,6 +47,7 @@ pub fn target(kernel: &str, data_args: &[usize]) -> InjectTarget {
         kernel: kernel.into(),
         id: kernel.into(),
         data_args: data_args.to_vec(),
+        launch_threads: 0,
         shmem_clause: false,
     }
 }
