@@ -116,6 +116,17 @@ pub struct Pick {
     pub launches: Option<u64>,
     pub candidate: Option<String>,
     pub from_cache: Option<bool>,
+    /// settled: the refinement's confidence (`paired`, `undecided`, `unmeasurable`; `None`
+    /// from a runtime before paired comparisons, or without a settled line).
+    pub confidence: Option<String>,
+    /// The whole run's kernel time of the key with this method's shape forced (the sum over
+    /// its launches, [`LaunchTimes`]), its launches, whole-run best / this (the best of the
+    /// compared methods' whole-run times), and the key's drift in that run (tail / head,
+    /// [`LaunchTimes::drift`]).
+    pub whole_run_ms: Option<f64>,
+    pub whole_run_launches: Option<u64>,
+    pub whole_run_ratio: Option<f64>,
+    pub drift: Option<f64>,
     /// settled: whether its time in the sweep exceeds the program's own shape's by more than
     /// 3 % ([`SLOWER_THAN_DEFAULT`]); `None` when either is not timed.
     pub slower_than_default: Option<bool>,
@@ -149,6 +160,9 @@ pub struct Case {
     pub picks: BTreeMap<Method, Pick>,
     /// Spearman's rank correlation of predicted and measured time over the shapes.
     pub spearman: Option<f64>,
+    /// Whether the key's per-launch cost drifts over the run (a method's whole-run
+    /// measurement whose [`LaunchTimes::drifts`]); `None` without whole-run measurements.
+    pub drifts: Option<bool>,
 }
 
 /// What the rational program made of a case's size ([`Case::predict`]).
@@ -342,7 +356,23 @@ pub fn settled_pick(settled: Option<&Refine>, trying: Option<&RefineTrying>, run
             ..Pick::default()
         };
     };
+    let conf = r
+        .confidence
+        .as_deref()
+        .map(|c| format!(", confidence={c}"))
+        .unwrap_or_default();
     let how = match (r.from_cache, r.launches, r.of_first) {
+        _ if r.kept() => format!(
+            "the runtime's refinement in {run}: kept {} ({}; candidate={}{}): its comparisons \
+             did not decide, and the shape it kept is the one the user gets",
+            shape_text(r.block),
+            match r.launches {
+                Some(n) if !r.from_cache => format!("after {n} launches"),
+                _ => "from the choices cache".to_string(),
+            },
+            r.candidate,
+            conf
+        ),
         _ if !r.settled => format!(
             "the runtime's refinement in {run}: not settled after {} launches; the shape it \
              launched when the run ended, the next run's start (candidate={})",
@@ -351,11 +381,12 @@ pub fn settled_pick(settled: Option<&Refine>, trying: Option<&RefineTrying>, run
             r.candidate
         ),
         (true, _, _) => format!(
-            "the runtime's refinement in {run}: settled from the choices cache (candidate={})",
+            "the runtime's refinement in {run}: settled from the choices cache \
+             (candidate={}{conf})",
             r.candidate
         ),
         (false, n, q) => format!(
-            "the runtime's refinement in {run}: settled after {} launches (candidate={}{})",
+            "the runtime's refinement in {run}: settled after {} launches (candidate={}{conf}{})",
             n.map_or_else(|| "?".to_string(), |n| n.to_string()),
             r.candidate,
             q.map(|q| format!(
@@ -370,6 +401,7 @@ pub fn settled_pick(settled: Option<&Refine>, trying: Option<&RefineTrying>, run
         launches: r.launches,
         candidate: Some(r.candidate.clone()),
         from_cache: Some(r.from_cache),
+        confidence: r.confidence.clone(),
         flag: r.from_cache.then(|| {
             "settled from the choices cache: a choice of an earlier run, not this one's".into()
         }),
@@ -774,6 +806,18 @@ pub struct MethodSummary {
     pub not_settled: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slower_than_default: Option<usize>,
+    /// settled only: the cases whose refinement kept a shape undecided, or unmeasurable
+    /// (`kept` lines: the shape the user gets, without a decided comparison).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undecided: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unmeasurable: Option<usize>,
+    /// The whole-run measurements: the cases with a whole-run ratio and their geometric
+    /// mean and minimum (whole-run best / this), and the cases whose key drifts.
+    pub whole_run_cases: usize,
+    pub whole_run_geomean: Option<f64>,
+    pub whole_run_min: Option<f64>,
+    pub drifting: usize,
     /// profiled_best only: the cases without a profile to pick from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_profile: Option<usize>,
@@ -791,6 +835,17 @@ pub fn summaries(cases: &[Case]) -> Vec<MethodSummary> {
                 .iter()
                 .filter(|c| c.picks.get(&m).and_then(|p| p.block).is_none())
                 .count();
+            let confident = |want: &str| {
+                cases
+                    .iter()
+                    .filter(|c| c.picks.get(&m).and_then(|p| p.confidence.as_deref()) == Some(want))
+                    .count()
+            };
+            let wr: Vec<f64> = cases
+                .iter()
+                .filter_map(|c| c.picks.get(&m).and_then(|p| p.whole_run_ratio))
+                .collect();
+            let wx = stats(&wr);
             MethodSummary {
                 method: m.as_str(),
                 cases: r.len(),
@@ -812,6 +867,18 @@ pub fn summaries(cases: &[Case]) -> Vec<MethodSummary> {
                         })
                         .count()
                 }),
+                undecided: (m == Method::Settled).then(|| confident("undecided")),
+                unmeasurable: (m == Method::Settled).then(|| confident("unmeasurable")),
+                whole_run_cases: wr.len(),
+                whole_run_geomean: wx.map(|x| x.geomean),
+                whole_run_min: wx.map(|x| x.min),
+                drifting: cases
+                    .iter()
+                    .filter(|c| {
+                        c.drifts == Some(true)
+                            && c.picks.get(&m).and_then(|p| p.whole_run_ms).is_some()
+                    })
+                    .count(),
                 no_profile: (m == Method::ProfiledBest).then_some(no_block),
             }
         })
@@ -858,6 +925,22 @@ pub struct Record {
     pub from_cache: Option<Option<bool>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slower_than_default: Option<Option<bool>>,
+    /// settled: the refinement's confidence (`paired`, `undecided`, `unmeasurable`; null
+    /// when its log line has none). Present in every settled record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<Option<String>>,
+    /// The whole run's kernel time of the key with this method's shape forced (the sum over
+    /// the key's launches; null: not measured), whole-run best / this, the launches summed
+    /// and the key's drift in that run (tail / head); `drifts`: whether the key's per-launch
+    /// cost drifts over the run (null: no whole-run measurement of the case).
+    pub whole_run_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_launches: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<f64>,
+    pub drifts: Option<bool>,
     /// profiled_best: the profiled data size (parameter → value) its shape was taken at, and
     /// the profile's time of the shape there (null: no profile). Present in every
     /// profiled_best record, absent in the others.
@@ -906,6 +989,12 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
                 candidate: settled.then(|| p.candidate.clone()),
                 from_cache: settled.then_some(p.from_cache),
                 slower_than_default: settled.then_some(p.slower_than_default),
+                confidence: settled.then(|| p.confidence.clone()),
+                whole_run_ms: p.whole_run_ms,
+                whole_run_ratio: p.whole_run_ratio,
+                whole_run_launches: p.whole_run_launches,
+                drift: p.drift,
+                drifts: c.drifts,
                 profiled_at: profiled.then_some(at),
                 profile_time_ms: profiled.then_some(p.profile_time_ms),
                 job: c.job.clone(),
@@ -1122,6 +1211,17 @@ fn data_values(head: &str) -> Result<Vec<(String, i64)>> {
 /// klaraptor: <kernel> L=v… refine: settled on block=AxBxC grid=AxBxC after launches=<n>, <r> of the model's first choice's time (candidate=<c> extra_us=<x>) device=<i>:<name>
 /// klaraptor: <kernel> L=v… refine: settled on block=AxBxC grid=AxBxC from the choices cache (candidate=<c>) device=<i>:<name>
 /// ```
+///
+/// and the forms of the runtime with paired comparisons, whose `kept` lines are keys whose
+/// comparisons stayed undecided (or could not be measured): the shape the user gets all the
+/// same, read the same way with its confidence:
+///
+/// ```text
+/// … refine: settled on block=AxBxC grid=AxBxC after launches=<n>, <r> of the model's first choice's time (candidate=<c> confidence=paired pairs=<p> extra_us=<x>) device=<d>
+/// … refine: kept block=AxBxC grid=AxBxC after launches=<n>, <r> of the model's first choice's time (candidate=<c> confidence=undecided pairs=<p> extra_us=<x>) device=<d>
+/// … refine: settled on block=AxBxC grid=AxBxC from the choices cache (candidate=<c> confidence=paired pairs=<p>) device=<d>
+/// … refine: kept block=AxBxC grid=AxBxC from the choices cache (candidate=<c> confidence=unmeasurable pairs=<p>) device=<d>
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refine {
     pub kernel: String,
@@ -1141,11 +1241,24 @@ pub struct Refine {
     /// False for a `not settled at exit` line: the key was still being measured when the run
     /// ended, and `block` is the shape it was launching (the next run starts from it).
     pub settled: bool,
+    /// `paired` (a `settled on` line whose paired comparisons decided), `undecided` or
+    /// `unmeasurable` (a `kept` line: the comparisons stayed undecided, or could not be
+    /// measured, and the runtime kept its incumbent); `None` in lines of runtimes before
+    /// paired comparisons.
+    pub confidence: Option<String>,
+    /// The paired comparisons' launch quadruples (`pairs=`), where the line says.
+    pub pairs: Option<u64>,
     /// `<ordinal>:<name>`.
     pub device: String,
 }
 
 impl Refine {
+    /// A `kept` line: the runtime kept a shape without a decided comparison.
+    pub fn kept(&self) -> bool {
+        self.confidence
+            .as_deref()
+            .is_some_and(|c| c == "undecided" || c == "unmeasurable")
+    }
     pub fn sizes(&self) -> Vec<i64> {
         self.data.iter().map(|(_, v)| *v).collect()
     }
@@ -1202,7 +1315,10 @@ pub fn parse_refine(line: &str) -> Option<Result<Refine>> {
             parse_unsettled(head, body).with_context(|| format!("in the log line {line:?}")),
         );
     }
-    let body = tail.strip_prefix("settled on ")?;
+    let body = tail.strip_prefix("settled on ").or_else(|| {
+        tail.strip_prefix("kept ")
+            .filter(|b| b.starts_with("block="))
+    })?;
     Some(
         (|| -> Result<Refine> {
             let (kernel, head) = split_kernel_name(head).context("no kernel")?;
@@ -1219,6 +1335,13 @@ pub fn parse_refine(line: &str) -> Option<Result<Refine>> {
                 .context("no candidate=")?
                 .to_string();
             let from_cache = body.contains(" from the choices cache");
+            let confidence = after(body, " confidence=", &[' ', ')'])
+                .filter(|c| !c.is_empty())
+                .map(str::to_string);
+            let pairs = match after(body, " pairs=", &[' ', ')', ',']) {
+                Some(p) => Some(p.parse::<u64>().with_context(|| format!("pairs={p:?}"))?),
+                None => None,
+            };
             let (launches, of_first, extra_us) = if from_cache {
                 (None, None, None)
             } else {
@@ -1258,6 +1381,8 @@ pub fn parse_refine(line: &str) -> Option<Result<Refine>> {
                 extra_us,
                 from_cache,
                 settled: true,
+                confidence,
+                pairs,
                 device: device.trim().to_string(),
             })
         })()
@@ -1296,6 +1421,10 @@ fn parse_unsettled(head: &str, body: &str) -> Result<Refine> {
         ),
         None => None,
     };
+    let pairs = match after(rest, " pairs=", &[' ', ')', ',']) {
+        Some(p) => Some(p.parse::<u64>().with_context(|| format!("pairs={p:?}"))?),
+        None => None,
+    };
     Ok(Refine {
         kernel: kernel.to_string(),
         data,
@@ -1307,6 +1436,8 @@ fn parse_unsettled(head: &str, body: &str) -> Result<Refine> {
         extra_us,
         from_cache: false,
         settled: false,
+        confidence: None,
+        pairs,
         device: device.trim().to_string(),
     })
 }
@@ -1471,6 +1602,171 @@ pub fn read_records(dir: &Path) -> Result<Vec<Sweep>> {
         out.push(Sweep { id, name, samples });
     }
     Ok(out)
+}
+
+/// A key's per-launch cost drifts when the mean of the last third of its launches differs
+/// from the first third's by more than this factor (either way).
+pub const DRIFT: f64 = 1.25;
+
+/// One line of a whole-run launch-times file (`KLARAPTOR_LAUNCH_TIMES`, written at exit by
+/// the runtime's launch entry point, runtime-shim/src/klaraptor_prof.c): every launch of one
+/// key (kernel, data values) in one run, each timed between CUDA events on its stream.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct LaunchTimes {
+    /// The kernel's id (mangled name) and source name.
+    pub kernel: String,
+    pub name: String,
+    pub sizes: Vec<i64>,
+    /// Every launch of the key, and those with a time.
+    pub launches: u64,
+    pub timed: u64,
+    /// The sum of the timed launches' times: the whole run's kernel time of the key.
+    pub total_ms: f64,
+    pub first_ms: Option<f64>,
+    pub last_ms: Option<f64>,
+    /// The mean time of the first and of the last third of the timed launches.
+    pub head_ms: Option<f64>,
+    pub tail_ms: Option<f64>,
+    pub min_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    /// The least-squares slope of time over the launch index times (timed - 1), over the
+    /// mean: the relative change across the run.
+    pub trend: Option<f64>,
+    /// The first launch's dims, and how many distinct blocks the key was launched with.
+    pub block: [u32; 3],
+    pub grid: [u32; 3],
+    pub blocks_seen: u32,
+}
+
+impl LaunchTimes {
+    /// tail / head: how the per-launch cost changed from the first third of the run to the
+    /// last (`None` with fewer than three timed launches).
+    pub fn drift(&self) -> Option<f64> {
+        match (self.timed >= 3, self.head_ms, self.tail_ms) {
+            (true, Some(h), Some(t)) if h > 0.0 && t > 0.0 => Some(t / h),
+            _ => None,
+        }
+    }
+    /// Whether the per-launch cost drifts: [`Self::drift`] beyond [`DRIFT`] either way.
+    pub fn drifts(&self) -> bool {
+        self.drift()
+            .is_some_and(|d| !(1.0 / DRIFT..=DRIFT).contains(&d))
+    }
+}
+
+/// The lines of a launch-times file's text (blank lines skipped; a half-written last line, of
+/// a run that was killed, dropped).
+pub fn parse_launch_times(text: &str) -> Result<Vec<LaunchTimes>> {
+    let n = text.lines().count();
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<LaunchTimes>(l) {
+            Ok(t) => out.push(t),
+            Err(_) if i + 1 == n && !text.ends_with('\n') => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("line {}: not a launch-times line", i + 1))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One forced run of the whole-run measurement: which shape each kernel (mangled name) was
+/// forced to, and the launch times it wrote.
+#[derive(Debug, Clone, Default)]
+pub struct ForcedRun {
+    pub forced: BTreeMap<String, [u32; 3]>,
+    pub times: Vec<LaunchTimes>,
+    /// Where it came from (for the `how` texts).
+    pub source: String,
+}
+
+/// Sets the whole-run time of a pick whose shape is `block`, from the forced run that forced
+/// kernel `mangled` to that shape and timed its key at `sizes`; says in `how` why not when
+/// there is none, or when the runtime launched another shape (a forced shape that fell back).
+pub fn whole_run_pick(p: &mut Pick, runs: &[ForcedRun], mangled: &str, sizes: &[i64]) {
+    let Some(b) = p.block else { return };
+    let Some(run) = runs.iter().find(|r| r.forced.get(mangled) == Some(&b)) else {
+        if !runs.is_empty() {
+            p.how.push_str(&format!(
+                "; no whole-run measurement with {} forced",
+                shape_text(b)
+            ));
+        }
+        return;
+    };
+    let Some(t) = run
+        .times
+        .iter()
+        .find(|t| t.kernel == mangled && t.sizes == sizes)
+    else {
+        p.how.push_str(&format!(
+            "; the whole run with {} forced ({}) did not launch this key",
+            shape_text(b),
+            run.source
+        ));
+        return;
+    };
+    if t.block != b || t.blocks_seen > 1 {
+        p.how.push_str(&format!(
+            "; the whole run with {} forced ({}) launched {}{}: no whole-run time",
+            shape_text(b),
+            run.source,
+            shape_text(t.block),
+            if t.blocks_seen > 1 { " and others" } else { "" }
+        ));
+        return;
+    }
+    if t.timed == 0 {
+        p.how.push_str(&format!(
+            "; the whole run with {} forced ({}) timed none of its {} launches",
+            shape_text(b),
+            run.source,
+            t.launches
+        ));
+        return;
+    }
+    p.whole_run_ms = Some(t.total_ms);
+    p.whole_run_launches = Some(t.launches);
+    p.drift = t.drift();
+    p.how.push_str(&format!(
+        "; whole run with it forced: {:.4} ms over {} launches{} ({})",
+        t.total_ms,
+        t.launches,
+        if t.timed < t.launches {
+            format!(" ({} timed)", t.timed)
+        } else {
+            String::new()
+        },
+        run.source
+    ));
+}
+
+impl Case {
+    /// After [`whole_run_pick`] on the compared methods: each one's whole-run ratio (the best
+    /// of their whole-run times over its own), and whether the key drifts (in any of the
+    /// forced runs).
+    pub fn time_whole_run(&mut self) {
+        let best = Method::COMPARED
+            .iter()
+            .filter_map(|m| self.picks.get(m).and_then(|p| p.whole_run_ms))
+            .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.min(t))));
+        let mut any = false;
+        let mut drifts = false;
+        for m in Method::COMPARED {
+            if let Some(p) = self.picks.get_mut(&m) {
+                if let Some(t) = p.whole_run_ms {
+                    any = true;
+                    p.whole_run_ratio = best.filter(|_| t > 0.0).map(|b| b / t);
+                    drifts |= p.drift.is_some_and(|d| !(1.0 / DRIFT..=DRIFT).contains(&d));
+                }
+            }
+        }
+        self.drifts = any.then_some(drifts);
+    }
 }
 
 #[cfg(test)]
@@ -1763,6 +2059,237 @@ mod tests {
         let (s, t) = rs.of(&["k", "_Z1kPfi"], &[7]);
         assert!(s.is_some() && t.is_some());
         assert_eq!(rs.of(&["k"], &[8]), (None, None));
+    }
+
+    /// The forms of the runtime with paired comparisons (issue 41): `settled on` and `kept`,
+    /// after launches and from the choices cache, with their confidence and pairs.
+    #[test]
+    fn paired_refine_lines() {
+        let s = parse_refine(
+            "klaraptor: ge_eliminate N=2048 refine: settled on block=64x4x1 grid=32x512x1 \
+             after launches=40, 0.812 of the model's first choice's time (candidate=model#2 \
+             confidence=paired pairs=6 extra_us=310.5) device=0:NVIDIA H200",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (s.block, s.grid, s.launches),
+            ([64, 4, 1], [32, 512, 1], Some(40))
+        );
+        assert_eq!((s.of_first, s.extra_us), (Some(0.812), Some(310.5)));
+        assert_eq!(s.candidate, "model#2");
+        assert_eq!(
+            (s.confidence.as_deref(), s.pairs),
+            (Some("paired"), Some(6))
+        );
+        assert!(s.settled && !s.kept() && !s.from_cache);
+        let k = parse_refine(
+            "klaraptor: smooth3 N=2097152 refine: kept block=256x1x1 grid=8192x1x1 after \
+             launches=10, 1 of the model's first choice's time (candidate=model#1 \
+             confidence=undecided pairs=2 extra_us=4.0) device=0:NVIDIA H200",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (k.block, k.launches, k.candidate.as_str()),
+            ([256, 1, 1], Some(10), "model#1")
+        );
+        assert_eq!(
+            (k.confidence.as_deref(), k.pairs),
+            (Some("undecided"), Some(2))
+        );
+        assert!(k.settled && k.kept());
+        let kc = parse_refine(
+            "klaraptor: k N=7 refine: kept block=32x1x1 grid=1x1x1 from the choices cache \
+             (candidate=program confidence=unmeasurable pairs=0) device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(kc.from_cache && kc.kept());
+        assert_eq!(
+            (kc.launches, kc.confidence.as_deref()),
+            (None, Some("unmeasurable"))
+        );
+        let sc = parse_refine(
+            "klaraptor: k N=7 refine: settled on block=64x1x1 grid=1x1x1 from the choices cache \
+             (candidate=model#3 confidence=paired pairs=4) device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(sc.from_cache && !sc.kept());
+        assert_eq!((sc.candidate.as_str(), sc.pairs), ("model#3", Some(4)));
+        // The not-settled line keeps its form, with pairs now.
+        let u = parse_refine(
+            "klaraptor: k N=7 refine: not settled at exit after launches=12: launching \
+             block=64x1x1 grid=1x1x1 (candidate=model#2, 1 comparisons decided, pairs=3, \
+             extra_us=9.5) device=0:G",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!u.settled && !u.kept());
+        assert_eq!(
+            (u.candidate.as_str(), u.pairs, u.extra_us),
+            ("model#2", Some(3), Some(9.5))
+        );
+        // Other `kept` text is not a refine line; a damaged pairs is an error.
+        assert!(
+            parse_refine("klaraptor: k N=7 refine: kept the program's shape device=0:G").is_none()
+        );
+        assert!(parse_refine(
+            "klaraptor: k N=7 refine: kept block=32x1x1 grid=1x1x1 from the choices cache \
+             (candidate=program confidence=undecided pairs=x) device=0:G"
+        )
+        .unwrap()
+        .is_err());
+        // A kept key: its pick says so and counts in the settled summary.
+        let p = settled_pick(Some(&k), None, "the run");
+        assert_eq!(p.block, Some([256, 1, 1]));
+        assert_eq!(p.confidence.as_deref(), Some("undecided"));
+        assert!(
+            p.how.contains("kept 256x1x1 (after 10 launches"),
+            "{}",
+            p.how
+        );
+        let mut c = Case {
+            candidates: 1,
+            ..Case::default()
+        };
+        c.picks.insert(Method::Settled, p);
+        let mut d = c.clone();
+        d.picks
+            .insert(Method::Settled, settled_pick(Some(&kc), None, "r"));
+        let mut e = c.clone();
+        e.picks
+            .insert(Method::Settled, settled_pick(Some(&s), None, "r"));
+        let sum = summaries(&[c.clone(), d, e]);
+        let st = sum.iter().find(|x| x.method == "settled").unwrap();
+        assert_eq!(
+            (st.undecided, st.unmeasurable, st.not_settled),
+            (Some(1), Some(1), Some(0))
+        );
+        let recs = records(std::slice::from_ref(&c));
+        let j = serde_json::to_value(&recs).unwrap();
+        assert_eq!(j[0]["confidence"], "undecided");
+        assert!(j[0]["whole_run_ms"].is_null() && j[0]["drifts"].is_null());
+    }
+
+    /// Whole-run launch times: the file's lines, drift, and the picks' whole-run times and
+    /// ratios from the forced runs.
+    #[test]
+    fn whole_run_times() {
+        // A key whose work shrinks with the step (a Gaussian elimination's update: the last
+        // third of its launches far cheaper than the first), and one that does not.
+        let text = "{\"kernel\":\"_Z2gePfii\",\"name\":\"ge\",\"sizes\":[1000],\"launches\":999,\
+                    \"timed\":999,\"total_ms\":120.5,\"first_ms\":0.41,\"last_ms\":0.003,\
+                    \"head_ms\":0.3,\"tail_ms\":0.012,\"min_ms\":0.003,\"max_ms\":0.41,\
+                    \"trend\":-0.98,\"block\":[32,8,1],\"grid\":[32,125,1],\"blocks_seen\":1}\n\
+                    {\"kernel\":\"_Z2s3PKfPfi\",\"name\":\"smooth3\",\"sizes\":[2097152],\
+                    \"launches\":10,\"timed\":10,\"total_ms\":0.5,\"first_ms\":0.05,\
+                    \"last_ms\":0.05,\"head_ms\":0.05,\"tail_ms\":0.051,\"min_ms\":0.049,\
+                    \"max_ms\":0.052,\"trend\":0.01,\"block\":[256,1,1],\"grid\":[8192,1,1],\
+                    \"blocks_seen\":1}\n\
+                    {\"kernel\":\"_Z1kv\",\"name\":\"k\",\"sizes\":[],\"launches\":2,\"timed\":0,\
+                    \"total_ms\":0,\"first_ms\":null,\"last_ms\":null,\"head_ms\":null,\
+                    \"tail_ms\":null,\"min_ms\":null,\"max_ms\":null,\"trend\":0,\
+                    \"block\":[1,1,1],\"grid\":[1,1,1],\"blocks_seen\":1}\n{\"kernel\":";
+        let t = parse_launch_times(text).unwrap();
+        assert_eq!(t.len(), 3, "the half-written last line is dropped");
+        assert!((t[0].drift().unwrap() - 0.04).abs() < 1e-12 && t[0].drifts());
+        assert!(!t[1].drifts() && t[1].drift().is_some());
+        assert_eq!((t[2].drift(), t[2].drifts()), (None, false));
+        assert!(parse_launch_times("nonsense\n{}\n").is_err());
+
+        let forced = |b: [u32; 3], times: Vec<LaunchTimes>| ForcedRun {
+            forced: [("_Z2gePfii".to_string(), b)].into_iter().collect(),
+            times,
+            source: "a forced run".into(),
+        };
+        let mut slow = t[0].clone();
+        slow.block = [256, 1, 1];
+        slow.total_ms = 241.0;
+        let mut fell_back = t[0].clone();
+        fell_back.block = [32, 8, 1];
+        let runs = vec![
+            forced([32, 8, 1], vec![t[0].clone()]),
+            forced([256, 1, 1], vec![slow]),
+            forced([1024, 1, 1], vec![fell_back]),
+        ];
+        let mut c = Case {
+            sizes: vec![1000],
+            ..Case::default()
+        };
+        let pick = |b: [u32; 3]| Pick {
+            block: Some(b),
+            ..Pick::default()
+        };
+        c.picks.insert(Method::Default, pick([32, 8, 1]));
+        c.picks.insert(Method::Klaraptor, pick([256, 1, 1]));
+        c.picks.insert(Method::ProfiledBest, pick([1024, 1, 1]));
+        c.picks.insert(Method::Settled, pick([64, 4, 1]));
+        for m in Method::COMPARED {
+            if let Some(p) = c.picks.get_mut(&m) {
+                whole_run_pick(p, &runs, "_Z2gePfii", &[1000]);
+            }
+        }
+        c.time_whole_run();
+        let d = &c.picks[&Method::Default];
+        assert_eq!(
+            (d.whole_run_ms, d.whole_run_ratio),
+            (Some(120.5), Some(1.0))
+        );
+        assert_eq!(d.whole_run_launches, Some(999));
+        let k = &c.picks[&Method::Klaraptor];
+        assert!((k.whole_run_ratio.unwrap() - 120.5 / 241.0).abs() < 1e-12);
+        let pb = &c.picks[&Method::ProfiledBest];
+        assert_eq!(pb.whole_run_ms, None);
+        assert!(pb.how.contains("launched 32x8x1"), "{}", pb.how);
+        let st = &c.picks[&Method::Settled];
+        assert!(
+            st.how.contains("no whole-run measurement with 64x4x1"),
+            "{}",
+            st.how
+        );
+        assert_eq!(c.drifts, Some(true));
+        let sum = summaries(std::slice::from_ref(&c));
+        let by = |m: &str| sum.iter().find(|x| x.method == m).unwrap().clone();
+        assert_eq!(
+            (by("default").whole_run_cases, by("default").drifting),
+            (1, 1)
+        );
+        assert_eq!(by("settled").whole_run_cases, 0);
+        let j = serde_json::to_value(records(std::slice::from_ref(&c))).unwrap();
+        let rec = |m: &str| {
+            j.as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["method"] == m)
+                .unwrap()
+        };
+        assert_eq!(rec("default")["whole_run_ms"], 120.5);
+        assert_eq!(rec("default")["drifts"], true);
+        assert!(rec("settled")["whole_run_ms"].is_null());
+        // A key of the other run that does not drift.
+        let mut q = Case {
+            sizes: vec![2097152],
+            ..Case::default()
+        };
+        q.picks.insert(Method::Default, pick([256, 1, 1]));
+        let runs = vec![ForcedRun {
+            forced: [("_Z2s3PKfPfi".to_string(), [256, 1, 1])]
+                .into_iter()
+                .collect(),
+            times: t.clone(),
+            source: "r".into(),
+        }];
+        whole_run_pick(
+            q.picks.get_mut(&Method::Default).unwrap(),
+            &runs,
+            "_Z2s3PKfPfi",
+            &[2097152],
+        );
+        q.time_whole_run();
+        assert_eq!(q.drifts, Some(false));
+        assert_eq!(q.picks[&Method::Default].whole_run_ms, Some(0.5));
     }
 
     #[test]

@@ -49,6 +49,34 @@
  *                          <kernel> is the source name (tabs and newlines made spaces),
  *                          <sizes> the data values joined by commas, <block> BXxBYxBZ.
  *
+ * Whole-run launch timing (klaraptor validate's whole-run measurement, issue 41), in a program
+ * that is not profiling (no KLARAPTOR_PROFILE_OUT / _PLAN):
+ *   KLARAPTOR_LAUNCH_TIMES a file: every launch of an annotated kernel is bracketed by two
+ *                          CUDA events on its stream (the start recorded right before the
+ *                          launch, before klaraptor__launch_starts; the stop right after it:
+ *                          no host work, copy or synchronisation of the program is inside a
+ *                          window; on an idle stream the window also holds the launch's own
+ *                          latency, the same for every shape). The events are read when they
+ *                          have completed, at later launches, never waited for (except when
+ *                          more than LT_MAX_PENDING wait), and at exit. At exit one JSON line
+ *                          per launch key (kernel, data values) is appended:
+ *     {"kernel":<id>,"name":<name>,"sizes":[…],"launches":L,"timed":T,"total_ms":…,
+ *      "first_ms":…,"last_ms":…,"head_ms":…,"tail_ms":…,"min_ms":…,"max_ms":…,"trend":…,
+ *      "block":[…],"grid":[…],"blocks_seen":B}
+ *                          launches: every launch of the key; timed: those with a time (a
+ *                          launch into a capturing stream, a failed launch or an event error
+ *                          has none); total_ms: the sum of the timed launches' times (the
+ *                          whole run's kernel time of the key); head_ms / tail_ms: the mean of
+ *                          the first / last third of the timed launches, in launch order;
+ *                          trend: the least-squares slope of time over the launch index, times
+ *                          (T - 1), over the mean (the relative change across the run; 0 with
+ *                          fewer than two); block / grid: the first launch's; blocks_seen: the
+ *                          distinct blocks the key was launched with. The first launch of each
+ *                          kernel loads it (cudaFuncGetAttributes) before its start event. The
+ *                          runtime does not refine in such a run (told of every launch, as in
+ *                          the profiling variant); validate forces each method's shape with
+ *                          KLARAPTOR_FORCE.
+ *
  * A shape that faults (an illegal address, a trap: the collector's sample of it says "an error
  * in the kernel: …" or "launch failed: …, then …", and those of the shapes it cost their run
  * "… the CUDA context is unusable …") leaves the process's CUDA context unusable: nothing
@@ -65,6 +93,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -214,6 +243,7 @@ static void load_plan(const char *path) {
 }
 
 static void load_resume(const char *path);
+static void lt_init(void);
 
 /* Every copy of this file runs its constructor: an object built by klaraptor-cc carries the
  * runtime (klaraptor_embed.c), and the linker keeps one copy's global symbols. The
@@ -232,7 +262,13 @@ void klaraptor__prof_init(void) {
   g_runs = env_int("KLARAPTOR_PROFILE_RUNS", 5, 1, 1000);
   g_warmup = env_int("KLARAPTOR_PROFILE_WARMUP", 1, 0, 1000);
   g_max_sizes = env_int("KLARAPTOR_PROFILE_MAX_SIZES", 4, 1, 1000);
-  if (!g_out || !*g_out || !plan || !*plan) return; /* not profiling: launches pass through */
+  if (!g_out || !*g_out || !plan || !*plan) {
+    /* not profiling: launches pass through, timed when KLARAPTOR_LAUNCH_TIMES asks */
+    lt_init();
+    return;
+  }
+  if (getenv("KLARAPTOR_LAUNCH_TIMES") && *getenv("KLARAPTOR_LAUNCH_TIMES"))
+    perr("KLARAPTOR_LAUNCH_TIMES is ignored in a profiling run");
   const char *progress = getenv("KLARAPTOR_PROGRESS");
   if (progress && *progress) {
     if (strncmp(progress, "fd:", 3) == 0) {
@@ -794,6 +830,292 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
   if (fi.lost) stop_after_fault(k, pd->data, &fi);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Whole-run launch timing (KLARAPTOR_LAUNCH_TIMES)                                          */
+
+#define LT_MAX_PENDING 8192
+
+typedef struct lt_key {
+  const klaraptor_kernel *k;
+  int64_t data[16];
+  uint32_t block[3], grid[3];
+  int blocks_seen;
+  uint32_t (*seen)[3];
+  long launches;
+  double *ms; /* per timed launch, in launch order; NAN until read */
+  long n_ms, cap_ms;
+} lt_key;
+
+typedef struct lt_wait {
+  cudaEvent_t a, b;
+  lt_key *key;
+  long index;
+} lt_wait;
+
+static pthread_mutex_t g_lt_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *g_lt_path;
+static lt_key **g_lt_keys;
+static int g_lt_n;
+static lt_wait *g_lt_wait;
+static long g_lt_n_wait, g_lt_cap_wait;
+static cudaEvent_t *g_lt_pool;
+static long g_lt_n_pool, g_lt_cap_pool;
+static const void **g_lt_loaded; /* kernels whose first launch loaded them */
+static int g_lt_n_loaded;
+
+static void lt_init(void) {
+  const char *p = getenv("KLARAPTOR_LAUNCH_TIMES");
+  if (!p || !*p) return;
+  g_lt_path = p;
+  klaraptor__set_profile_note(note);
+}
+
+static int lt_event(cudaEvent_t *e) {
+  if (g_lt_n_pool > 0) {
+    *e = g_lt_pool[--g_lt_n_pool];
+    return 0;
+  }
+  if (cudaEventCreateWithFlags(e, cudaEventDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return 0;
+}
+
+static void lt_release(cudaEvent_t e) {
+  if (g_lt_n_pool == g_lt_cap_pool) {
+    long cap = g_lt_cap_pool ? 2 * g_lt_cap_pool : 64;
+    void *p = realloc(g_lt_pool, (size_t)cap * sizeof *g_lt_pool);
+    if (!p) {
+      (void)cudaEventDestroy(e);
+      return;
+    }
+    g_lt_pool = p;
+    g_lt_cap_pool = cap;
+  }
+  g_lt_pool[g_lt_n_pool++] = e;
+}
+
+/* Reads the waiting launches whose stop event has completed (all of them, waiting for each,
+ * when `wait`); under g_lt_lock. */
+static void lt_harvest(int wait) {
+  long kept = 0;
+  for (long i = 0; i < g_lt_n_wait; i++) {
+    lt_wait *w = &g_lt_wait[i];
+    cudaError_t q = wait ? cudaEventSynchronize(w->b) : cudaEventQuery(w->b);
+    if (q == cudaErrorNotReady) {
+      g_lt_wait[kept++] = *w;
+      continue;
+    }
+    float ms = 0;
+    if (q == cudaSuccess && cudaEventElapsedTime(&ms, w->a, w->b) == cudaSuccess) {
+      w->key->ms[w->index] = ms;
+      lt_release(w->a);
+      lt_release(w->b);
+    } else if (q == cudaSuccess) {
+      (void)cudaGetLastError();
+    } /* another error: the program's to see; the launch stays untimed */
+  }
+  g_lt_n_wait = kept;
+}
+
+static lt_key *lt_key_for(const pending *pd) {
+  for (int i = 0; i < g_lt_n; i++) {
+    lt_key *k = g_lt_keys[i];
+    if (k->k == pd->k &&
+        (pd->k->n_data == 0 ||
+         memcmp(k->data, pd->data, (size_t)pd->k->n_data * sizeof(int64_t)) == 0))
+      return k;
+  }
+  lt_key *k = calloc(1, sizeof *k);
+  void *p = realloc(g_lt_keys, (size_t)(g_lt_n + 1) * sizeof *g_lt_keys);
+  if (!k || !p) {
+    free(k);
+    if (p) g_lt_keys = p;
+    return NULL;
+  }
+  g_lt_keys = p;
+  k->k = pd->k;
+  if (pd->k->n_data) memcpy(k->data, pd->data, (size_t)pd->k->n_data * sizeof(int64_t));
+  k->block[0] = (uint32_t)pd->block_xy;
+  k->block[1] = (uint32_t)(pd->block_xy >> 32);
+  k->block[2] = pd->block_z;
+  k->grid[0] = (uint32_t)pd->grid_xy;
+  k->grid[1] = (uint32_t)(pd->grid_xy >> 32);
+  k->grid[2] = pd->grid_z;
+  g_lt_keys[g_lt_n++] = k;
+  return k;
+}
+
+static void lt_note_block(lt_key *k, const pending *pd) {
+  uint32_t b[3] = {(uint32_t)pd->block_xy, (uint32_t)(pd->block_xy >> 32), pd->block_z};
+  for (int i = 0; i < k->blocks_seen; i++)
+    if (memcmp(k->seen[i], b, sizeof b) == 0) return;
+  void *p = realloc(k->seen, (size_t)(k->blocks_seen + 1) * sizeof *k->seen);
+  if (!p) return;
+  k->seen = p;
+  memcpy(k->seen[k->blocks_seen++], b, sizeof b);
+}
+
+static void lt_write(void);
+
+/* Before a launch of an annotated kernel: its start event, recorded on the launch's stream.
+ * 1 when the launch is timed (then *a and *b are its events), 0 when not. */
+static int lt_begin(const pending *pd, void *kernel, void *stream, lt_key **key, cudaEvent_t *a,
+                    cudaEvent_t *b) {
+  pthread_mutex_lock(&g_lt_lock);
+  static int registered;
+  if (!registered) registered = atexit(lt_write) == 0;
+  lt_harvest(0);
+  while (g_lt_n_wait >= LT_MAX_PENDING) {
+    /* too many waiting: wait for the oldest (a synchronisation the program does not make) */
+    (void)cudaEventSynchronize(g_lt_wait[0].b);
+    lt_harvest(0);
+    if (g_lt_n_wait >= LT_MAX_PENDING) g_lt_n_wait--; /* an event that never completes */
+  }
+  int timed = 0;
+  lt_key *k = lt_key_for(pd);
+  if (k) {
+    k->launches++;
+    lt_note_block(k, pd);
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &st) != cudaSuccess) {
+      (void)cudaGetLastError();
+      st = cudaStreamCaptureStatusActive;
+    }
+    int loaded = 0;
+    for (int i = 0; i < g_lt_n_loaded && !loaded; i++) loaded = g_lt_loaded[i] == kernel;
+    if (!loaded) {
+      /* The first launch of a kernel loads its module (lazy loading): done here, outside
+       * the window. */
+      struct cudaFuncAttributes fa;
+      if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) (void)cudaGetLastError();
+      void *p = realloc(g_lt_loaded, (size_t)(g_lt_n_loaded + 1) * sizeof *g_lt_loaded);
+      if (p) {
+        g_lt_loaded = p;
+        g_lt_loaded[g_lt_n_loaded++] = kernel;
+      }
+    }
+    if (st == cudaStreamCaptureStatusNone && cudaPeekAtLastError() == cudaSuccess &&
+        lt_event(a) == 0) {
+      if (lt_event(b) != 0) {
+        lt_release(*a);
+      } else if (cudaEventRecord(*a, (cudaStream_t)stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        lt_release(*a);
+        lt_release(*b);
+      } else {
+        timed = 1;
+      }
+    }
+  }
+  *key = k;
+  pthread_mutex_unlock(&g_lt_lock);
+  return timed;
+}
+
+/* After the launch (rc its status): its stop event; the pair waits to be read. */
+static void lt_end(lt_key *k, cudaEvent_t a, cudaEvent_t b, int rc, void *stream) {
+  pthread_mutex_lock(&g_lt_lock);
+  int ok = rc == 0;
+  if (ok && cudaEventRecord(b, (cudaStream_t)stream) != cudaSuccess) ok = 0;
+  if (ok && k->n_ms == k->cap_ms) {
+    long cap = k->cap_ms ? 2 * k->cap_ms : 64;
+    void *p = realloc(k->ms, (size_t)cap * sizeof *k->ms);
+    if (p) {
+      k->ms = p;
+      k->cap_ms = cap;
+    } else {
+      ok = 0;
+    }
+  }
+  if (ok && g_lt_n_wait == g_lt_cap_wait) {
+    long cap = g_lt_cap_wait ? 2 * g_lt_cap_wait : 256;
+    void *p = realloc(g_lt_wait, (size_t)cap * sizeof *g_lt_wait);
+    if (p) {
+      g_lt_wait = p;
+      g_lt_cap_wait = cap;
+    } else {
+      ok = 0;
+    }
+  }
+  if (ok) {
+    k->ms[k->n_ms] = NAN;
+    g_lt_wait[g_lt_n_wait++] = (lt_wait){a, b, k, k->n_ms++};
+  } else {
+    lt_release(a);
+    lt_release(b);
+  }
+  pthread_mutex_unlock(&g_lt_lock);
+}
+
+static void lt_num(FILE *f, const char *name, double v) {
+  if (isfinite(v))
+    fprintf(f, ",\"%s\":%.6g", name, v);
+  else
+    fprintf(f, ",\"%s\":null", name);
+}
+
+/* At exit: waits for the launches not yet read and appends a line per key. */
+static void lt_write(void) {
+  pthread_mutex_lock(&g_lt_lock);
+  lt_harvest(1);
+  FILE *f = g_lt_n ? fopen(g_lt_path, "a") : NULL;
+  if (g_lt_n && !f) perr("cannot write KLARAPTOR_LAUNCH_TIMES=%s: %s", g_lt_path, strerror(errno));
+  for (int i = 0; f && i < g_lt_n; i++) {
+    const lt_key *k = g_lt_keys[i];
+    long t = 0;
+    double total = 0, first = NAN, last = NAN, lo = NAN, hi = NAN;
+    for (long j = 0; j < k->n_ms; j++) {
+      double v = k->ms[j];
+      if (!isfinite(v)) continue;
+      if (t == 0) first = v;
+      last = v;
+      lo = t == 0 || v < lo ? v : lo;
+      hi = t == 0 || v > hi ? v : hi;
+      total += v;
+      t++;
+    }
+    /* thirds (at least one launch each), and the trend, over the timed launches in order */
+    long third = t >= 3 ? t / 3 : 1, idx = 0;
+    double head = 0, tail = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (long j = 0; j < k->n_ms; j++) {
+      double v = k->ms[j];
+      if (!isfinite(v)) continue;
+      if (idx < third) head += v;
+      if (idx >= t - third) tail += v;
+      sx += (double)idx;
+      sy += v;
+      sxx += (double)idx * (double)idx;
+      sxy += (double)idx * v;
+      idx++;
+    }
+    double trend = 0;
+    if (t >= 2) {
+      double den = (double)t * sxx - sx * sx, mean = sy / (double)t;
+      if (den > 0 && mean > 0) trend = ((double)t * sxy - sx * sy) / den * (double)(t - 1) / mean;
+    }
+    fputs("{\"kernel\":", f);
+    json_str(f, k->k->id);
+    fputs(",\"name\":", f);
+    json_str(f, k->k->name ? k->k->name : k->k->id);
+    fputs(",\"sizes\":", f);
+    json_sizes(f, k->k, k->data);
+    fprintf(f, ",\"launches\":%ld,\"timed\":%ld,\"total_ms\":%.6g", k->launches, t, total);
+    lt_num(f, "first_ms", first);
+    lt_num(f, "last_ms", last);
+    lt_num(f, "head_ms", t ? head / (double)third : NAN);
+    lt_num(f, "tail_ms", t ? tail / (double)third : NAN);
+    lt_num(f, "min_ms", lo);
+    lt_num(f, "max_ms", hi);
+    lt_num(f, "trend", trend);
+    fprintf(f, ",\"block\":[%u,%u,%u],\"grid\":[%u,%u,%u],\"blocks_seen\":%d}\n", k->block[0],
+            k->block[1], k->block[2], k->grid[0], k->grid[1], k->grid[2], k->blocks_seen);
+  }
+  if (f) fclose(f);
+  pthread_mutex_unlock(&g_lt_lock);
+}
+
 int __wrap___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
                               uint64_t block_xy, uint32_t block_z, void **args, size_t shmem,
                               void *stream) {
@@ -834,8 +1156,16 @@ int __wrap___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
       }
     }
   }
+  /* Whole-run timing: the start event before the launch, the stop after it. */
+  lt_key *lk = NULL;
+  cudaEvent_t la = NULL, lb = NULL;
+  int lt = g_lt_path && !t_inside && pd.k && pd.grid_xy == grid_xy && pd.grid_z == grid_z &&
+           pd.block_xy == block_xy && pd.block_z == block_z &&
+           lt_begin(&pd, kernel, stream, &lk, &la, &lb);
   /* a timed first launch of a key loads its kernel before its start event (klaraptor_rt.c) */
   klaraptor__launch_starts(kernel, stream);
-  return __real___cudaLaunchKernel(kernel, grid_xy, grid_z, block_xy, block_z, args, shmem,
-                                   stream);
+  int rc = __real___cudaLaunchKernel(kernel, grid_xy, grid_z, block_xy, block_z, args, shmem,
+                                     stream);
+  if (lt) lt_end(lk, la, lb, rc, stream);
+  return rc;
 }
