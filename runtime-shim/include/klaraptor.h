@@ -40,8 +40,9 @@ typedef struct klaraptor_device {
   int smem_per_block_optin; /* bytes */
   int smem_per_sm;          /* bytes */
   int cc_major, cc_minor;
-  /* Part of the device's identity (the choices cache's key); 0 where the device does not
-   * say. */
+  /* The clocks are 0: the runtime does not ask for them (the CUDA runtime takes about half a
+   * millisecond for each). The bus width is part of the device's identity (the choices
+   * cache's key); 0 where the device does not say. */
   int clock_khz;      /* peak SM clock */
   int mem_clock_khz;  /* peak memory clock */
   int mem_bus_bits;   /* global memory bus width */

@@ -724,8 +724,7 @@ static void t_cache(void) {
   CHECK(strstr(path, "/stencil-") && read_file(path, text, sizeof text) > 0);
   CHECK(strstr(text, "version = 2\nkernel = _Z7stencilPfi\nname = stencil\n"
                      "code_hash = 00c0ffee00c0ffee\ndevice = NVIDIA H200\n"
-                     "device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|"
-                     "bus_bits=0\ndata = n=4096\nblock = 128x1x1\nprogram_block = 64x1x1\n"
+                     "device_id = NVIDIA H200|sm=132|cc=9.0|bus_bits=0\ndata = n=4096\nblock = 128x1x1\nprogram_block = 64x1x1\n"
                      "candidate = model#2\nconfidence = paired\nlaunches = 26\npairs = 6\n"
                      "vs_program = 0.3000\nextra_us = 360.0\n"
                      "compared = model#1 256x1x1 vs program 64x1x1 pairs=1 mean=-0.60000 "
