@@ -23,7 +23,20 @@
 //!                            klaraptor's choice, and where it settled (`refine:` lines)
 //! binary.{out,err,status}    of its last run
 //! choices/                   the choices cache those runs shared
+//! wholerun/f<j>.force        the whole-run measurement (unless --no-whole-run): the binary
+//!                            run again with one shape forced per kernel (lines `<mangled>
+//!                            <BXxBYxBZ>`; KLARAPTOR_FORCE), until every compared method's
+//!                            shape of every key has had a run
+//! wholerun/f<j>.times.jsonl  its KLARAPTOR_LAUNCH_TIMES: per key, the kernel time of every
+//!                            launch summed (validate::LaunchTimes)
+//! wholerun/f<j>.{log,out,err,status}
 //! ```
+//!
+//! The whole-run measurement is what the user gets: the sweep times one launch of a key
+//! (its first) per shape, repeated; a key whose launches differ (a loop whose work shrinks
+//! with a step the data values do not show) or that is launched a few times only is
+//! measured by the whole run's kernel time of the key with each method's shape forced:
+//! default (the program's own), klaraptor (the model's choice), profiled_best and settled.
 //!
 //! The profile database is `--profile-db`, else the one klaraptor-cc would have used when
 //! linking in the binary's directory (`KLARAPTOR_PROFILE_DB`, the nearest
@@ -116,6 +129,10 @@ pub struct ValidateArgs {
     /// directory: KLARAPTOR_PROFILE_DB, the nearest klaraptor-profiles/, the user cache).
     #[arg(long, value_name = "DIR")]
     pub profile_db: Option<PathBuf>,
+    /// Leave out the whole-run measurement (the binary run once more per distinct shape of
+    /// a kernel's methods, that shape forced, every launch timed).
+    #[arg(long)]
+    pub no_whole_run: bool,
 }
 
 /// One run of the program.
@@ -175,6 +192,19 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
             }
         };
         sweep_runs(&args, &variant, &collector, &chosen, &out)?;
+        if !args.no_whole_run {
+            let db = profile_db(&args.binary, args.profile_db.as_deref());
+            let first = analyze(
+                &out,
+                "",
+                &specs,
+                &chosen,
+                &manifests,
+                args.device.as_deref(),
+                db.as_ref().ok(),
+            )?;
+            whole_runs(&args, &first, &out)?;
+        }
         out
     };
     let program = args
@@ -565,6 +595,148 @@ fn sweep_runs(
     Ok(())
 }
 
+/// The forced shapes of the whole-run measurement of one run: per kernel (mangled name), the
+/// distinct shapes of its compared methods over its cases, in order; run `j` forces each
+/// kernel's `j`-th shape (a kernel with fewer is not forced there).
+pub fn forced_plan(cases: &[&Case]) -> Vec<BTreeMap<String, [u32; 3]>> {
+    let mut shapes: BTreeMap<String, BTreeSet<[u32; 3]>> = BTreeMap::new();
+    for c in cases {
+        for m in [
+            Method::Default,
+            Method::Klaraptor,
+            Method::ProfiledBest,
+            Method::Settled,
+        ] {
+            if let Some(b) = c.picks.get(&m).and_then(|p| p.block) {
+                shapes.entry(c.mangled.clone()).or_default().insert(b);
+            }
+        }
+    }
+    let n = shapes.values().map(BTreeSet::len).max().unwrap_or(0);
+    (0..n)
+        .map(|j| {
+            shapes
+                .iter()
+                .filter_map(|(k, s)| s.iter().nth(j).map(|b| (k.clone(), *b)))
+                .collect()
+        })
+        .collect()
+}
+
+/// The text of a `.force` file, and the KLARAPTOR_FORCE value, of one forced run.
+fn force_text(forced: &BTreeMap<String, [u32; 3]>) -> (String, String) {
+    let file = forced
+        .iter()
+        .map(|(k, b)| format!("{k} {}\n", shape_text(*b)))
+        .collect();
+    let env = forced
+        .iter()
+        .map(|(k, b)| format!("{k}:{}", shape_text(*b)))
+        .collect::<Vec<_>>()
+        .join(",");
+    (file, env)
+}
+
+/// Reads a `.force` file's text.
+pub fn parse_force(text: &str) -> Result<BTreeMap<String, [u32; 3]>> {
+    let mut out = BTreeMap::new();
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (k, b) = l
+            .trim()
+            .rsplit_once(' ')
+            .with_context(|| format!("{l:?}: expected <kernel> <BXxBYxBZ>"))?;
+        let b = validate::parse_block(b).with_context(|| format!("{l:?}: not a block"))?;
+        out.insert(k.to_string(), b);
+    }
+    Ok(out)
+}
+
+/// The whole-run measurement: per run of `v`, the binary again with each method's shapes
+/// forced ([`forced_plan`]), every launch timed (KLARAPTOR_LAUNCH_TIMES).
+fn whole_runs(args: &ValidateArgs, v: &Validation, out: &Path) -> Result<()> {
+    let binary = std::fs::canonicalize(&args.binary)
+        .with_context(|| format!("{}", args.binary.display()))?;
+    let timeout = (args.timeout > 0).then(|| Duration::from_secs(args.timeout));
+    for r in &v.runs {
+        let cases: Vec<&Case> = v.cases.iter().filter(|c| c.job == r.id).collect();
+        let plan = forced_plan(&cases);
+        let dir = out.join(&r.id).join("wholerun");
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        let argv =
+            crate::host_cc::split_args(&r.args).with_context(|| format!("--sizes {:?}", r.args))?;
+        let t = Instant::now();
+        for (j, forced) in plan.iter().enumerate() {
+            let stem = format!("f{}", j + 1);
+            let (file, env) = force_text(forced);
+            std::fs::write(dir.join(format!("{stem}.force")), file)?;
+            let mut cmd = Command::new(&binary);
+            cmd.args(&argv)
+                .env("KLARAPTOR_FORCE", env)
+                .env(
+                    "KLARAPTOR_LAUNCH_TIMES",
+                    dir.join(format!("{stem}.times.jsonl")),
+                )
+                .env("KLARAPTOR_LOG", dir.join(format!("{stem}.log")))
+                .env("KLARAPTOR_REFINE", "off")
+                .env("KLARAPTOR_CHOICES", "off")
+                .env_remove("KLARAPTOR_DISABLE");
+            let st = run_to_files(cmd, &dir, &stem, timeout)?;
+            std::fs::write(dir.join(format!("{stem}.status")), status_text(st) + "\n")?;
+        }
+        klaraptor_profiler::kl_eprintln!(
+            "klaraptor validate:   whole-run measurement of `{}`: {} forced run(s) in {:.1} s",
+            r.args,
+            plan.len(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// The forced runs kept in a run directory's `wholerun/` (none without one).
+pub fn read_forced_runs(rdir: &Path) -> Result<Vec<validate::ForcedRun>> {
+    let dir = rdir.join("wholerun");
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return Ok(out);
+    };
+    let mut stems: Vec<(u32, String)> = Vec::new();
+    for e in rd {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(".force") {
+            if let Some(j) = stem.strip_prefix('f').and_then(|j| j.parse().ok()) {
+                stems.push((j, stem.to_string()));
+            }
+        }
+    }
+    stems.sort();
+    for (_, stem) in stems {
+        let fp = dir.join(format!("{stem}.force"));
+        let forced = parse_force(&std::fs::read_to_string(&fp)?)
+            .with_context(|| format!("{}", fp.display()))?;
+        let tp = dir.join(format!("{stem}.times.jsonl"));
+        let times = match std::fs::read_to_string(&tp) {
+            Ok(t) => {
+                validate::parse_launch_times(&t).with_context(|| format!("{}", tp.display()))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", tp.display())),
+        };
+        out.push(validate::ForcedRun {
+            forced,
+            times,
+            source: format!(
+                "{}/wholerun/{stem}",
+                rdir.file_name().unwrap_or_default().to_string_lossy()
+            ),
+        });
+    }
+    Ok(out)
+}
+
 fn read_opt(path: &Path) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -717,6 +889,7 @@ pub fn analyze(
         let chose = decisions_opt(&rdir.join("binary.log"))?;
         let refines = refines_opt(&rdir.join("binary.log"))?;
         let own = decisions_opt(&rdir.join("variant.log"))?;
+        let forced_runs = read_forced_runs(&rdir)?;
         devices.extend(
             chose
                 .iter()
@@ -874,6 +1047,12 @@ pub fn analyze(
                 };
                 case.picks.insert(Method::Occupancy, op);
                 case.time_picks();
+                for m in Method::COMPARED {
+                    if let Some(p) = case.picks.get_mut(&m) {
+                        validate::whole_run_pick(p, &forced_runs, &k.mangled, &case.sizes);
+                    }
+                }
+                case.time_whole_run();
                 if !case.complete() {
                     v.notes.push(format!(
                         "{id}: the sweep of {} at {} is incomplete ({} of {} shapes; the run was \
@@ -1000,6 +1179,86 @@ pub fn table(v: &Validation) -> String {
         let _ = writeln!(s, "{}", line.join("  ").trim_end());
     }
     let _ = writeln!(s);
+    let whole: Vec<&Case> = v.cases.iter().filter(|c| c.drifts.is_some()).collect();
+    if !whole.is_empty() {
+        let _ = writeln!(
+            s,
+            "Whole run: the kernel time of the key summed over all its launches in one run of \
+             the binary, each method's shape forced (what the user gets); ratio = the best of \
+             the four / time; drift = the last third's mean launch time over the first third's \
+             (~ = drifts by more than {:.0} %).\n",
+            (validate::DRIFT - 1.0) * 100.0
+        );
+        let wm = [
+            Method::Klaraptor,
+            Method::Settled,
+            Method::ProfiledBest,
+            Method::Default,
+        ];
+        let mut rows: Vec<Vec<String>> = vec![[
+            "run",
+            "kernel",
+            "sizes",
+            "launches",
+            "klaraptor",
+            "settled",
+            "profiled_best",
+            "default",
+            "drift",
+        ]
+        .iter()
+        .map(|h| h.to_string())
+        .collect()];
+        for c in &whole {
+            let launches = wm
+                .iter()
+                .filter_map(|m| c.picks.get(m).and_then(|p| p.whole_run_launches))
+                .max();
+            let drift = wm
+                .iter()
+                .filter_map(|m| c.picks.get(m).and_then(|p| p.drift))
+                .next();
+            let mut row = vec![
+                c.job.clone(),
+                c.kernel.clone(),
+                c.labels
+                    .iter()
+                    .zip(&c.sizes)
+                    .map(|(l, v)| format!("{l}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                launches.map_or_else(|| "-".into(), |n| n.to_string()),
+            ];
+            for m in wm {
+                row.push(match c.picks.get(&m) {
+                    Some(p) => match (p.whole_run_ms, p.whole_run_ratio) {
+                        (Some(t), Some(r)) => format!("{t:.3}ms {r:.2}"),
+                        (Some(t), None) => format!("{t:.3}ms"),
+                        _ => "-".into(),
+                    },
+                    None => "-".into(),
+                });
+            }
+            row.push(match (drift, c.drifts) {
+                (Some(d), Some(true)) => format!("{d:.2}~"),
+                (Some(d), _) => format!("{d:.2}"),
+                _ => "-".into(),
+            });
+            rows.push(row);
+        }
+        let widths: Vec<usize> = (0..rows[0].len())
+            .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+            .collect();
+        for r in &rows {
+            let line: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            let _ = writeln!(s, "{}", line.join("  ").trim_end());
+        }
+        let _ = writeln!(s);
+    }
     for x in validate::summaries(&v.cases) {
         let mut line = match (x.geomean, x.min, x.share_ge_090) {
             (Some(g), Some(min), Some(share)) => format!(
@@ -1022,6 +1281,25 @@ pub fn table(v: &Validation) -> String {
         }
         if let Some(n) = x.no_profile.filter(|&n| n > 0) {
             let _ = write!(line, "; {n} case(s) without a profile");
+        }
+        if let Some(n) = x.undecided.filter(|&n| n > 0) {
+            let _ = write!(line, "; {n} case(s) kept undecided");
+        }
+        if let Some(n) = x.unmeasurable.filter(|&n| n > 0) {
+            let _ = write!(line, "; {n} case(s) kept unmeasurable");
+        }
+        if let (Some(g), Some(min)) = (x.whole_run_geomean, x.whole_run_min) {
+            let _ = write!(
+                line,
+                "; whole run: geometric mean {g:.3} of the best method over {} cases, minimum \
+                 {min:.3}{}",
+                x.whole_run_cases,
+                if x.drifting > 0 {
+                    format!(", {} drifting", x.drifting)
+                } else {
+                    String::new()
+                }
+            );
         }
         let _ = writeln!(s, "{line}");
     }
@@ -1114,6 +1392,9 @@ struct JsonCase {
     settled_why: Option<String>,
     /// The profile's fastest block at the nearest profiled size (null: no profile).
     profiled_best: Option<[u32; 3]>,
+    /// Whether the key's per-launch cost drifts over the run (null: no whole-run
+    /// measurement).
+    drifts: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -1166,6 +1447,7 @@ fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
                     .filter(|p| p.block.is_none())
                     .map(|p| p.how.clone()),
                 profiled_best: c.picks.get(&Method::ProfiledBest).and_then(|p| p.block),
+                drifts: c.drifts,
             })
             .collect(),
         records: validate::records(&v.cases),
@@ -1200,6 +1482,50 @@ mod tests {
         assert_eq!(cli.args.sizes, ["-s 4096 -q", "-n 5", "--big"]);
         assert_eq!(cli.args.runs, 3);
         assert_eq!(cli.args.binary, Path::new("./app"));
+    }
+
+    #[test]
+    fn whole_run_forcing() {
+        let case = |k: &str, sizes: i64, shapes: &[(Method, [u32; 3])]| {
+            let mut c = Case {
+                mangled: k.into(),
+                sizes: vec![sizes],
+                ..Case::default()
+            };
+            for (m, b) in shapes {
+                c.picks.insert(
+                    *m,
+                    Pick {
+                        block: Some(*b),
+                        ..Pick::default()
+                    },
+                );
+            }
+            c
+        };
+        let a = case(
+            "_Z1av",
+            10,
+            &[
+                (Method::Default, [256, 1, 1]),
+                (Method::Klaraptor, [128, 1, 1]),
+                (Method::Settled, [128, 1, 1]),
+                (Method::Occupancy, [1024, 1, 1]),
+            ],
+        );
+        let a2 = case("_Z1av", 20, &[(Method::ProfiledBest, [64, 1, 1])]);
+        let b = case("_Z1bv", 10, &[(Method::Default, [32, 8, 1])]);
+        let plan = forced_plan(&[&a, &a2, &b]);
+        // a: 64, 128, 256 (occupancy is not forced); b: 32x8 in the first run only.
+        assert_eq!(plan.len(), 3);
+        assert_eq!(plan[0]["_Z1av"], [64, 1, 1]);
+        assert_eq!(plan[0]["_Z1bv"], [32, 8, 1]);
+        assert_eq!(plan[2].len(), 1);
+        let (file, env) = force_text(&plan[0]);
+        assert_eq!(env, "_Z1av:64x1x1,_Z1bv:32x8x1");
+        assert_eq!(parse_force(&file).unwrap(), plan[0]);
+        assert!(parse_force("_Z1av 64xq\n").is_err());
+        assert!(forced_plan(&[]).is_empty());
     }
 
     #[test]
