@@ -896,7 +896,7 @@ impl Invocation {
                 });
             crate::kl_eprintln!(
                 "klaraptor-cc: warning: {}: a launch of {} in {} is not instrumented: {}",
-                src.display(),
+                l.at.clone().unwrap_or_else(|| src.display().to_string()),
                 name,
                 l.function,
                 l.reason

@@ -431,6 +431,17 @@ unsafe fn file_path(file: CXFile) -> PathBuf {
 /// Safe to call from several threads at once. The first call in a process
 /// loads libclang.
 pub fn inspect(source: &Path, names: &[&str], cfg: &ClangConfig) -> Result<SourceInfo, ClangError> {
+    // SAFETY: `parse` calls the closure with libclang installed on this thread and the
+    // translation unit live.
+    parse(source, cfg, |tu| unsafe { read_source_info(tu, names) })
+}
+
+/// Parses `source` as [`inspect`] does and hands the translation unit to `read`.
+fn parse<T>(
+    source: &Path,
+    cfg: &ClangConfig,
+    read: impl FnOnce(CXTranslationUnit) -> T,
+) -> Result<T, ClangError> {
     if !source.is_file() {
         return Err(ClangError::SourceNotFound(source.to_path_buf()));
     }
@@ -479,17 +490,319 @@ pub fn inspect(source: &Path, names: &[&str], cfg: &ClangConfig) -> Result<Sourc
             });
         }
         let tu = TuGuard(tu);
-        let diagnostics = collect_diagnostics(tu.0);
-        let functions = Collector::new(names).run(tu.0);
-        let inclusions = collect_inclusions(tu.0);
-        let skipped = collect_skipped(tu.0);
-        Ok(SourceInfo {
-            functions,
-            diagnostics,
-            inclusions,
-            skipped,
-        })
+        Ok(read(tu.0))
     }
+}
+
+/// What the front end found in a translation unit.
+///
+/// # Safety
+/// libclang loaded on this thread; `tu` live.
+unsafe fn read_source_info(tu: CXTranslationUnit, names: &[&str]) -> SourceInfo {
+    SourceInfo {
+        functions: Collector::new(names).run(tu),
+        diagnostics: collect_diagnostics(tu),
+        inclusions: collect_inclusions(tu),
+        skipped: collect_skipped(tu),
+    }
+}
+
+/// One `<<<…>>>` launch of a `__global__` function in host code, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchSite {
+    /// The kernel's name, and with its namespaces.
+    pub kernel: String,
+    pub qualified_name: String,
+    /// Where the kernel is defined (or first declared), and its parameters.
+    pub kernel_file: PathBuf,
+    pub kernel_line: u32,
+    pub params: Vec<KernelParam>,
+    /// Where the launch is (after macro expansion), and the function holding it.
+    pub file: PathBuf,
+    pub line: u32,
+    pub col: u32,
+    pub caller: String,
+    /// The launch's text (`k<<<n / 256, 256>>>(a, b)`), its configuration (grid, block, and
+    /// shared memory and stream when given) and its arguments, as written.
+    pub text: String,
+    pub config: Vec<String>,
+    pub args: Vec<String>,
+    /// The dimensions the grid and the block are built with: 1 for an integer, the number of
+    /// values a `dim3` is constructed from (trailing 1s left out) where the front end can see
+    /// its construction (`dim3(16, 16)`, or a variable declared `dim3 b(16, 16)`); `None`
+    /// where it cannot (a `dim3` from a function's result, a parameter, a field).
+    pub grid_dims: Option<u8>,
+    pub block_dims: Option<u8>,
+}
+
+/// Every `<<<…>>>` launch of a `__global__` function outside system headers in `source`, in
+/// order, and libclang's errors (as [`SourceInfo::diagnostics`]).
+pub fn launch_sites(
+    source: &Path,
+    cfg: &ClangConfig,
+) -> Result<(Vec<LaunchSite>, Vec<String>), ClangError> {
+    // SAFETY: `parse` calls the closure with libclang installed and the TU live.
+    parse(source, cfg, |tu| unsafe {
+        let mut out = Vec::new();
+        let mut caller = String::new();
+        let mut callers: Vec<(CXCursor, String)> = Vec::new();
+        visit(clang_getTranslationUnitCursor(tu), |c, parent| {
+            if in_system_header(c) {
+                return CXChildVisit_Continue;
+            }
+            match clang_getCursorKind(c) {
+                CXCursor_FunctionDecl
+                | CXCursor_FunctionTemplate
+                | CXCursor_CXXMethod
+                | CXCursor_Constructor
+                | CXCursor_LambdaExpr => {
+                    callers.push((c, cx_string(clang_getCursorSpelling(c))));
+                }
+                CXCursor_CallExpr => {
+                    while let Some((f, name)) = callers.last() {
+                        if clang_equalCursors(*f, parent) != 0 || is_within(c, *f) {
+                            caller.clone_from(name);
+                            break;
+                        }
+                        callers.pop();
+                    }
+                    if let Some(site) = launch_site(tu, c, &caller) {
+                        out.push(site);
+                    }
+                }
+                _ => {}
+            }
+            CXChildVisit_Recurse
+        });
+        (out, collect_diagnostics(tu))
+    })
+}
+
+/// Whether `c` lies inside the source extent of `outer`.
+///
+/// # Safety
+/// libclang loaded on this thread; both from a live TU.
+unsafe fn is_within(c: CXCursor, outer: CXCursor) -> bool {
+    let (f, _, _, o) = file_offset(clang_getCursorLocation(c));
+    let r = clang_getCursorExtent(outer);
+    let (fa, _, _, a) = file_offset(clang_getRangeStart(r));
+    let (fb, _, _, b) = file_offset(clang_getRangeEnd(r));
+    !f.is_null()
+        && clang_File_isEqual(f, fa) != 0
+        && clang_File_isEqual(f, fb) != 0
+        && a <= o
+        && o <= b
+}
+
+/// The file, line, column and byte offset of a location (the spelling's file: a launch in
+/// a macro gives the macro's definition).
+///
+/// # Safety
+/// libclang loaded on this thread.
+unsafe fn file_offset(loc: CXSourceLocation) -> (CXFile, u32, u32, u32) {
+    let mut file: CXFile = ptr::null_mut();
+    let (mut line, mut col, mut offset): (c_uint, c_uint, c_uint) = (0, 0, 0);
+    clang_getExpansionLocation(loc, &mut file, &mut line, &mut col, &mut offset);
+    (file, line, col, offset)
+}
+
+/// The source text of `c`'s extent, when it lies in one file.
+///
+/// # Safety
+/// libclang loaded on this thread; `c` from the live `tu`.
+unsafe fn extent_text(tu: CXTranslationUnit, c: CXCursor) -> Option<String> {
+    let r = clang_getCursorExtent(c);
+    let (fa, _, _, a) = file_offset(clang_getRangeStart(r));
+    let (fb, _, _, b) = file_offset(clang_getRangeEnd(r));
+    if fa.is_null() || clang_File_isEqual(fa, fb) == 0 || b < a {
+        return None;
+    }
+    let mut size: usize = 0;
+    let contents = clang_getFileContents(tu, fa, &mut size);
+    if contents.is_null() || b as usize > size {
+        return None;
+    }
+    let bytes = std::slice::from_raw_parts(contents.add(a as usize).cast::<u8>(), (b - a) as usize);
+    Some(String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// `c` as a launch: a call of a `__global__` function whose text holds `<<<…>>>`.
+///
+/// # Safety
+/// libclang loaded on this thread; `c` a `CallExpr` of the live `tu`.
+unsafe fn launch_site(tu: CXTranslationUnit, c: CXCursor, caller: &str) -> Option<LaunchSite> {
+    let callee = clang_getCursorReferenced(c);
+    if clang_Cursor_isNull(callee) != 0 {
+        return None;
+    }
+    // A template instance: the template's declaration carries the attribute.
+    let template = clang_getSpecializedCursorTemplate(callee);
+    let decl = if clang_Cursor_isNull(template) == 0 {
+        template
+    } else {
+        callee
+    };
+    let definition = clang_getCursorDefinition(decl);
+    let decl = if clang_Cursor_isNull(definition) == 0 {
+        definition
+    } else {
+        decl
+    };
+    if !has_global_attr(decl) && !has_global_attr(clang_getCanonicalCursor(decl)) {
+        return None;
+    }
+    let text = extent_text(tu, c)?;
+    let (config, args) = split_launch(&text)?;
+    let name = cx_string(clang_getCursorSpelling(decl));
+    let (kfile, kline, _) = expansion_location(clang_getCursorLocation(decl));
+    let (file, line, col) = expansion_location(clang_getCursorLocation(c));
+    let is_template = clang_getCursorKind(decl) == CXCursor_FunctionTemplate;
+    // The configuration call (`__cudaPushCallConfiguration(grid, block, …)`) is a child
+    // of the launch: its arguments are the grid and block expressions.
+    let dims = children(c)
+        .into_iter()
+        .find(|k| {
+            clang_getCursorKind(*k) == CXCursor_CallExpr && clang_Cursor_getNumArguments(*k) >= 2
+        })
+        .map(|cfg_call| [0, 1].map(|i| dims_of(tu, clang_Cursor_getArgument(cfg_call, i))))
+        .unwrap_or([None, None]);
+    Some(LaunchSite {
+        qualified_name: qualified_name(decl, &name),
+        kernel: name,
+        kernel_file: kfile.map(|f| file_path(f)).unwrap_or_default(),
+        kernel_line: kline,
+        params: params(decl, is_template),
+        file: file.map(|f| file_path(f)).unwrap_or_default(),
+        line,
+        col,
+        caller: caller.to_string(),
+        text,
+        config,
+        args,
+        grid_dims: dims[0],
+        block_dims: dims[1],
+    })
+}
+
+/// The configuration and the arguments of a launch's text (`k<<<g, b>>>(x, n)`), each split
+/// at its top-level commas and trimmed.
+pub fn split_launch(text: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let open = text.find("<<<")?;
+    let rest = &text[open + 3..];
+    let close = top_level(rest, ">>>")?;
+    let config = split_commas(&rest[..close]);
+    let after = rest[close + 3..].trim_start();
+    let inner = after.strip_prefix('(')?;
+    let end = top_level(inner, ")")?;
+    let args = split_commas(&inner[..end]);
+    Some((config, args))
+}
+
+/// The first occurrence of `pat` in `s` outside parentheses, brackets and braces.
+fn top_level(s: &str, pat: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, ch) in s.char_indices() {
+        if depth == 0 && s[i..].starts_with(pat) {
+            return Some(i);
+        }
+        match ch {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+fn split_commas(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '(' | '[' | '{' | '<' => depth += 1,
+            ')' | ']' | '}' | '>' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(s[start..i].trim().to_string());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    let last = s[start..].trim();
+    if !last.is_empty() || !out.is_empty() {
+        out.push(last.to_string());
+    }
+    out
+}
+
+/// How many dimensions a launch's grid or block expression `e` is built with: 1 for an
+/// integer; for a `dim3`, the values it is constructed from (trailing literal 1s left out),
+/// read from its text (`dim3(16, 16)`, `dim3{32, 8}`) or from the declaration of the
+/// variable it names (`dim3 b(16, 16);`, `dim3 b = dim3(16, 16);`); `None` otherwise.
+///
+/// # Safety
+/// libclang loaded on this thread; `e` from the live `tu`.
+unsafe fn dims_of(tu: CXTranslationUnit, e: CXCursor) -> Option<u8> {
+    let text = extent_text(tu, e)?;
+    let t = text.trim();
+    if let Some(n) = dim3_values(t) {
+        return Some(n);
+    }
+    // A variable: its type and its declaration.
+    let mut var = None;
+    visit(e, |k, _| {
+        if clang_getCursorKind(k) == CXCursor_DeclRefExpr {
+            let r = clang_getCursorReferenced(k);
+            if cx_string(clang_getCursorSpelling(r)) == t
+                && matches!(clang_getCursorKind(r), CXCursor_VarDecl | CXCursor_ParmDecl)
+            {
+                var = Some(r);
+                return CXChildVisit_Break;
+            }
+        }
+        CXChildVisit_Recurse
+    });
+    match var {
+        Some(v) => {
+            let ty = clang_getCanonicalType(clang_getCursorType(v));
+            if is_integer_kind(ty.kind) {
+                return Some(1);
+            }
+            if clang_getCursorKind(v) == CXCursor_ParmDecl {
+                return None;
+            }
+            let decl = extent_text(tu, v)?;
+            let name = cx_string(clang_getCursorSpelling(v));
+            let after = decl.split_once(name.as_str())?.1.trim_start();
+            let init = after.strip_prefix('=').map_or(after, str::trim_start);
+            let init = init.strip_prefix("dim3").map_or(init, str::trim_start);
+            dim3_values(&format!("dim3{init}"))
+        }
+        // No variable: an integer expression (`n / 256`, `256`), unless it names a dim3.
+        None if !t.contains("dim3") && !t.contains('.') && !t.contains("->") => {
+            let ty = clang_getCanonicalType(clang_getCursorType(e));
+            let spelled = cx_string(clang_getTypeSpelling(ty));
+            (is_integer_kind(ty.kind)
+                || !spelled.contains("dim3")
+                || t.chars().all(|c| c.is_ascii_digit()))
+            .then_some(1)
+        }
+        None => None,
+    }
+}
+
+/// The values of `dim3(a, b, c)` or `dim3{a, b}`, trailing literal 1s left out (at least 1).
+fn dim3_values(t: &str) -> Option<u8> {
+    let body = t.strip_prefix("dim3")?.trim_start();
+    let inner = body
+        .strip_prefix('(')
+        .and_then(|b| b.strip_suffix(')'))
+        .or_else(|| body.strip_prefix('{').and_then(|b| b.strip_suffix('}')))?;
+    let mut values = split_commas(inner);
+    while values.len() > 1 && values.last().is_some_and(|v| v == "1" || v == "1u") {
+        values.pop();
+    }
+    u8::try_from(values.len().clamp(1, 3)).ok()
 }
 
 fn c_string(s: &OsStr) -> Result<CString, ClangError> {

@@ -236,6 +236,8 @@ pub struct RefusedLaunch {
     /// The function containing the launch.
     pub function: String,
     pub reason: String,
+    /// `file:line` of the launch, when the IR has debug information.
+    pub at: Option<String>,
 }
 
 /// What the pass did.
@@ -456,6 +458,7 @@ pub fn instrument_module_with(
                             kernel: target.kernel.clone(),
                             function,
                             reason,
+                            at: debug_location(push),
                         });
                     }
                 }
@@ -470,6 +473,7 @@ pub fn instrument_module_with(
                             kernel,
                             function: fn_name(push_function(push)),
                             reason,
+                            at: debug_location(push),
                         })
                     }
                     Some(_) => {}

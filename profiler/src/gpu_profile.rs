@@ -241,8 +241,7 @@ fn profile_one(
     let plan = crate::plan::read_plan(t.plan)?;
     // Per profile size: its command and the runs that serve it.
     let mut runs: Vec<(usize, String, Chain)> = Vec::new();
-    for (i, size) in spec.profile_sizes.iter().enumerate() {
-        let cmd = crate::plan::recipe_command(spec, size)?;
+    for (i, (_, cmd)) in crate::plan::recipe_runs(spec)?.into_iter().enumerate() {
         let reusable = match ran.get(&cmd) {
             Some(chain) => {
                 let samples = chain.samples(&spec.mangled, &plan)?;
@@ -300,10 +299,13 @@ fn profile_one(
         why.extend(record::nothing_ran(&samples));
     }
     for (i, cmd) in &silent {
-        why.push(format!(
-            "the run at {} (`{cmd}`) left no sample of it",
-            fmt_values(&spec.data, &spec.profile_sizes[*i])
-        ));
+        why.push(match spec.profile_sizes.get(*i) {
+            Some(size) => format!(
+                "the run at {} (`{cmd}`) left no sample of it",
+                fmt_values(&spec.data, size)
+            ),
+            None => format!("the run `{cmd}` left no sample of it"),
+        });
     }
     let n = samples.len();
     let entry = Entry {
@@ -320,7 +322,18 @@ fn profile_one(
         captured_at: crate::console::now_iso8601(),
         cuda_version: t.cuda_version.to_string(),
         driver_version: t.driver_version.to_string(),
-        plan: crate::plan::plan_record(spec, t.runs, t.warmup),
+        plan: {
+            let mut plan = crate::plan::plan_record(spec, t.runs, t.warmup);
+            if crate::plan::runs_as_given(spec) {
+                // The sizes are those the program's run reached.
+                for s in &samples {
+                    if !plan.sizes.contains(&s.sizes) {
+                        plan.sizes.push(s.sizes.clone());
+                    }
+                }
+            }
+            plan
+        },
         samples,
         incomplete: (!why.is_empty()).then(|| why.join("; ")),
     };

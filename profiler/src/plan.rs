@@ -283,6 +283,14 @@ pub fn plan_record(spec: &LinkSpec, runs: u32, warmup: u32) -> Plan {
             spec.dim
         ),
     };
+    let whence = match &spec.profile_run {
+        Some(run) if runs_as_given(spec) => format!(
+            "at the data sizes the program's own run reached (`{run}`; the annotation has no \
+             recipe); the fit extrapolates in data size from these"
+        ),
+        _ => "at the annotation's profile sizes; the fit extrapolates in data size from these"
+            .to_string(),
+    };
     Plan {
         sizes: spec.profile_sizes.clone(),
         shapes: plan.shapes,
@@ -293,10 +301,65 @@ pub fn plan_record(spec: &LinkSpec, runs: u32, warmup: u32) -> Plan {
              within 1024 threads, filtered by the block constraints at the profile sizes; the \
              generic sample when all of it is allowed, every allowed shape when fewer than the \
              generic sample's count or fewer than {MIN_GENERIC_ALLOWED} of its shapes are, \
-             else its allowed shapes topped up to its count), at the annotation's profile \
-             sizes; the fit extrapolates in data size from these"
+             else its allowed shapes topped up to its count), {whence}"
         ),
     }
+}
+
+/// Whether `spec` is profiled by running the program as given, at the sizes that run
+/// reaches: a command without profile sizes, which `klaraptor profile <binary> <arguments>`
+/// gives a kernel whose annotation has no recipe ([`as_given`]).
+pub fn runs_as_given(spec: &LinkSpec) -> bool {
+    spec.profile_run.is_some() && spec.profile_sizes.is_empty()
+}
+
+/// `spec` (a kernel without a profile recipe) to be profiled by `command`, run as given in
+/// `dir`: the sizes are those its launches reach ([`runs_as_given`]).
+pub fn as_given(spec: &LinkSpec, command: &str, dir: &Path) -> LinkSpec {
+    LinkSpec {
+        profile_run: Some(command.to_string()),
+        profile_sizes: Vec::new(),
+        build_dir: dir.to_path_buf(),
+        ..spec.clone()
+    }
+}
+
+/// The command runs that profile `spec`: per profile size, the size and the recipe's command
+/// ([`recipe_command`]); for a kernel profiled as its program runs ([`runs_as_given`]), the
+/// command alone, without a size.
+pub fn recipe_runs(spec: &LinkSpec) -> Result<Vec<(Option<Vec<i64>>, String)>> {
+    if runs_as_given(spec) {
+        return Ok(vec![(None, spec.profile_run.clone().unwrap_or_default())]);
+    }
+    spec.profile_sizes
+        .iter()
+        .map(|size| Ok((Some(size.clone()), recipe_command(spec, size)?)))
+        .collect()
+}
+
+/// `sh -c` text that runs `program` with `args`, each word quoted as needed.
+pub fn shell_command(program: &Path, args: &[String]) -> String {
+    let quote = |w: &str| {
+        if !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+        {
+            w.to_string()
+        } else {
+            format!("'{}'", w.replace('\'', "'\\''"))
+        }
+    };
+    let prog = program.display().to_string();
+    // A bare name would be looked up on PATH: run the file named.
+    let prog = if prog.contains('/') {
+        prog
+    } else {
+        format!("./{prog}")
+    };
+    std::iter::once(quote(&prog))
+        .chain(args.iter().map(|a| quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The recipe's command for one size: `{LABEL}` replaced by the value.
@@ -509,23 +572,25 @@ pub struct RunEnv<'a> {
 /// per sweep on a terminal, else a line per sweep and, at most every few seconds, a line
 /// per shape (every shape with `--kl-verbose`); see [`Progress`].
 pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result<String> {
-    let size = &spec.profile_sizes[i];
-    match env.resume {
-        None => crate::kl_eprintln!(
-            "klaraptor-cc: profiling {} at {} ({}/{}), {} shapes: {cmd}",
-            spec.name,
+    let at = match spec.profile_sizes.get(i) {
+        Some(size) => format!(
+            "at {} ({}/{})",
             fmt_size(&spec.data, size),
             i + 1,
-            spec.profile_sizes.len(),
+            spec.profile_sizes.len()
+        ),
+        None => "at the sizes its program's run reaches".to_string(),
+    };
+    match env.resume {
+        None => crate::kl_eprintln!(
+            "klaraptor-cc: profiling {} {at}, {} shapes: {cmd}",
+            spec.name,
             plan_shapes_for(spec).len()
         ),
         Some((_, k)) => crate::kl_eprintln!(
-            "klaraptor-cc: profiling {} at {} ({}/{}) in a new process (restart {k}), without \
-             the shapes done: {cmd}",
+            "klaraptor-cc: profiling {} {at} in a new process (restart {k}), without the \
+             shapes done: {cmd}",
             spec.name,
-            fmt_size(&spec.data, size),
-            i + 1,
-            spec.profile_sizes.len(),
         ),
     }
     let t = std::time::Instant::now();

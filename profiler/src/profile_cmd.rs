@@ -27,9 +27,20 @@ pub struct ProfileArgs {
     /// A program built by klaraptor-cc (linked by anything: g++, CMake, klaraptor-cc): run
     /// the profile recipes of its annotated kernels that the database has no profile of on
     /// this machine's GPU, and store the profiles; the next build puts their rational
-    /// programs into the objects. Needs an NVIDIA GPU and the collector.
+    /// programs into the objects. Kernels without a recipe are profiled by running the
+    /// program once as given (BINARY ARGS…, in the current directory), at the data sizes its
+    /// launches reach. Needs an NVIDIA GPU and the collector.
     #[arg(value_name = "BINARY")]
     pub binary: Option<PathBuf>,
+    /// The program's arguments for the run that profiles the kernels without a recipe
+    /// (everything after BINARY, options included).
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        requires = "binary"
+    )]
+    pub args: Vec<String>,
     #[command(subcommand)]
     pub command: Option<ProfileCommand>,
 }
@@ -104,7 +115,7 @@ pub fn run(args: ProfileArgs, find_nvcc: &dyn Fn() -> Result<PathBuf>) -> Result
     };
     let command = match (&args.command, &args.binary) {
         (Some(c), _) => c,
-        (None, Some(binary)) => return profile_binary(&db, binary, find_nvcc),
+        (None, Some(binary)) => return profile_binary(&db, binary, &args.args, find_nvcc),
         (None, None) => bail!("say what to do: klaraptor profile <binary> | list | show | prune"),
     };
     let mut out = String::new();
@@ -142,25 +153,31 @@ pub fn binary_recipes(binary: &Path) -> Result<(Vec<LinkSpec>, Vec<LinkSpec>)> {
         .partition(|s| s.profile_run.is_some() && !s.profile_sizes.is_empty()))
 }
 
-/// `klaraptor profile <binary>`.
+/// `klaraptor profile <binary> [args…]`: the kernels with a recipe by their recipes, the
+/// others by one run of `binary args…` in the current directory, at the sizes it reaches.
 fn profile_binary(
     db: &ProfileDb,
     binary: &Path,
+    args: &[String],
     find_nvcc: &dyn Fn() -> Result<PathBuf>,
 ) -> Result<ExitCode> {
-    let (runnable, without) = binary_recipes(binary)?;
-    for s in &without {
-        crate::kl_eprintln!(
-            "klaraptor: warning: kernel {} (annotated at {}) has no profile(run=…, sizes=…) \
-             recipe: not profiled; add one to its annotation",
-            s.name,
-            s.annotated_at
-        );
-    }
-    if runnable.is_empty() {
-        bail!(
-            "no annotated kernel of {} has a profile recipe",
-            binary.display()
+    let (mut runnable, without) = binary_recipes(binary)?;
+    if !without.is_empty() {
+        let here = std::env::current_dir()
+            .map_err(|e| anyhow::anyhow!("cannot read the current directory: {e}"))?;
+        let command = crate::plan::shell_command(binary, args);
+        for s in &without {
+            crate::kl_eprintln!(
+                "klaraptor: kernel {} (annotated at {}) has no profile(run=…, sizes=…) \
+                 recipe: it is profiled at the data sizes its launches reach in `{command}`",
+                s.name,
+                s.annotated_at
+            );
+        }
+        runnable.extend(
+            without
+                .iter()
+                .map(|s| crate::plan::as_given(s, &command, &here)),
         );
     }
     if !crate::gpu_profile::gpu_present() {
@@ -170,8 +187,8 @@ fn profile_binary(
             .collect();
         bail!(
             "no NVIDIA GPU here (or KLARAPTOR_NO_GPU is set): klaraptor profile runs the \
-             recipes of {} on this machine's GPU; run it on a machine with one, with the \
-             database {} ({}), then rebuild",
+             program to profile {} on this machine's GPU; run it on a machine with one, with \
+             the database {} ({}), then rebuild",
             names.join(", "),
             db.root().display(),
             db.origin()

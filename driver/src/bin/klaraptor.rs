@@ -42,6 +42,25 @@ enum Cmd {
         #[arg(short = 'D', value_name = "NAME[=VALUE]")]
         define: Vec<String>,
     },
+    /// Suggest the annotation of each kernel launch in CUDA sources (where to start
+    /// annotating a program).
+    ///
+    /// For every `<<<…>>>` launch of a __global__ kernel (read with libclang, as klaraptor-cc
+    /// reads sources): its file:line and text, and the one-line pragma klaraptor would infer
+    /// (`#pragma klaraptor kernel(k)`, with dim(d) for a d-dimensional block: the data are
+    /// the threads the launch runs, the blocks divide them exactly), plus, where the kernel
+    /// has integer parameters that look like sizes, a commented fuller form naming them.
+    Suggest {
+        /// CUDA sources.
+        #[arg(required = true)]
+        sources: Vec<PathBuf>,
+        /// Include directories, as for nvcc.
+        #[arg(short = 'I', value_name = "DIR")]
+        include: Vec<String>,
+        /// Macro definitions, as for nvcc.
+        #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+        define: Vec<String>,
+    },
     /// Show which nvcc and CUDA installation klaraptor-cc uses, and why.
     Toolchain,
     /// Calibrate this machine's GPU for the performance model, or show the cached figures.
@@ -215,19 +234,49 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             klaraptor::kl_println!("CUDA root: {}", tc.cuda_root().display());
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Suggest {
+            sources,
+            include,
+            define,
+        } => {
+            let cfg = clang_config(&include, &define)?;
+            let mut failed = false;
+            for src in &sources {
+                let (found, errors) = klaraptor_passes::suggest::suggest(src, &cfg)?;
+                if !errors.is_empty() {
+                    klaraptor::kl_eprintln!(
+                        "{}: warning: libclang reports errors, the launches it found may be \
+                         incomplete:",
+                        src.display()
+                    );
+                    for e in errors.iter().take(5) {
+                        klaraptor::kl_eprintln!("  {e}");
+                    }
+                }
+                if found.is_empty() {
+                    klaraptor::kl_println!("# {}: no <<<>>> launch of a kernel", src.display());
+                    failed |= !errors.is_empty();
+                    continue;
+                }
+                let here = std::env::current_dir().unwrap_or_default();
+                let show =
+                    |p: &std::path::Path| p.strip_prefix(&here).unwrap_or(p).display().to_string();
+                klaraptor_profiler::console::stdout_lossy(&klaraptor_passes::suggest::render(
+                    &found, &show,
+                ));
+            }
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         Cmd::Specs {
             sources,
             include,
             define,
         } => {
-            let tc = Toolchain::discover(None)?;
-            let mut cfg = ClangConfig::new(tc.cuda_root());
-            cfg.stub_include = klaraptor::toolchain::project_prefixes()
-                .into_iter()
-                .map(|p| p.join("clang-cuda-stubs"))
-                .find(|p| p.is_dir());
-            cfg.args.extend(include.iter().map(|i| format!("-I{i}")));
-            cfg.args.extend(define.iter().map(|d| format!("-D{d}")));
+            let cfg = clang_config(&include, &define)?;
             let mut failed = false;
             let mut warned = std::collections::BTreeSet::new();
             for src in &sources {
@@ -273,6 +322,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// The front end's configuration, as klaraptor-cc's: the CUDA headers of its toolchain,
+/// clang's CUDA stubs of the project prefix, and the user's -I and -D.
+fn clang_config(include: &[String], define: &[String]) -> anyhow::Result<ClangConfig> {
+    let tc = Toolchain::discover(None)?;
+    let mut cfg = ClangConfig::new(tc.cuda_root());
+    cfg.stub_include = klaraptor::toolchain::project_prefixes()
+        .into_iter()
+        .map(|p| p.join("clang-cuda-stubs"))
+        .find(|p| p.is_dir());
+    cfg.args.extend(include.iter().map(|i| format!("-I{i}")));
+    cfg.args.extend(define.iter().map(|d| format!("-D{d}")));
+    Ok(cfg)
 }
 
 /// The nvcc that builds what a command compiles on the GPU machine (the calibration
