@@ -1,76 +1,66 @@
 //! `klaraptor choices list|show|prune`, run as a user runs them, against a scratch choices
-//! cache holding a few files as the runtime writes them, an invalid one, temporary files
-//! and a file that is not the runtime's.
+//! cache holding files the runtime wrote (tests/fixtures/choices-cache-2026-11-28, written by
+//! runtime-shim/tests/test_refine.c: its README says which case wrote each): choices decided
+//! by paired comparisons, undecided and unmeasurable, a key still being measured, files of
+//! the old format (version 1), a damaged file, temporary files and a file that is not the
+//! runtime's.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
-const MM_2048: &str = "\
-# klaraptor: a settled launch choice, written by the program's runtime (safe to delete)
-version = 1
-kernel = _Z2mmPKfS0_Pfi
-name = mm
-code_hash = 5f1c0e9a2b7d4c31
-device = NVIDIA H200
-device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144
-data = n=2048 m=100
-block = 128x2x1
-candidate = model#2
-launches = 8
-times_us = 128x2x1:10.12 32x8x1:14.20 256x1x1:20.01
-";
+macro_rules! fixture {
+    ($name:literal) => {
+        include_str!(concat!("fixtures/choices-cache-2026-11-28/", $name))
+    };
+}
 
-const MM_512: &str = "\
-# klaraptor: a settled launch choice, written by the program's runtime (safe to delete)
-version = 1
-kernel = _Z2mmPKfS0_Pfi
-name = mm
-code_hash = 5f1c0e9a2b7d4c31
-device = NVIDIA H200
-device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144
-data = n=512 m=100
-block = program
-program_block = 32x8x1
-candidate = program
-launches = 6
-times_us = 32x8x1:3.50 128x2x1:3.61
-";
+/// stencil at n=4096 on an H200: model#1 won against the program's 64, model#2 against
+/// model#1, the others fell off cliffs.
+const STENCIL_4096: &str = fixture!("paired-stencil-n4096.choice");
+const STENCIL_8192: &str = fixture!("paired-stencil-n8192.choice");
+const MULTI_H100: &str = fixture!("paired-multi-h100.choice");
+/// The program's shape kept: its challenger lost.
+const PROGRAM_KEPT: &str = fixture!("paired-program-kept.choice");
+const UNDECIDED: &str = fixture!("undecided.choice");
+const UNMEASURABLE: &str = fixture!("unmeasurable.choice");
+const MEASURING: &str = fixture!("measuring.progress");
+const OLD: &str = fixture!("version1.choice");
+const OLD_PROGRESS: &str = fixture!("version1.progress");
+/// What the runtime's own test of a damaged file writes (test_refine.c, case cache).
+const DAMAGED: &str = "version = 2\nkernel = _Z7stencilPfi\nblock = 12";
 
-const AXPY: &str = "\
-# klaraptor: a settled launch choice, written by the program's runtime (safe to delete)
-version = 1
-kernel = _Z4axpyfPKfPfi
-name = axpy
-code_hash = 0123456789abcdef
-device = NVIDIA H100 80GB HBM3
-device_id = NVIDIA H100 80GB HBM3|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=5120
-data = n=1048576
-block = 256x1x1
-candidate = profiled
-launches = 4
-times_us =
-recorded_by = a newer runtime
-";
-
-const F_MM_2048: &str = "mm-0123456789abcdef.choice";
-const F_MM_512: &str = "mm-1111111111111111.choice";
-const F_AXPY: &str = "axpy-aaaaaaaaaaaaaaaa.choice";
-const F_BAD: &str = "bad-2222222222222222.choice";
-const F_STALE: &str = ".mm-0123456789abcdef.choice.1234.tmp";
-const F_FRESH: &str = ".mm-1111111111111111.choice.5678.tmp";
+// File names as the runtime forms them (<name>-<hash of the key>); the files of one key
+// (the fixtures of stencil at n=4096) get made-up hashes, one each.
+const F_4096: &str = "stencil-5153e7b747be5e24.choice";
+const F_8192: &str = "stencil-9f35e451fee2d843.choice";
+const F_H100: &str = "multi-8d693f8de2226bdb.choice";
+const F_OLD: &str = "stencil-0000000000000001.choice";
+const F_BAD: &str = "stencil-2222222222222222.choice";
+const F_STALE: &str = ".stencil-5153e7b747be5e24.choice.1234.tmp";
+const F_FRESH: &str = ".stencil-9f35e451fee2d843.choice.5678.tmp";
 const F_OTHER: &str = "notes.txt";
 
-/// A cache directory with three valid choices, an invalid one, a stale and a fresh
-/// temporary file, and a file the runtime did not write.
+const L_4096: &str = "stencil n=4096 block=128x1x1 candidate=model#2 confidence=paired pairs=6 \
+                      (0.30x the program's time) launches=26 device=NVIDIA H200";
+const L_8192: &str = "stencil n=8192 block=128x1x1 candidate=model#2 confidence=paired pairs=6 \
+                      (0.30x the program's time) launches=26 device=NVIDIA H200";
+const L_H100: &str = "multi n=4096 block=1024x1x1 candidate=model#2 confidence=paired pairs=5 \
+                      (0.43x the program's time) launches=22 device=NVIDIA H100 80GB HBM3";
+const MISSING: &str = "missing keys name, code_hash, device, device_id, data, program_block, \
+                       candidate, confidence, launches, pairs, vs_program, extra_us";
+
+/// A cache directory with three choices, one of the old format, a damaged one, a stale and a
+/// fresh temporary file, and a file the runtime did not write.
 fn cache() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
-    std::fs::write(p.join(F_MM_2048), MM_2048).unwrap();
-    std::fs::write(p.join(F_MM_512), MM_512).unwrap();
-    std::fs::write(p.join(F_AXPY), AXPY).unwrap();
-    std::fs::write(p.join(F_BAD), MM_2048.replace("version = 1", "version = 2")).unwrap();
+    std::fs::write(p.join(F_4096), STENCIL_4096).unwrap();
+    std::fs::write(p.join(F_8192), STENCIL_8192).unwrap();
+    std::fs::write(p.join(F_H100), MULTI_H100).unwrap();
+    std::fs::write(p.join(F_OLD), OLD).unwrap();
+    std::fs::write(p.join(F_BAD), DAMAGED).unwrap();
     std::fs::write(p.join(F_STALE), "half").unwrap();
     File::options()
         .write(true)
@@ -129,7 +119,7 @@ fn sorted(names: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn list_prints_one_line_per_choice_then_the_invalid_files() {
+fn list_prints_one_line_per_choice_then_the_old_and_invalid_files() {
     let dir = cache();
     let d = dir.path().display();
     let o = in_dir(dir.path(), &["list"]);
@@ -137,11 +127,12 @@ fn list_prints_one_line_per_choice_then_the_invalid_files() {
     assert_eq!(
         stdout(&o),
         format!(
-            "axpy n=1048576 block=256x1x1 candidate=profiled launches=4 device=NVIDIA H100 80GB HBM3 {F_AXPY}\n\
-             mm n=512 m=100 block=program(32x8x1) candidate=program launches=6 device=NVIDIA H200 {F_MM_512}\n\
-             mm n=2048 m=100 block=128x2x1 candidate=model#2 launches=8 device=NVIDIA H200 {F_MM_2048}\n\
-             {F_BAD}: invalid: format version 2 (this klaraptor reads version 1)\n\
-             3 choices in {d}, 1 invalid\n"
+            "{L_H100} {F_H100}\n\
+             {L_4096} {F_4096}\n\
+             {L_8192} {F_8192}\n\
+             {F_OLD}: old format (measured again by the next run)\n\
+             {F_BAD}: invalid: {MISSING}\n\
+             3 choices in {d}, 1 of the old format, 1 invalid\n"
         )
     );
     assert_eq!(stderr(&o), "");
@@ -151,95 +142,94 @@ fn list_prints_one_line_per_choice_then_the_invalid_files() {
 fn list_filters_by_kernel_and_device() {
     let dir = cache();
     let d = dir.path().display();
-    let mm_lines = format!(
-        "mm n=512 m=100 block=program(32x8x1) candidate=program launches=6 device=NVIDIA H200 {F_MM_512}\n\
-         mm n=2048 m=100 block=128x2x1 candidate=model#2 launches=8 device=NVIDIA H200 {F_MM_2048}\n\
-         2 choices in {d}\n"
-    );
+    let stencil_lines = format!("{L_4096} {F_4096}\n{L_8192} {F_8192}\n2 choices in {d}\n");
     // The source name, the mangled name, a part of the name; the device, any case.
     for args in [
-        &["list", "--kernel", "mm"][..],
-        &["list", "--kernel", "_Z2mmPKfS0_Pfi"],
+        &["list", "--kernel", "stencil"][..],
+        &["list", "--kernel", "_Z7stencilPfi"],
         &["list", "--device", "h200"],
-        &["list", "--kernel", "m", "--device", "H200"],
+        &["list", "--kernel", "ten", "--device", "H200"],
     ] {
         let o = in_dir(dir.path(), args);
         assert!(o.status.success());
-        assert_eq!(stdout(&o), mm_lines, "{args:?}");
+        assert_eq!(stdout(&o), stencil_lines, "{args:?}");
     }
-    let o = in_dir(dir.path(), &["list", "--kernel", "xp"]);
-    assert_eq!(
-        stdout(&o),
-        format!(
-            "axpy n=1048576 block=256x1x1 candidate=profiled launches=4 device=NVIDIA H100 80GB HBM3 {F_AXPY}\n\
-             1 choice in {d}\n"
-        )
-    );
+    let o = in_dir(dir.path(), &["list", "--kernel", "ult"]);
+    assert_eq!(stdout(&o), format!("{L_H100} {F_H100}\n1 choice in {d}\n"));
     // A part of the mangled name is not a match.
-    let o = in_dir(dir.path(), &["list", "--kernel", "_Z2mm"]);
+    let o = in_dir(dir.path(), &["list", "--kernel", "_Z7sten"]);
     assert_eq!(stdout(&o), format!("0 choices in {d}\n"));
 }
 
 #[test]
-fn list_json_has_every_field() {
+fn list_json_has_every_field_and_the_evidence() {
     let dir = cache();
     let o = in_dir(dir.path(), &["list", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let cmp = |ch: &str, cb: &str, inc: &str, ib: &str, pairs: u64, mean: f64, verdict: &str| {
+        serde_json::json!({
+            "challenger": ch, "challenger_block": cb, "incumbent": inc, "incumbent_block": ib,
+            "pairs": pairs, "mean": mean, "sd": 0.0, "verdict": verdict
+        })
+    };
+    let stencil = |file: &str, data: &str| {
+        serde_json::json!({
+            "file": file,
+            "version": 2,
+            "kernel": "_Z7stencilPfi",
+            "name": "stencil",
+            "code_hash": "00c0ffee00c0ffee",
+            "device": "NVIDIA H200",
+            "device_id": "NVIDIA H200|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|bus_bits=0",
+            "data": data,
+            "block": "128x1x1",
+            "program_block": "64x1x1",
+            "candidate": "model#2",
+            "confidence": "paired",
+            "launches": 26,
+            "pairs": 6,
+            "vs_program": 0.3,
+            "extra_us": 360.0,
+            "comparisons": [
+                cmp("model#1", "256x1x1", "program", "64x1x1", 1, -0.6, "win"),
+                cmp("model#2", "128x1x1", "model#1", "256x1x1", 3, -0.25, "win"),
+                cmp("model#3", "512x1x1", "model#2", "128x1x1", 1, 0.66667, "cliff"),
+                cmp("program", "64x1x1", "model#2", "128x1x1", 1, 2.33333, "cliff"),
+            ],
+            "other": {}
+        })
+    };
     let expected = serde_json::json!([
         {
-            "file": F_AXPY,
-            "version": 1,
-            "kernel": "_Z4axpyfPKfPfi",
-            "name": "axpy",
-            "code_hash": "0123456789abcdef",
+            "file": F_H100,
+            "version": 2,
+            "kernel": "_Z5multiPfi",
+            "name": "multi",
+            "code_hash": "0a0a0a0a0a0a0a0a",
             "device": "NVIDIA H100 80GB HBM3",
-            "device_id": "NVIDIA H100 80GB HBM3|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=5120",
-            "data": "n=1048576",
-            "block": "256x1x1",
-            "program_block": null,
-            "candidate": "profiled",
-            "launches": 4,
-            "times_us": [],
-            "other": {"recorded_by": "a newer runtime"}
-        },
-        {
-            "file": F_MM_512,
-            "version": 1,
-            "kernel": "_Z2mmPKfS0_Pfi",
-            "name": "mm",
-            "code_hash": "5f1c0e9a2b7d4c31",
-            "device": "NVIDIA H200",
-            "device_id": "NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144",
-            "data": "n=512 m=100",
-            "block": "program",
-            "program_block": "32x8x1",
-            "candidate": "program",
-            "launches": 6,
-            "times_us": [{"shape": "32x8x1", "us": 3.5}, {"shape": "128x2x1", "us": 3.61}],
-            "other": {}
-        },
-        {
-            "file": F_MM_2048,
-            "version": 1,
-            "kernel": "_Z2mmPKfS0_Pfi",
-            "name": "mm",
-            "code_hash": "5f1c0e9a2b7d4c31",
-            "device": "NVIDIA H200",
-            "device_id": "NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144",
-            "data": "n=2048 m=100",
-            "block": "128x2x1",
-            "program_block": null,
+            "device_id":
+                "NVIDIA H100 80GB HBM3|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|bus_bits=0",
+            "data": "n=4096",
+            "block": "1024x1x1",
+            "program_block": "64x1x1",
             "candidate": "model#2",
-            "launches": 8,
-            "times_us": [
-                {"shape": "128x2x1", "us": 10.12},
-                {"shape": "32x8x1", "us": 14.2},
-                {"shape": "256x1x1", "us": 20.01}
+            "confidence": "paired",
+            "launches": 22,
+            "pairs": 5,
+            "vs_program": 0.4286,
+            "extra_us": 150.0,
+            "comparisons": [
+                cmp("model#1", "512x1x1", "program", "64x1x1", 1, -0.42857, "win"),
+                cmp("model#2", "1024x1x1", "model#1", "512x1x1", 3, -0.25, "win"),
+                cmp("model#3", "256x1x1", "model#2", "1024x1x1", 1, 0.5, "cliff"),
             ],
             "other": {}
         },
-        {"file": F_BAD, "invalid": "format version 2 (this klaraptor reads version 1)"}
+        stencil(F_4096, "n=4096"),
+        stencil(F_8192, "n=8192"),
+        {"file": F_OLD, "version": 1, "old_format": "measured again by the next run"},
+        {"file": F_BAD, "invalid": MISSING}
     ]);
     assert_eq!(v, expected);
 
@@ -250,56 +240,116 @@ fn list_json_has_every_field() {
 #[test]
 fn show_a_kernel_a_file_name_and_a_path() {
     let dir = cache();
-    let path = dir.path().join(F_MM_2048);
+    let path = dir.path().join(F_4096);
     let block = format!(
         "file        {}\n\
-         kernel      mm (_Z2mmPKfS0_Pfi)\n\
-         code hash   5f1c0e9a2b7d4c31\n\
+         kernel      stencil (_Z7stencilPfi)\n\
+         code hash   00c0ffee00c0ffee\n\
          device      NVIDIA H200\n\
-         device id   NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144\n\
-         data        n=2048 m=100\n\
-         block       128x2x1\n\
+         device id   NVIDIA H200|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|bus_bits=0\n\
+         data        n=4096\n\
+         block       128x1x1 (the program's own: 64x1x1)\n\
          candidate   model#2 (the model's 2nd ranked shape)\n\
-         launches    8\n\
-         times       128x2x1       10.12 µs  (chosen)\n\
-         \x20           32x8x1        14.20 µs\n\
-         \x20           256x1x1       20.01 µs\n",
+         decision    by paired comparisons (6 pairs): 0.30x the program's time (-70.0 %)\n\
+         launches    26\n\
+         extra time  360.0 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 1 pair, -60.00 % time (sd 0.00 %): \
+         win (faster, it became the incumbent)\n\
+         \x20           model#2 128x1x1 vs model#1 256x1x1: 3 pairs, -25.00 % time (sd 0.00 %): \
+         win (faster, it became the incumbent)\n\
+         \x20           model#3 512x1x1 vs model#2 128x1x1: 1 pair, +66.67 % time (sd 0.00 %): \
+         cliff (far slower in every launch of its first quadruple)\n\
+         \x20           program 64x1x1 vs model#2 128x1x1: 1 pair, +233.33 % time (sd 0.00 %): \
+         cliff (far slower in every launch of its first quadruple)\n",
         path.display()
     );
-    for target in [F_MM_2048, path.to_str().unwrap()] {
+    for target in [F_4096, path.to_str().unwrap()] {
         let o = in_dir(dir.path(), &["show", target]);
         assert!(o.status.success(), "{}", stderr(&o));
         assert_eq!(stdout(&o), block, "{target}");
     }
 
     // A kernel: each of its choices, in list's order.
-    let o = in_dir(dir.path(), &["show", "mm"]);
+    let o = in_dir(dir.path(), &["show", "stencil"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let blocks: Vec<&str> = out.split("\n\n").collect();
     assert_eq!(blocks.len(), 2, "{out}");
-    assert!(blocks[0].contains(F_MM_512), "{out}");
-    assert!(
-        blocks[0].contains("\nblock       32x8x1 (the program's own)\n"),
-        "{out}"
-    );
-    assert!(
-        blocks[0].contains("\ncandidate   program (the program's own shape)\n"),
-        "{out}"
-    );
-    assert!(
-        blocks[0].ends_with(
-            "\ntimes       32x8x1         3.50 µs  (chosen)\n            128x2x1        3.61 µs"
-        ),
-        "{out}"
-    );
-    assert_eq!(blocks[1], block);
+    assert_eq!(format!("{}\n", blocks[0]), block);
+    assert!(blocks[1].contains(F_8192), "{out}");
+    assert!(blocks[1].contains("\ndata        n=8192\n"), "{out}");
+}
 
-    // Unknown keys and empty times.
-    let o = in_dir(dir.path(), &["show", "_Z4axpyfPKfPfi"]);
-    let out = stdout(&o);
-    assert!(out.contains("\ntimes       none recorded\n"), "{out}");
-    assert!(out.ends_with("\nrecorded_by a newer runtime\n"), "{out}");
+/// How each key was decided, in words: the program's shape kept because its challenger lost,
+/// kept because nothing reached a verdict (never said to be settled or faster), the model's
+/// first choice kept because nothing could be timed cleanly.
+#[test]
+fn show_says_how_each_key_was_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::write(p.join("stencil-000000000000000a.choice"), PROGRAM_KEPT).unwrap();
+    std::fs::write(p.join("stencil-000000000000000b.choice"), UNDECIDED).unwrap();
+    std::fs::write(p.join("stencil-000000000000000c.choice"), UNMEASURABLE).unwrap();
+    let o = in_dir(p, &["list"]);
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "stencil n=4096 block=program(64x1x1) candidate=program confidence=paired pairs=3 \
+             (no challenger was faster) launches=26 device=NVIDIA H200 \
+             stencil-000000000000000a.choice\n\
+             stencil n=4096 block=program(64x1x1) candidate=program confidence=undecided \
+             pairs=24 (no verdict: the program's own shape kept) launches=98 device=NVIDIA H200 \
+             stencil-000000000000000b.choice\n\
+             stencil n=4096 block=256x1x1 candidate=model#1 confidence=unmeasurable pairs=3 \
+             (not timed cleanly: the model's first choice kept) launches=14 device=NVIDIA H200 \
+             stencil-000000000000000c.choice\n\
+             3 choices in {}\n",
+            p.display()
+        )
+    );
+    let show = |f: &str| {
+        let o = in_dir(p, &["show", f]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = stdout(&o);
+        let from = out.find("\nblock ").unwrap() + 1;
+        out[from..].to_string()
+    };
+    assert_eq!(
+        show("stencil-000000000000000a.choice"),
+        "block       64x1x1 (the program's own)\n\
+         candidate   program (the program's own shape)\n\
+         decision    by paired comparisons (3 pairs): no challenger was faster than the \
+         program's own shape\n\
+         launches    26\n\
+         extra time  22.2 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 3 pairs, +3.72 % time (sd 0.75 %): \
+         lose (not faster)\n"
+    );
+    let undecided = show("stencil-000000000000000b.choice");
+    assert_eq!(
+        undecided,
+        "block       64x1x1 (the program's own)\n\
+         candidate   program (the program's own shape)\n\
+         decision    undecided (24 pairs): no comparison reached a verdict, so the program's \
+         own shape is kept; nothing showed it or another shape to be faster\n\
+         launches    98\n\
+         extra time  30.3 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 24 pairs, -2.04 % time (sd 8.01 %): \
+         undecided (no verdict, the incumbent stays)\n"
+    );
+    assert!(!undecided.contains("settled"));
+    assert_eq!(
+        show("stencil-000000000000000c.choice"),
+        "block       256x1x1 (the program's own: 64x1x1)\n\
+         candidate   model#1 (the model's 1st ranked shape)\n\
+         decision    unmeasurable (3 pairs): the launches could not be timed cleanly, so the \
+         model's first choice is kept without a comparison confirming it (the noisy times put \
+         it at 1.39x the program's)\n\
+         launches    14\n\
+         extra time  23.7 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 3 pairs, +6.94 % time (sd 92.33 %): \
+         unmeasurable (too noisy to tell)\n"
+    );
 }
 
 #[test]
@@ -331,8 +381,24 @@ fn show_nothing_matched_is_an_error() {
     assert_eq!(
         stderr(&o),
         format!(
-            "klaraptor: error: {}: invalid: format version 2 (this klaraptor reads version 1)\n",
+            "klaraptor: error: {}: invalid: {MISSING}\n",
             dir.path().join(F_BAD).display()
+        )
+    );
+}
+
+#[test]
+fn show_a_file_of_the_old_format_says_it_is_measured_again() {
+    let dir = cache();
+    let o = in_dir(dir.path(), &["show", F_OLD]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "{}: old format (version 1, of the rule before paired comparisons): the \
+             program's runtime does not use it; its next run measures the launch again and \
+             replaces the file\n",
+            dir.path().join(F_OLD).display()
         )
     );
 }
@@ -357,41 +423,44 @@ fn prune_without_an_option_says_which_to_give() {
 fn prune_a_kernel() {
     let dir = cache();
     let d = dir.path().display();
-    let o = in_dir(dir.path(), &["prune", "--kernel", "axpy", "--dry-run"]);
+    let o = in_dir(dir.path(), &["prune", "--kernel", "multi", "--dry-run"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        format!("would remove {F_AXPY}\n1 file would be removed from {d}\n")
+        format!("would remove {F_H100}\n1 file would be removed from {d}\n")
     );
-    assert!(dir.path().join(F_AXPY).exists());
+    assert!(dir.path().join(F_H100).exists());
 
-    let o = in_dir(dir.path(), &["prune", "--kernel", "axpy"]);
+    let o = in_dir(dir.path(), &["prune", "--kernel", "multi"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        format!("removed {F_AXPY}\n1 file removed from {d}\n")
+        format!("removed {F_H100}\n1 file removed from {d}\n")
     );
     assert_eq!(
         files(dir.path()),
-        sorted(&[F_MM_2048, F_MM_512, F_BAD, F_STALE, F_FRESH, F_OTHER])
+        sorted(&[F_4096, F_8192, F_OLD, F_BAD, F_STALE, F_FRESH, F_OTHER])
     );
 
     // --kernel and --device together: both must match.
-    let o = in_dir(dir.path(), &["prune", "--kernel", "mm", "--device", "H100"]);
+    let o = in_dir(
+        dir.path(),
+        &["prune", "--kernel", "stencil", "--device", "H100"],
+    );
     assert_eq!(stdout(&o), format!("0 files removed from {d}\n"));
     let o = in_dir(dir.path(), &["prune", "--device", "h200"]);
     assert_eq!(
         stdout(&o),
-        format!("removed {F_MM_512}\nremoved {F_MM_2048}\n2 files removed from {d}\n")
+        format!("removed {F_4096}\nremoved {F_8192}\n2 files removed from {d}\n")
     );
     assert_eq!(
         files(dir.path()),
-        sorted(&[F_BAD, F_STALE, F_FRESH, F_OTHER])
+        sorted(&[F_OLD, F_BAD, F_STALE, F_FRESH, F_OTHER])
     );
 }
 
 #[test]
-fn prune_invalid_removes_invalid_files_and_stale_temporary_files() {
+fn prune_invalid_removes_old_and_invalid_files_and_stale_temporary_files() {
     let dir = cache();
     let d = dir.path().display();
     let o = in_dir(dir.path(), &["prune", "--invalid"]);
@@ -399,14 +468,15 @@ fn prune_invalid_removes_invalid_files_and_stale_temporary_files() {
     assert_eq!(
         stdout(&o),
         format!(
-            "removed {F_BAD} (invalid: format version 2 (this klaraptor reads version 1))\n\
+            "removed {F_OLD} (old format: measured again by the next run)\n\
+             removed {F_BAD} (invalid: {MISSING})\n\
              removed {F_STALE} (a temporary file older than an hour)\n\
-             2 files removed from {d}\n"
+             3 files removed from {d}\n"
         )
     );
     assert_eq!(
         files(dir.path()),
-        sorted(&[F_MM_2048, F_MM_512, F_AXPY, F_FRESH, F_OTHER])
+        sorted(&[F_4096, F_8192, F_H100, F_FRESH, F_OTHER])
     );
 }
 
@@ -415,7 +485,7 @@ fn prune_all_removes_what_the_runtime_wrote_only() {
     let dir = cache();
     let o = in_dir(dir.path(), &["prune", "--all"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).ends_with(&format!("6 files removed from {}\n", dir.path().display())));
+    assert!(stdout(&o).ends_with(&format!("7 files removed from {}\n", dir.path().display())));
     assert_eq!(files(dir.path()), sorted(&[F_OTHER]));
 }
 
@@ -424,7 +494,7 @@ fn a_file_that_is_not_utf8_is_invalid() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("x-0000000000000000.choice"),
-        b"version = 1\n\xff\n",
+        b"version = 2\n\xff\n",
     )
     .unwrap();
     let o = in_dir(dir.path(), &["list"]);
@@ -470,10 +540,14 @@ fn klaraptor_choices_off_disables_the_cache() {
     // --dir still names a directory.
     let mut args = vec!["--dir", dir.path().to_str().unwrap(), "list"];
     let o = choices(off, &args);
-    assert!(stdout(&o).ends_with(", 1 invalid\n"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).ends_with(", 1 of the old format, 1 invalid\n"),
+        "{}",
+        stdout(&o)
+    );
     args.push("--json");
     assert!(choices(off, &args).status.success());
-    assert_eq!(files(dir.path()).len(), 7);
+    assert_eq!(files(dir.path()).len(), 8);
 }
 
 #[test]
@@ -497,7 +571,7 @@ fn the_directory_from_the_environment_and_a_missing_one() {
     let xdg = root.path().join("xdg");
     let dir = xdg.join("klaraptor/choices");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(F_MM_2048), MM_2048).unwrap();
+    std::fs::write(dir.join(F_4096), STENCIL_4096).unwrap();
     let o = choices(
         &[
             ("XDG_CACHE_HOME", &xdg),
@@ -521,56 +595,99 @@ fn the_directory_from_the_environment_and_a_missing_one() {
     );
 }
 
-/// A key the runtime has not settled yet, as its exit writes it (`*.progress`).
-const MM_PROGRESS: &str = "\
-# klaraptor: what the program's runtime measured of a launch that has not settled yet; the next run goes on from here (safe to delete)
-version = 1
-kernel = _Z2mmPfS_S_ii
-name = mm
-code_hash = 0123456789abcdef
-device = NVIDIA H200
-device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144
-data = n=4096 m=100
-launches = 150
-last_run_launches = 150
-cand = program 32x8x1 128x13x1 program=1 walked=0 out=0 batch=1 us=412.500,409.000
-cand = model#1 128x2x1 32x50x1 program=0 walked=0 out=0 batch=1 us=300.125
-cand = model#2 64x4x1 64x25x1 program=0 walked=0 out=0 batch=0 us=-
-";
-
+/// Keys not decided yet (`*.progress`, as a run's exit leaves them) are listed with what they
+/// have measured and pruned with their kernel's choices; a progress file of the old format is
+/// listed as such, a damaged one as invalid.
 #[test]
 fn keys_still_being_measured_are_listed_and_pruned() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
-    let f = "mm-3333333333333333.progress";
-    std::fs::write(p.join(f), MM_PROGRESS).unwrap();
-    std::fs::write(
-        p.join("mm-4444444444444444.progress"),
-        "version = 1\nkernel = x\n",
-    )
-    .unwrap();
-    std::fs::write(p.join(F_AXPY), AXPY).unwrap();
+    let f = "stencil-3333333333333333.progress";
+    let f_old = "stencil-5555555555555555.progress";
+    let f_bad = "stencil-4444444444444444.progress";
+    std::fs::write(p.join(f), MEASURING).unwrap();
+    std::fs::write(p.join(f_old), OLD_PROGRESS).unwrap();
+    // What the runtime's own test of a damaged progress file writes (test_refine.c, case
+    // progress).
+    std::fs::write(p.join(f_bad), MEASURING.replacen("sum_us=", "sum_us=x", 1)).unwrap();
+    std::fs::write(p.join(F_H100), MULTI_H100).unwrap();
     let o = in_dir(p, &["list"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
         format!(
-            "axpy n=1048576 block=256x1x1 candidate=profiled launches=4 device=NVIDIA H100 80GB HBM3 {F_AXPY}\n\
-             mm n=4096 m=100 measuring: not settled after launches=150 (2 shapes timed) device=NVIDIA H200 {f}\n\
-             mm-4444444444444444.progress: invalid: missing key launches\n\
-             1 choice in {}, 1 still being measured, 1 invalid\n",
+            "{L_H100} {F_H100}\n\
+             stencil n=4096 measuring: not decided after launches=150 (1 comparison decided, \
+             2 shapes timed, incumbent 256x1x1) device=NVIDIA H200 {f}\n\
+             {f_old}: old format (measured again by the next run)\n\
+             {f_bad}: invalid: cand `model#1 256x1x1 16x1x1 program=0 walked=0 verdict=win \
+             sum_us=x80.0000 n_us=2` cannot be read\n\
+             1 choice in {}, 1 still being measured, 1 of the old format, 1 invalid\n",
             p.display()
         )
     );
     let o = in_dir(p, &["list", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v[1]["measuring"], true);
-    assert_eq!(v[1]["launches"], 150);
-    // --kernel takes the keys still being measured with the settled ones
-    let o = in_dir(p, &["prune", "--kernel", "mm"]);
+    assert_eq!(
+        v[1],
+        serde_json::json!({
+            "file": f,
+            "measuring": true,
+            "kernel": "_Z7stencilPfi",
+            "name": "stencil",
+            "device": "NVIDIA H200",
+            "data": "n=4096",
+            "launches": 150,
+            "timed": 2,
+            "incumbent": "256x1x1",
+            "spent_us": 120.0,
+            "comparisons": [{
+                "challenger": "model#1", "challenger_block": "256x1x1",
+                "incumbent": "program", "incumbent_block": "64x1x1",
+                "pairs": 1, "mean": -0.6, "sd": 0.0, "verdict": "win"
+            }]
+        })
+    );
+    // `show` of a progress file: what the key has measured so far.
+    let o = in_dir(p, &["show", f]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(!files(p).contains(&f.to_string()), "{:?}", files(p));
-    assert!(files(p).contains(&F_AXPY.to_string()));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "file        {}\n\
+             kernel      stencil (_Z7stencilPfi)\n\
+             device      NVIDIA H200\n\
+             data        n=4096\n\
+             decision    not yet, after launches=150 (2 shapes timed): the next run goes on \
+             comparing\n\
+             incumbent   256x1x1\n\
+             extra time  120.0 µs (what the timed launches cost)\n\
+             compared    model#1 256x1x1 vs program 64x1x1: 1 pair, -60.00 % time (sd 0.00 %): \
+             win (faster, it became the incumbent)\n",
+            p.join(f).display()
+        )
+    );
+    let o = in_dir(p, &["show", f_old]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(": old format (version 1, "),
+        "{}",
+        stdout(&o)
+    );
+    let o = in_dir(p, &["show", f_bad]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(": invalid: cand `model#1 "),
+        "{}",
+        stderr(&o)
+    );
+    // --kernel takes the keys still being measured with the decided ones.
+    let o = in_dir(p, &["prune", "--kernel", "stencil"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(files(p), sorted(&[F_H100, f_old, f_bad]));
+    let o = in_dir(p, &["prune", "--invalid"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(files(p), sorted(&[F_H100]));
 }
 
 /// Two instances of a kernel template, as a build with instance names leaves them: the
@@ -581,31 +698,28 @@ fn keys_still_being_measured_are_listed_and_pruned() {
 fn template_instances_are_listed_by_their_names() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
-    let choice = |mangled: &str, name: &str, block: &str| {
-        MM_2048
-            .replace("_Z2mmPKfS0_Pfi", mangled)
-            .replace("name = mm", &format!("name = {name}"))
-            .replace("data = n=2048 m=100", "data = N=1048576")
-            .replace("block = 128x2x1", &format!("block = {block}"))
+    let choice = |mangled: &str, name: &str| {
+        STENCIL_4096
+            .replace("_Z7stencilPfi", mangled)
+            .replace("name = stencil", &format!("name = {name}"))
+            .replace("data = n=4096", "data = N=1048576")
     };
     let f3 = "stencil1d_3_-0123456789abcdef.choice";
     let f16 = "stencil1d_16_-fedcba9876543210.choice";
     std::fs::write(
         p.join(f3),
-        choice("_Z9stencil1dILi3EEvPKfPfi", "stencil1d<3>", "224x1x1"),
+        choice("_Z9stencil1dILi3EEvPKfPfi", "stencil1d<3>"),
     )
     .unwrap();
     std::fs::write(
         p.join(f16),
-        choice("_Z9stencil1dILi16EEvPKfPfi", "stencil1d<16>", "64x1x1"),
+        choice("_Z9stencil1dILi16EEvPKfPfi", "stencil1d<16>"),
     )
     .unwrap();
-    let l3 = format!(
-        "stencil1d<3> N=1048576 block=224x1x1 candidate=model#2 launches=8 device=NVIDIA H200 {f3}\n"
-    );
-    let l16 = format!(
-        "stencil1d<16> N=1048576 block=64x1x1 candidate=model#2 launches=8 device=NVIDIA H200 {f16}\n"
-    );
+    let rest = "block=128x1x1 candidate=model#2 confidence=paired pairs=6 (0.30x the program's \
+                time) launches=26 device=NVIDIA H200";
+    let l3 = format!("stencil1d<3> N=1048576 {rest} {f3}\n");
+    let l16 = format!("stencil1d<16> N=1048576 {rest} {f16}\n");
     let d = p.display();
     let o = in_dir(p, &["list", "--kernel", "stencil1d<3>"]);
     assert!(o.status.success(), "{}", stderr(&o));

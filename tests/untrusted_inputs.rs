@@ -295,9 +295,16 @@ fn calibration_reports_and_device_descriptions_refuse_text_out_of_format() {
 #[test]
 fn choice_files_refuse_names_out_of_format_and_control_characters() {
     use klaraptor_profiler::choices_cmd::ChoiceFile;
-    let valid = "version = 1\nkernel = _Z2mmPKfS0_Pfi\nname = mm\ncode_hash = 5f1c0e9a2b7d4c31\n\
-                 device = NVIDIA H200\ndevice_id = NVIDIA H200|sm=132|cc=9.0\ndata = n=2048\n\
-                 block = 128x2x1\ncandidate = model#2\nlaunches = 8\n";
+    // A file in the format the runtime writes (klaraptor_choices.inc's choices_write) and
+    // believes: a shape other than the program's, with the paired comparison it won.
+    let valid = "version = 2\nkernel = _Z2mmPKfS0_Pfi\nname = mm\ncode_hash = 5f1c0e9a2b7d4c31\n\
+                 device = NVIDIA H200\n\
+                 device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|\
+                 bus_bits=6144\ndata = n=2048\nblock = 128x2x1\nprogram_block = 32x8x1\n\
+                 candidate = model#2\nconfidence = paired\nlaunches = 8\npairs = 3\n\
+                 vs_program = 0.7500\nextra_us = 41.5\n\
+                 compared = model#2 128x2x1 vs program 32x8x1 pairs=3 mean=-0.25000 \
+                 sd=0.01000 verdict=win\n";
     ChoiceFile::parse(valid).unwrap();
     for key in ["kernel", "code_hash", "device"] {
         for inj in INJECTIONS.iter().chain(&["\u{1b}[2J"]) {
@@ -309,7 +316,14 @@ fn choice_files_refuse_names_out_of_format_and_control_characters() {
             assert!(err.contains(&format!("`{key}`")), "{key}: {err}");
         }
     }
-    for key in ["name", "data", "candidate", "device_id"] {
+    for key in [
+        "name",
+        "data",
+        "candidate",
+        "device_id",
+        "confidence",
+        "compared",
+    ] {
         let text = valid.replacen(&format!("\n{key} = "), &format!("\n{key} = \u{1b}[2J"), 1);
         let err = ChoiceFile::parse(&text).expect_err(key);
         assert!(err.contains(&format!("`{key}`")), "{key}: {err}");

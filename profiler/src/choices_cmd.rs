@@ -1,15 +1,24 @@
 //! `klaraptor choices list|show|prune`: look into the choices cache and clean it.
 //!
-//! An instrumented program's runtime (`runtime-shim/src/klaraptor_rt.c`) times a few
-//! candidate launch shapes on the first launches of each (kernel, data values, device),
-//! settles on the fastest, and remembers that choice across runs in the *choices cache*: a
-//! directory of small `key = value` text files, one per settled choice. The runtime writes
-//! them; this module only reads, lists and removes them, and never needs the runtime.
+//! An instrumented program's runtime (`runtime-shim/src/klaraptor_refine.inc`) decides each
+//! launch key's shape (kernel, data values, device) by paired comparisons on its launches: a
+//! challenger (the model's shapes, the profile's fastest, neighbours of the winner) is timed
+//! against the incumbent, the program's own shape first, in adjacent launches, and replaces it
+//! only when the paired differences show it faster. Where no comparison reaches a verdict the
+//! program's shape is kept (*undecided*); where the launches cannot be timed cleanly, the
+//! model's first choice (*unmeasurable*). The decision and its evidence are remembered across
+//! runs in the *choices cache* (`runtime-shim/src/klaraptor_choices.inc`): a directory of
+//! small `key = value` text files, one per decided key, and one per key still being compared.
+//! The runtime writes them; this module only reads, lists and removes them, and never needs
+//! the runtime.
 //!
 //! The directory is `$KLARAPTOR_CHOICES` (`off` or `0` disables the cache), else
 //! `$XDG_CACHE_HOME/klaraptor/choices`, else `~/.cache/klaraptor/choices` ([`choices_dir`]).
-//! A file is `<name>-<16 hex>.choice` ([`ChoiceFile`] parses one); the runtime writes each
-//! through a hidden `.<something>.tmp` file that it renames into place.
+//! A decided key is `<name>-<16 hex>.choice` ([`ChoiceFile`] parses one), a key not decided
+//! yet `<name>-<16 hex>.progress` ([`Progress`]); the runtime writes each through a hidden
+//! `.<something>.tmp` file that it renames into place. Files of the rule before paired
+//! comparisons (version 1) are not used by the runtime: it measures their keys again and
+//! overwrites them.
 
 use std::cmp::Ordering;
 use std::ffi::OsString;
@@ -22,21 +31,29 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
 use crate::profile_cmd::emit;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 /// The environment variable naming the choices cache directory (`off` or `0` disables it,
 /// as for the runtime).
 pub const ENV_VAR: &str = "KLARAPTOR_CHOICES";
 
-/// The only file format version this module reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The file format version this module reads (the runtime's `CHOICES_VERSION`: decisions by
+/// paired comparisons).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The version of the rule before paired comparisons (unpaired medians): the runtime
+/// measures such keys again and overwrites their files.
+pub const OLD_VERSION: u32 = 1;
+
+/// The most `compared` lines a choice file may have (the runtime's `CHOICE_MAX_CMP`).
+pub const MAX_COMPARISONS: usize = 24;
 
 /// How old a runtime's temporary file must be before `prune --invalid` takes it for
 /// abandoned (a runtime renames its file into place right after writing it).
 pub const STALE_TMP_AGE: Duration = Duration::from_secs(3600);
 
 /// The keys a choice file must have.
-const REQUIRED: [&str; 10] = [
+const REQUIRED: [&str; 15] = [
     "version",
     "kernel",
     "name",
@@ -45,9 +62,36 @@ const REQUIRED: [&str; 10] = [
     "device_id",
     "data",
     "block",
+    "program_block",
     "candidate",
+    "confidence",
     "launches",
+    "pairs",
+    "vs_program",
+    "extra_us",
 ];
+
+/// The keys a progress file must have.
+const PROGRESS_REQUIRED: [&str; 12] = [
+    "version",
+    "kernel",
+    "name",
+    "code_hash",
+    "device",
+    "device_id",
+    "data",
+    "launches",
+    "last_run_launches",
+    "spent_us",
+    "incumbent",
+    "walk",
+];
+
+/// The most pairs (quadruples) a count may claim, as the runtime reads them.
+const MAX_PAIRS: u64 = 1_000_000;
+
+/// The longest candidate label the runtime writes (`char label[24]`).
+const MAX_LABEL: usize = 23;
 
 /// The choices cache directory: `Ok(None)` when `KLARAPTOR_CHOICES=off` (or `0`) disables
 /// it.
@@ -86,7 +130,7 @@ pub fn choices_dir_from(
     )
 }
 
-/// The shape a choice settled on.
+/// The shape a choice decided on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Block {
     /// A block shape `bx × by × bz`.
@@ -95,14 +139,196 @@ pub enum Block {
     Program,
 }
 
-/// One measured candidate: its shape (as the file writes it) and its median time.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ShapeTime {
-    pub shape: String,
-    pub us: f64,
+/// How a key's launch was decided (the file's `confidence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    /// By paired comparisons that reached a verdict.
+    Paired,
+    /// No comparison reached a verdict: the program's own shape is kept.
+    Undecided,
+    /// The launches could not be timed cleanly: the model's first choice is kept.
+    Unmeasurable,
 }
 
-/// A parsed choice file.
+impl Confidence {
+    const ALL: [Confidence; 3] = [
+        Confidence::Paired,
+        Confidence::Undecided,
+        Confidence::Unmeasurable,
+    ];
+
+    /// The word the file writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::Paired => "paired",
+            Confidence::Undecided => "undecided",
+            Confidence::Unmeasurable => "unmeasurable",
+        }
+    }
+}
+
+/// A comparison's outcome, for its challenger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Faster than the incumbent: it became the incumbent.
+    Win,
+    /// Not faster.
+    Lose,
+    /// Far slower in every launch of its first quadruple.
+    Cliff,
+    /// No verdict after the most quadruples a comparison takes: the incumbent stays.
+    Undecided,
+    /// Its launch failed (a shape the kernel's resources refuse).
+    Failed,
+    /// The paired differences too noisy to resolve anything.
+    Unmeasurable,
+}
+
+impl Verdict {
+    const ALL: [Verdict; 6] = [
+        Verdict::Win,
+        Verdict::Lose,
+        Verdict::Cliff,
+        Verdict::Undecided,
+        Verdict::Failed,
+        Verdict::Unmeasurable,
+    ];
+
+    /// The word the file writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Win => "win",
+            Verdict::Lose => "lose",
+            Verdict::Cliff => "cliff",
+            Verdict::Undecided => "undecided",
+            Verdict::Failed => "failed",
+            Verdict::Unmeasurable => "unmeasurable",
+        }
+    }
+
+    /// What the verdict means, for `show`.
+    fn meaning(self) -> &'static str {
+        match self {
+            Verdict::Win => "faster, it became the incumbent",
+            Verdict::Lose => "not faster",
+            Verdict::Cliff => "far slower in every launch of its first quadruple",
+            Verdict::Undecided => "no verdict, the incumbent stays",
+            Verdict::Failed => "its launch failed",
+            Verdict::Unmeasurable => "too noisy to tell",
+        }
+    }
+}
+
+fn shape_json<S: Serializer>(b: &[u32; 3], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&shape_str(b))
+}
+
+/// One paired comparison (a `compared` line): a challenger timed against the incumbent in
+/// adjacent launches, in quadruples.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// The challenger's candidate label (`model#2`, `profiled`, `nearby#1`, `program`).
+    pub challenger: String,
+    #[serde(serialize_with = "shape_json")]
+    pub challenger_block: [u32; 3],
+    pub incumbent: String,
+    #[serde(serialize_with = "shape_json")]
+    pub incumbent_block: [u32; 3],
+    /// The quadruples timed.
+    pub pairs: u64,
+    /// The mean of the relative paired difference (challenger − incumbent) / incumbent over
+    /// the quadruples: −0.25 is a challenger 25 % faster.
+    pub mean: f64,
+    /// Its standard deviation.
+    pub sd: f64,
+    pub verdict: Verdict,
+}
+
+impl Comparison {
+    /// Parses the value of a `compared` line, as the runtime reads it:
+    /// `<label> <AxBxC> vs <label> <AxBxC> pairs=<n> mean=<x> sd=<x> verdict=<word>`.
+    pub fn parse(s: &str) -> Result<Comparison, String> {
+        let bad = |why: &str| format!("compared `{s}`: {why}");
+        let t: Vec<&str> = s.split_whitespace().collect();
+        let [ch, ch_block, vs, inc, inc_block, pairs, mean, sd, verdict] = t[..] else {
+            return Err(bad(
+                "not `<label> <AxBxC> vs <label> <AxBxC> pairs=<n> mean=<x> sd=<x> \
+                 verdict=<word>`",
+            ));
+        };
+        if vs != "vs" {
+            return Err(bad("no `vs` between the challenger and the incumbent"));
+        }
+        for label in [ch, inc] {
+            if label.len() > MAX_LABEL {
+                return Err(bad(&format!("the label `{label}` is too long")));
+            }
+        }
+        let block = |b: &str| parse_shape(b).ok_or_else(|| bad(&format!("`{b}` is not `AxBxC`")));
+        fn value<'a>(tok: &'a str, name: &str) -> Option<&'a str> {
+            tok.strip_prefix(name)?.strip_prefix('=')
+        }
+        let value = |tok: &str, name: &str| {
+            value(tok, name)
+                .map(str::to_string)
+                .ok_or_else(|| bad(&format!("`{tok}` is not `{name}=…`")))
+        };
+        let pairs = value(pairs, "pairs")?;
+        let pairs = pairs
+            .parse::<u64>()
+            .ok()
+            .filter(|&p| p <= MAX_PAIRS)
+            .ok_or_else(|| bad(&format!("pairs `{pairs}` is not a count")))?;
+        let mean_text = value(mean, "mean")?;
+        let mean = mean_text
+            .parse::<f64>()
+            .ok()
+            .filter(|m| *m > -1.0 && *m < 1e6)
+            .ok_or_else(|| bad(&format!("mean `{mean_text}` is not a relative difference")))?;
+        let sd_text = value(sd, "sd")?;
+        let sd = sd_text
+            .parse::<f64>()
+            .ok()
+            .filter(|d| *d >= 0.0 && d.is_finite())
+            .ok_or_else(|| bad(&format!("sd `{sd_text}` is not a deviation")))?;
+        let verdict_text = value(verdict, "verdict")?;
+        let verdict = Verdict::ALL
+            .into_iter()
+            .find(|v| v.as_str() == verdict_text)
+            .ok_or_else(|| bad(&format!("`{verdict_text}` is no verdict")))?;
+        Ok(Comparison {
+            challenger: ch.to_string(),
+            challenger_block: block(ch_block)?,
+            incumbent: inc.to_string(),
+            incumbent_block: block(inc_block)?,
+            pairs,
+            mean,
+            sd,
+            verdict,
+        })
+    }
+
+    /// One line for `show`: `model#2 128x1x1 vs model#1 256x1x1: 3 pairs, -25.00 % time
+    /// (sd 0.00 %): win (…)`.
+    fn describe(&self) -> String {
+        format!(
+            "{} {} vs {} {}: {}, {:+.2} % time (sd {:.2} %): {} ({})",
+            self.challenger,
+            shape_str(&self.challenger_block),
+            self.incumbent,
+            shape_str(&self.incumbent_block),
+            plural(self.pairs as usize, "pair", "pairs"),
+            100.0 * self.mean,
+            100.0 * self.sd,
+            self.verdict.as_str(),
+            self.verdict.meaning()
+        )
+    }
+}
+
+/// A parsed choice file (version 2): a decided launch and the evidence it was decided on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChoiceFile {
     pub version: u32,
@@ -118,14 +344,22 @@ pub struct ChoiceFile {
     /// The data values the choice is for (`n=2048 m=100`; empty for a kernel without).
     pub data: String,
     pub block: Block,
-    /// The program's own shape, when [`Block::Program`] won.
-    pub program_block: Option<[u32; 3]>,
-    /// `model#<i>` (the model's i-th ranked shape), `program` or `profiled`.
+    /// The program's own shape at this launch.
+    pub program_block: [u32; 3],
+    /// `model#<i>` (the model's i-th ranked shape), `program`, `profiled` or `nearby#<i>`.
     pub candidate: String,
-    /// How many launches the choice took to settle.
+    pub confidence: Confidence,
+    /// The key's launches when it was decided, every run's.
     pub launches: u64,
-    /// The median time of each measured shape, in the file's order.
-    pub times_us: Vec<ShapeTime>,
+    /// The quadruples timed, every comparison's.
+    pub pairs: u64,
+    /// The chosen shape's time over the program's, from the evidence (the product of the
+    /// winning comparisons' ratios; for an unmeasurable key, of the noisy times).
+    pub vs_program: f64,
+    /// What the timed launches cost, in µs (their absolute paired differences).
+    pub extra_us: f64,
+    /// The comparisons, in the order they were made.
+    pub comparisons: Vec<Comparison>,
     /// Keys this module does not know, with their values, in the file's order.
     pub other: Vec<(String, String)>,
 }
@@ -143,147 +377,262 @@ fn shape_str(b: &[u32; 3]) -> String {
     format!("{}x{}x{}", b[0], b[1], b[2])
 }
 
-impl ChoiceFile {
-    /// Parses a choice file's text; the error says why the file is invalid.
-    pub fn parse(text: &str) -> Result<ChoiceFile, String> {
-        let mut fields: Vec<(String, String)> = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let Some((key, value)) = line.split_once('=') else {
-                return Err(format!("line {}: not `key = value`", i + 1));
-            };
-            let (key, value) = (key.trim(), value.trim());
-            if key.is_empty() {
-                return Err(format!("line {}: no key before `=`", i + 1));
-            }
-            if fields.iter().any(|(k, _)| k == key) {
-                return Err(format!("line {}: `{key}` given twice", i + 1));
-            }
-            fields.push((key.to_string(), value.to_string()));
+/// The value of the file's first `version` line, as the runtime reads it (`None`: none).
+fn version_of(text: &str) -> Option<&str> {
+    text.lines().find_map(|line| {
+        let (key, value) = line.trim().split_once('=')?;
+        (key.trim() == "version").then(|| value.trim())
+    })
+}
+
+/// 1 when a file of the cache is of the rule before paired comparisons (`version = 1`):
+/// the runtime does not use it, measures its key again and overwrites it.
+pub fn is_old_format(text: &str) -> bool {
+    version_of(text) == Some("1")
+}
+
+/// A file's `key = value` lines, in order (comments and blank lines left out). Only the
+/// `repeated` keys may be given more than once. The cache is a directory anything may write
+/// into: its text reaches terminals (`list`, `show`) only in the formats of its keys, never
+/// as control characters.
+fn fields(text: &str, repeated: &[&str]) -> Result<Vec<(String, String)>, String> {
+    let mut fields: Vec<(String, String)> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
         }
-        let get = |key: &str| {
-            fields
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone())
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(format!("line {}: not `key = value`", i + 1));
         };
-        // The version first: another version may have other keys.
-        match get("version").map(|v| (v.parse::<u32>(), v)) {
-            None | Some((Ok(FORMAT_VERSION), _)) => {}
-            Some((Ok(v), _)) => {
-                return Err(format!(
-                    "format version {v} (this klaraptor reads version {FORMAT_VERSION})"
-                ))
-            }
-            Some((Err(_), v)) => return Err(format!("version `{v}` is not a number")),
+        let (key, value) = (key.trim(), value.trim());
+        if key.is_empty() {
+            return Err(format!("line {}: no key before `=`", i + 1));
         }
-        let missing: Vec<&str> = REQUIRED
-            .iter()
-            .copied()
-            .filter(|k| get(k).is_none())
-            .collect();
-        if !missing.is_empty() {
+        if let Some(c) = key.chars().find(|c| c.is_control()) {
             return Err(format!(
-                "missing {} {}",
-                if missing.len() == 1 { "key" } else { "keys" },
-                missing.join(", ")
+                "line {}: a key holds the control character {c:?}",
+                i + 1
             ));
         }
-        let req = |key: &str| get(key).expect("required keys are present");
-        // The cache is a directory anything may write into: its text reaches terminals
-        // (`list`, `show`) only in the formats of its keys, never as control characters.
-        for (key, value) in &fields {
-            if let Some(c) = value.chars().find(|c| c.is_control()) {
-                return Err(format!("`{key}` holds the control character {c:?}"));
-            }
+        if !repeated.contains(&key) && fields.iter().any(|(k, _)| k == key) {
+            return Err(format!("line {}: `{key}` given twice", i + 1));
         }
-        use crate::record::text;
-        for (key, why) in [
-            ("kernel", text::mangled_name(&req("kernel"))),
-            ("code_hash", crate::db::check_code_hash(&req("code_hash"))),
-            ("device", text::device_name(&req("device"))),
-        ] {
-            if let Some(why) = why {
-                return Err(format!("`{key}` = {:?} {why}", req(key)));
-            }
+        fields.push((key.to_string(), value.to_string()));
+    }
+    for (key, value) in &fields {
+        if let Some(c) = value.chars().find(|c| c.is_control()) {
+            return Err(format!("`{key}` holds the control character {c:?}"));
         }
+    }
+    Ok(fields)
+}
+
+fn get<'a>(fields: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The version (this module's, else why not), then the required keys, then the formats of
+/// the key fields every file of the cache has.
+fn check_common(fields: &[(String, String)], required: &[&str]) -> Result<(), String> {
+    // The version first: another version may have other keys.
+    match get(fields, "version").map(|v| (v.parse::<u32>(), v)) {
+        None | Some((Ok(FORMAT_VERSION), _)) => {}
+        Some((Ok(OLD_VERSION), _)) => {
+            return Err(format!(
+                "old format (version {OLD_VERSION}, decided before paired comparisons): \
+                 measured again by the next run"
+            ))
+        }
+        Some((Ok(v), _)) => {
+            return Err(format!(
+                "format version {v} (this klaraptor reads version {FORMAT_VERSION})"
+            ))
+        }
+        Some((Err(_), v)) => return Err(format!("version `{v}` is not a number")),
+    }
+    let missing: Vec<&str> = required
+        .iter()
+        .copied()
+        .filter(|k| get(fields, k).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "missing {} {}",
+            if missing.len() == 1 { "key" } else { "keys" },
+            missing.join(", ")
+        ));
+    }
+    use crate::record::text;
+    let req = |key: &str| get(fields, key).expect("required keys are present");
+    for (key, why) in [
+        ("kernel", text::mangled_name(req("kernel"))),
+        ("code_hash", crate::db::check_code_hash(req("code_hash"))),
+        ("device", text::device_name(req("device"))),
+    ] {
+        if let Some(why) = why {
+            return Err(format!("`{key}` = {:?} {why}", req(key)));
+        }
+    }
+    Ok(())
+}
+
+fn count(fields: &[(String, String)], key: &str, max: u64) -> Result<u64, String> {
+    let v = get(fields, key).unwrap_or_default();
+    v.parse::<u64>()
+        .ok()
+        .filter(|&n| n <= max)
+        .ok_or_else(|| format!("{key} `{v}` is not a count"))
+}
+
+fn microseconds(fields: &[(String, String)], key: &str) -> Result<f64, String> {
+    let v = get(fields, key).unwrap_or_default();
+    v.parse::<f64>()
+        .ok()
+        .filter(|u| *u >= 0.0 && u.is_finite())
+        .ok_or_else(|| format!("{key} `{v}` is not a time in µs"))
+}
+
+impl ChoiceFile {
+    /// Parses a choice file's text; the error says why the file is invalid (for a file of
+    /// the old format, [`is_old_format`], that it is one).
+    pub fn parse(text: &str) -> Result<ChoiceFile, String> {
+        let fields = fields(text, &["compared"])?;
+        check_common(&fields, &REQUIRED)?;
+        let req = |key: &str| get(&fields, key).expect("required keys are present");
 
         let block_text = req("block");
         let block =
             if block_text == "program" {
                 Block::Program
             } else {
-                Block::Shape(parse_shape(&block_text).ok_or_else(|| {
+                Block::Shape(parse_shape(block_text).ok_or_else(|| {
                     format!("block `{block_text}` is neither `AxBxC` nor `program`")
                 })?)
             };
-        let program_block = match get("program_block") {
-            None => None,
-            Some(p) => {
-                Some(parse_shape(&p).ok_or_else(|| format!("program_block `{p}` is not `AxBxC`"))?)
+        let p = req("program_block");
+        let program_block =
+            parse_shape(p).ok_or_else(|| format!("program_block `{p}` is not `AxBxC`"))?;
+        let c = req("confidence");
+        let confidence = Confidence::ALL
+            .into_iter()
+            .find(|k| k.as_str() == c)
+            .ok_or_else(|| {
+                format!("confidence `{c}` is none of paired, undecided, unmeasurable")
+            })?;
+        let launches = count(&fields, "launches", u64::MAX)?;
+        let pairs = count(&fields, "pairs", MAX_PAIRS)?;
+        let vs = req("vs_program");
+        let vs_program = vs
+            .parse::<f64>()
+            .ok()
+            .filter(|r| *r > 0.0 && *r < 1e6)
+            .ok_or_else(|| format!("vs_program `{vs}` is not a ratio"))?;
+        let extra_us = microseconds(&fields, "extra_us")?;
+        let comparisons = fields
+            .iter()
+            .filter(|(k, _)| k == "compared")
+            .map(|(_, v)| Comparison::parse(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        if comparisons.len() > MAX_COMPARISONS {
+            return Err(format!(
+                "{} compared lines (the runtime writes {MAX_COMPARISONS} at most)",
+                comparisons.len()
+            ));
+        }
+        // As the runtime believes it: a shape other than the program's only with the paired
+        // comparison it won and a gain over the program's shape, or (a key that could not be
+        // measured) as the model's first choice, which only the runtime can check.
+        if let Block::Shape(b) = block {
+            let won = comparisons.iter().any(|c| {
+                c.verdict == Verdict::Win && c.challenger_block == b && c.pairs >= 1 && c.mean < 0.0
+            });
+            if confidence != Confidence::Unmeasurable
+                && (confidence != Confidence::Paired || !won || vs_program >= 1.0)
+            {
+                return Err(format!(
+                    "it claims block {} ({}) without the paired comparisons that show it faster \
+                     than the program's",
+                    shape_str(&b),
+                    confidence.as_str()
+                ));
             }
-        };
-        let launches_text = req("launches");
-        let launches = launches_text
-            .parse::<u64>()
-            .map_err(|_| format!("launches `{launches_text}` is not a count"))?;
-        let times_us = match get("times_us") {
-            None => Vec::new(),
-            Some(t) => t
-                .split_whitespace()
-                .map(|item| {
-                    item.rsplit_once(':')
-                        .and_then(|(shape, us)| {
-                            let us = us.parse::<f64>().ok().filter(|u| u.is_finite())?;
-                            (!shape.is_empty()).then(|| ShapeTime {
-                                shape: shape.to_string(),
-                                us,
-                            })
-                        })
-                        .ok_or_else(|| format!("times_us: `{item}` is not `<shape>:<us>`"))
-                })
-                .collect::<Result<_, _>>()?,
-        };
-        const KNOWN: [&str; 2] = ["program_block", "times_us"];
+        }
+        let known: Vec<&str> = REQUIRED.iter().copied().chain(["compared"]).collect();
         let other = fields
             .iter()
-            .filter(|(k, _)| !REQUIRED.contains(&k.as_str()) && !KNOWN.contains(&k.as_str()))
+            .filter(|(k, _)| !known.contains(&k.as_str()))
             .cloned()
             .collect();
         Ok(ChoiceFile {
             version: FORMAT_VERSION,
-            kernel: req("kernel"),
-            name: req("name"),
-            code_hash: req("code_hash"),
-            device: req("device"),
-            device_id: req("device_id"),
-            data: req("data"),
+            kernel: req("kernel").to_string(),
+            name: req("name").to_string(),
+            code_hash: req("code_hash").to_string(),
+            device: req("device").to_string(),
+            device_id: req("device_id").to_string(),
+            data: req("data").to_string(),
             block,
             program_block,
-            candidate: req("candidate"),
+            candidate: req("candidate").to_string(),
+            confidence,
             launches,
-            times_us,
+            pairs,
+            vs_program,
+            extra_us,
+            comparisons,
             other,
         })
     }
 
     /// The block as `list` prints it: `AxBxC`, or `program(AxBxC)`.
     pub fn block_label(&self) -> String {
-        match (self.block, self.program_block) {
-            (Block::Shape(b), _) => shape_str(&b),
-            (Block::Program, Some(p)) => format!("program({})", shape_str(&p)),
-            (Block::Program, None) => "program".to_string(),
+        match self.block {
+            Block::Shape(b) => shape_str(&b),
+            Block::Program => format!("program({})", shape_str(&self.program_block)),
         }
     }
 
-    /// The shape that was chosen, as `times_us` writes it (when known).
-    fn chosen_shape(&self) -> Option<String> {
-        match (self.block, self.program_block) {
-            (Block::Shape(b), _) | (Block::Program, Some(b)) => Some(shape_str(&b)),
-            (Block::Program, None) => None,
+    /// How it was decided, in a few words, for `list`.
+    fn decision_brief(&self) -> String {
+        match (self.confidence, self.block) {
+            (Confidence::Paired, Block::Shape(_)) => {
+                format!("({:.2}x the program's time)", self.vs_program)
+            }
+            (Confidence::Paired, Block::Program) => "(no challenger was faster)".to_string(),
+            (Confidence::Undecided, _) => "(no verdict: the program's own shape kept)".to_string(),
+            (Confidence::Unmeasurable, _) => {
+                "(not timed cleanly: the model's first choice kept)".to_string()
+            }
+        }
+    }
+
+    /// How it was decided, in a sentence, for `show`.
+    fn decision_text(&self) -> String {
+        let pairs = plural(self.pairs as usize, "pair", "pairs");
+        match (self.confidence, self.block) {
+            (Confidence::Paired, Block::Shape(_)) => format!(
+                "by paired comparisons ({pairs}): {:.2}x the program's time ({:+.1} %)",
+                self.vs_program,
+                100.0 * (self.vs_program - 1.0)
+            ),
+            (Confidence::Paired, Block::Program) => format!(
+                "by paired comparisons ({pairs}): no challenger was faster than the program's \
+                 own shape"
+            ),
+            (Confidence::Undecided, _) => format!(
+                "undecided ({pairs}): no comparison reached a verdict, so the program's own \
+                 shape is kept; nothing showed it or another shape to be faster"
+            ),
+            (Confidence::Unmeasurable, _) => format!(
+                "unmeasurable ({pairs}): the launches could not be timed cleanly, so the \
+                 model's first choice is kept without a comparison confirming it (the noisy \
+                 times put it at {:.2}x the program's)",
+                self.vs_program
+            ),
         }
     }
 
@@ -310,8 +659,10 @@ pub struct ChoicesArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ChoicesCommand {
-    /// One line per settled choice: kernel, data values, block, candidate, launches,
-    /// device and file; invalid files after them (when no filter is given).
+    /// One line per decided choice: kernel, data values, block, candidate, confidence,
+    /// pairs, time against the program's shape, launches, device and file; then keys still
+    /// being measured; files of the old format and invalid files after them (when no filter
+    /// is given).
     List {
         /// Only choices of this kernel (its name in the source or mangled name, or a part
         /// of the name).
@@ -320,29 +671,33 @@ pub enum ChoicesCommand {
         /// Only choices of this device (a part of its name, any case).
         #[arg(long)]
         device: Option<String>,
-        /// Print a JSON array: every field of each choice, {file, invalid} for invalid
-        /// files.
+        /// Print a JSON array: every field of each choice with its comparisons, {file,
+        /// measuring, …} for keys still being measured, {file, version, old_format} and
+        /// {file, invalid} for the others.
         #[arg(long)]
         json: bool,
     },
-    /// Every field of one choice file (a path, or a file name in the directory), or of
-    /// every choice of a kernel (as `list --kernel`).
+    /// Every field of one choice file (a path, or a file name in the directory) with the
+    /// comparisons it was decided by, or of every choice of a kernel (as `list --kernel`);
+    /// of a `.progress` file, what the key has measured so far.
     Show {
         #[arg(value_name = "FILE-or-KERNEL")]
         target: String,
     },
-    /// Remove choices: those of --kernel/--device, the invalid files and abandoned
-    /// temporary files (--invalid), or every file the runtime wrote (--all). Other files
-    /// are never touched.
+    /// Remove choices: those of --kernel/--device, the invalid files, files of the old
+    /// format and abandoned temporary files (--invalid), or every file the runtime wrote
+    /// (--all). Other files are never touched.
     Prune {
         /// Valid choices of this kernel (its name in the source or mangled name, or a part
-        /// of the name).
+        /// of the name), and its keys still being measured.
         #[arg(long)]
         kernel: Option<String>,
-        /// Valid choices of this device (a part of its name, any case).
+        /// Valid choices of this device (a part of its name, any case), and its keys still
+        /// being measured.
         #[arg(long)]
         device: Option<String>,
-        /// Invalid choice files, and temporary files older than an hour.
+        /// Invalid files, files of the old format (the runtime measures their keys again
+        /// anyway), and temporary files older than an hour.
         #[arg(long)]
         invalid: bool,
         /// Every `*.choice`, `*.progress` and `.*.tmp` file.
@@ -420,8 +775,11 @@ struct Found {
 
 enum Kind {
     Valid(Box<ChoiceFile>),
-    /// A `*.progress` file: a launch key the runtime has not settled yet.
-    Measuring(Progress),
+    /// A `*.progress` file: a launch key the runtime has not decided yet.
+    Measuring(Box<Progress>),
+    /// A `*.choice` or `*.progress` file of the rule before paired comparisons: the runtime
+    /// does not use it, measures its key again and overwrites it.
+    Old,
     Invalid(String),
     /// A runtime's temporary file, stale when older than [`STALE_TMP_AGE`].
     Tmp {
@@ -429,7 +787,7 @@ enum Kind {
     },
 }
 
-/// What a runtime measured of a launch key before its run ended unsettled (a `*.progress`
+/// What a runtime measured of a launch key before its run ended undecided (a `*.progress`
 /// file; the next run goes on from it).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Progress {
@@ -437,49 +795,82 @@ pub struct Progress {
     pub name: String,
     pub device: String,
     pub data: String,
+    /// The key's launches so far, every run's.
     pub launches: u64,
-    /// Candidate shapes with samples.
+    /// Candidate shapes with timed launches.
     pub timed: usize,
+    /// The comparisons' incumbent so far (the program's own shape until a challenger wins).
+    #[serde(serialize_with = "shape_json")]
+    pub incumbent: [u32; 3],
+    /// What the timed launches cost so far, in µs.
+    pub spent_us: f64,
+    /// The comparisons decided so far (the open one is not among them).
+    pub comparisons: Vec<Comparison>,
 }
 
 impl Progress {
     /// Parses a progress file's text; the error says why it is invalid.
     pub fn parse(text: &str) -> Result<Progress, String> {
-        let mut get = std::collections::BTreeMap::new();
-        let mut timed = 0;
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let Some((key, value)) = line.split_once('=') else {
-                return Err(format!("line {}: not `key = value`", i + 1));
-            };
-            let (key, value) = (key.trim(), value.trim());
-            if key == "cand" {
-                timed += usize::from(!value.ends_with("us=-"));
-            } else {
-                get.insert(key.to_string(), value.to_string());
-            }
-        }
-        if get.get("version").map(String::as_str) != Some("1") {
-            return Err(format!("format version is not {FORMAT_VERSION}"));
-        }
-        let req = |k: &str| {
-            get.get(k)
-                .cloned()
-                .ok_or_else(|| format!("missing key {k}"))
+        let fields = fields(text, &["cand", "compared"])?;
+        check_common(&fields, &PROGRESS_REQUIRED)?;
+        let req = |key: &str| get(&fields, key).expect("required keys are present");
+        let launches = count(&fields, "launches", i32::MAX as u64 / 2)?;
+        count(&fields, "last_run_launches", launches)?;
+        let spent_us = microseconds(&fields, "spent_us")?;
+        let block_pair = |s: &str| -> Option<[u32; 3]> {
+            let t: Vec<&str> = s.split_whitespace().collect();
+            let [block, grid] = t[..] else { return None };
+            parse_shape(grid)?;
+            parse_shape(block)
         };
-        let launches = req("launches")?;
+        let inc = req("incumbent");
+        let incumbent =
+            block_pair(inc).ok_or_else(|| format!("incumbent `{inc}` is not `AxBxC AxBxC`"))?;
+        let walk = req("walk");
+        let w: Vec<&str> = walk.split_whitespace().collect();
+        if w.len() != 5 || w.iter().any(|n| n.parse::<i32>().is_err()) {
+            return Err(format!("walk `{walk}` is not five numbers"));
+        }
+        let mut timed = 0;
+        for (_, c) in fields.iter().filter(|(k, _)| k == "cand") {
+            timed +=
+                usize::from(parse_cand(c).ok_or_else(|| format!("cand `{c}` cannot be read"))? > 0);
+        }
+        let comparisons = fields
+            .iter()
+            .filter(|(k, _)| k == "compared")
+            .map(|(_, v)| Comparison::parse(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(open) = get(&fields, "open") {
+            let t: Vec<&str> = open.split_whitespace().collect();
+            const OPEN: [&str; 9] = [
+                "pairs",
+                "sum_r",
+                "sum_r2",
+                "inc_lo",
+                "inc_hi",
+                "sum_m",
+                "sum_m2",
+                "sum_d2",
+                "nonstationary",
+            ];
+            if t.len() != 2 + OPEN.len()
+                || block_pair(&t[..2].join(" ")).is_none()
+                || !named_numbers(&t[2..], &OPEN)
+            {
+                return Err(format!("open `{open}` cannot be read"));
+            }
+        }
         Ok(Progress {
-            kernel: req("kernel")?,
-            name: req("name")?,
-            device: req("device")?,
-            data: req("data")?,
-            launches: launches
-                .parse()
-                .map_err(|_| format!("launches `{launches}` is not a count"))?,
+            kernel: req("kernel").to_string(),
+            name: req("name").to_string(),
+            device: req("device").to_string(),
+            data: req("data").to_string(),
+            launches,
             timed,
+            incumbent,
+            spent_us,
+            comparisons,
         })
     }
 
@@ -489,16 +880,57 @@ impl Progress {
     }
 }
 
-/// Reads and parses one choice file; `Err` is why it is invalid.
-fn read_choice(path: &Path) -> Result<ChoiceFile, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let text = String::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
-    ChoiceFile::parse(&text)
+/// `name=<number>` tokens, one per name, in order.
+fn named_numbers(tokens: &[&str], names: &[&str]) -> bool {
+    tokens.len() == names.len()
+        && tokens.iter().zip(names).all(|(t, n)| {
+            t.strip_prefix(n)
+                .and_then(|v| v.strip_prefix('='))
+                .and_then(|v| v.parse::<f64>().ok())
+                .is_some_and(f64::is_finite)
+        })
 }
 
-/// Every `*.choice`, `*.progress` and `.*.tmp` file in `dir` (none when it does not exist): valid
-/// choices sorted by name, data, device and file, then keys still being measured, invalid
-/// files and temporary files by file name.
+/// A progress file's `cand` line, as the runtime writes it: `<label> <block> <grid>
+/// program=<0|1> walked=<0|1> verdict=<word or -> sum_us=<µs> n_us=<n>`; its timed launches.
+fn parse_cand(s: &str) -> Option<u64> {
+    let t: Vec<&str> = s.split_whitespace().collect();
+    let [label, block, grid, program, walked, verdict, sum_us, n_us] = t[..] else {
+        return None;
+    };
+    (label.len() <= MAX_LABEL && parse_shape(block).is_some() && parse_shape(grid).is_some())
+        .then_some(())?;
+    named_numbers(&[program, walked, sum_us], &["program", "walked", "sum_us"]).then_some(())?;
+    let verdict = verdict.strip_prefix("verdict=")?;
+    (verdict == "-" || Verdict::ALL.iter().any(|v| v.as_str() == verdict)).then_some(())?;
+    n_us.strip_prefix("n_us=")?
+        .parse::<u64>()
+        .ok()
+        .filter(|&n| n <= MAX_PAIRS)
+}
+
+/// Reads one file of the cache as `parse` reads its text: a file of the old format is
+/// [`Kind::Old`], whatever else it holds.
+fn read_kind<T>(path: &Path, parse: fn(&str) -> Result<T, String>, wrap: fn(T) -> Kind) -> Kind {
+    let text = match std::fs::read(path) {
+        Err(e) => return Kind::Invalid(format!("cannot read it: {e}")),
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Err(_) => return Kind::Invalid("not valid UTF-8".to_string()),
+            Ok(t) => t,
+        },
+    };
+    if is_old_format(&text) {
+        return Kind::Old;
+    }
+    match parse(&text) {
+        Ok(v) => wrap(v),
+        Err(why) => Kind::Invalid(why),
+    }
+}
+
+/// Every `*.choice`, `*.progress` and `.*.tmp` file in `dir` (none when it does not exist):
+/// valid choices sorted by name, data, device and file, then keys still being measured,
+/// files of the old format, invalid files and temporary files by file name.
 fn scan(dir: &Path) -> Result<Vec<Found>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -531,18 +963,9 @@ fn scan(dir: &Path) -> Result<Vec<Found>> {
                 stale: age.is_some_and(|a| a > STALE_TMP_AGE),
             }
         } else if file.ends_with(".choice") {
-            match read_choice(&path) {
-                Ok(c) => Kind::Valid(Box::new(c)),
-                Err(why) => Kind::Invalid(why),
-            }
+            read_kind(&path, ChoiceFile::parse, |c| Kind::Valid(Box::new(c)))
         } else if file.ends_with(".progress") {
-            match std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read it: {e}"))
-                .and_then(|t| Progress::parse(&t))
-            {
-                Ok(p) => Kind::Measuring(p),
-                Err(why) => Kind::Invalid(why),
-            }
+            read_kind(&path, Progress::parse, |p| Kind::Measuring(Box::new(p)))
         } else {
             continue;
         };
@@ -551,8 +974,9 @@ fn scan(dir: &Path) -> Result<Vec<Found>> {
     let rank = |f: &Found| match f.kind {
         Kind::Valid(_) => 0,
         Kind::Measuring(_) => 1,
-        Kind::Invalid(_) => 2,
-        Kind::Tmp { .. } => 3,
+        Kind::Old => 2,
+        Kind::Invalid(_) => 3,
+        Kind::Tmp { .. } => 4,
     };
     found.sort_by(|a, b| {
         rank(a)
@@ -602,30 +1026,46 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// What `list` says of a file of the old format.
+const OLD_FORMAT: &str = "old format (measured again by the next run)";
+
+/// A choice in `list --json`.
+#[derive(Serialize)]
+struct JsonChoice<'a> {
+    file: &'a str,
+    version: u32,
+    kernel: &'a str,
+    name: &'a str,
+    code_hash: &'a str,
+    device: &'a str,
+    device_id: &'a str,
+    data: &'a str,
+    block: String,
+    program_block: String,
+    candidate: &'a str,
+    confidence: Confidence,
+    launches: u64,
+    pairs: u64,
+    vs_program: f64,
+    extra_us: f64,
+    comparisons: &'a [Comparison],
+    other: serde_json::Map<String, serde_json::Value>,
+}
+
 #[derive(Serialize)]
 #[serde(untagged)]
 enum JsonItem<'a> {
-    Valid {
-        file: &'a str,
-        version: u32,
-        kernel: &'a str,
-        name: &'a str,
-        code_hash: &'a str,
-        device: &'a str,
-        device_id: &'a str,
-        data: &'a str,
-        block: String,
-        program_block: Option<String>,
-        candidate: &'a str,
-        launches: u64,
-        times_us: &'a [ShapeTime],
-        other: serde_json::Map<String, serde_json::Value>,
-    },
+    Valid(Box<JsonChoice<'a>>),
     Measuring {
         file: &'a str,
         measuring: bool,
         #[serde(flatten)]
         progress: &'a Progress,
+    },
+    Old {
+        file: &'a str,
+        version: u32,
+        old_format: &'a str,
     },
     Invalid {
         file: &'a str,
@@ -646,13 +1086,13 @@ fn list(
         kernel.is_none_or(|k| c.matches_kernel(k)) && device.is_none_or(|d| c.matches_device(d))
     };
     let mut items = Vec::new();
-    let (mut valid, mut invalid, mut measuring) = (0, 0, 0);
+    let (mut valid, mut invalid, mut measuring, mut old) = (0, 0, 0, 0);
     for f in &found {
         match &f.kind {
             Kind::Valid(c) if wanted(c) => {
                 valid += 1;
                 if json {
-                    items.push(JsonItem::Valid {
+                    items.push(JsonItem::Valid(Box::new(JsonChoice {
                         file: &f.file,
                         version: c.version,
                         kernel: &c.kernel,
@@ -665,24 +1105,32 @@ fn list(
                             Block::Shape(b) => shape_str(&b),
                             Block::Program => "program".into(),
                         },
-                        program_block: c.program_block.as_ref().map(shape_str),
+                        program_block: shape_str(&c.program_block),
                         candidate: &c.candidate,
+                        confidence: c.confidence,
                         launches: c.launches,
-                        times_us: &c.times_us,
+                        pairs: c.pairs,
+                        vs_program: c.vs_program,
+                        extra_us: c.extra_us,
+                        comparisons: &c.comparisons,
                         other: c
                             .other
                             .iter()
                             .map(|(k, v)| (k.clone(), v.clone().into()))
                             .collect(),
-                    });
+                    })));
                 } else {
                     let _ = writeln!(
                         out,
-                        "{} {} block={} candidate={} launches={} device={} {}",
+                        "{} {} block={} candidate={} confidence={} pairs={} {} launches={} \
+                         device={} {}",
                         c.name,
                         c.data,
                         c.block_label(),
                         c.candidate,
+                        c.confidence.as_str(),
+                        c.pairs,
+                        c.decision_brief(),
                         c.launches,
                         c.device,
                         f.file
@@ -700,14 +1148,29 @@ fn list(
                 } else {
                     let _ = writeln!(
                         out,
-                        "{} {} measuring: not settled after launches={} ({} timed) device={} {}",
+                        "{} {} measuring: not decided after launches={} ({} decided, {} \
+                         timed, incumbent {}) device={} {}",
                         p.name,
                         p.data,
                         p.launches,
+                        plural(p.comparisons.len(), "comparison", "comparisons"),
                         plural(p.timed, "shape", "shapes"),
+                        shape_str(&p.incumbent),
                         p.device,
                         f.file
                     );
+                }
+            }
+            Kind::Old if !filtered => {
+                old += 1;
+                if json {
+                    items.push(JsonItem::Old {
+                        file: &f.file,
+                        version: OLD_VERSION,
+                        old_format: "measured again by the next run",
+                    });
+                } else {
+                    let _ = writeln!(out, "{}: {OLD_FORMAT}", f.file);
                 }
             }
             Kind::Invalid(why) if !filtered => {
@@ -737,6 +1200,9 @@ fn list(
         if measuring > 0 {
             let _ = write!(out, ", {measuring} still being measured");
         }
+        if old > 0 {
+            let _ = write!(out, ", {old} of the old format");
+        }
         if invalid > 0 {
             let _ = write!(out, ", {invalid} invalid");
         }
@@ -750,7 +1216,10 @@ fn show(dir: &Path, target: &str, out: &mut String) -> Result<ExitCode> {
     let file = [PathBuf::from(target), dir.join(target)]
         .into_iter()
         .find(|p| p.is_file());
-    if target.ends_with(".choice") || target.contains(std::path::MAIN_SEPARATOR) {
+    if target.ends_with(".choice")
+        || target.ends_with(".progress")
+        || target.contains(std::path::MAIN_SEPARATOR)
+    {
         return match file {
             Some(path) => show_file(&path, out),
             None => bail!(
@@ -786,12 +1255,32 @@ fn show(dir: &Path, target: &str, out: &mut String) -> Result<ExitCode> {
 }
 
 fn show_file(path: &Path, out: &mut String) -> Result<ExitCode> {
-    match read_choice(path) {
-        Ok(c) => {
+    let kind = if path.extension().is_some_and(|e| e == "progress") {
+        read_kind(path, Progress::parse, |p| Kind::Measuring(Box::new(p)))
+    } else {
+        read_kind(path, ChoiceFile::parse, |c| Kind::Valid(Box::new(c)))
+    };
+    match kind {
+        Kind::Valid(c) => {
             render(&c, path, out);
             Ok(ExitCode::SUCCESS)
         }
-        Err(why) => bail!("{}: invalid: {why}", path.display()),
+        Kind::Old => {
+            let _ = writeln!(
+                out,
+                "{}: old format (version {OLD_VERSION}, of the rule before paired \
+                 comparisons): the program's runtime does not use it; its next run measures \
+                 the launch again and replaces the file",
+                path.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Kind::Invalid(why) => bail!("{}: invalid: {why}", path.display()),
+        Kind::Measuring(p) => {
+            render_progress(&p, path, out);
+            Ok(ExitCode::SUCCESS)
+        }
+        Kind::Tmp { .. } => unreachable!("read as a choice or progress file"),
     }
 }
 
@@ -814,10 +1303,49 @@ fn candidate_text(c: &str) -> String {
         "program" => format!("{c} (the program's own shape)"),
         "profiled" => format!("{c} (the shape the profile measured fastest)"),
         _ if c.starts_with("nearby#") => {
-            format!("{c} (a neighbour of the best measured shape, found by the runtime's walk)")
+            format!("{c} (a neighbour of the incumbent, proposed by the runtime's walk)")
         }
         _ => c.to_string(),
     }
+}
+
+fn render_comparisons(comparisons: &[Comparison], out: &mut String) {
+    if comparisons.is_empty() {
+        let _ = writeln!(out, "compared    nothing");
+    }
+    for (i, cmp) in comparisons.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{}{}",
+            if i == 0 {
+                "compared    "
+            } else {
+                "            "
+            },
+            cmp.describe()
+        );
+    }
+}
+
+/// A key not decided yet (`show <file>.progress`).
+fn render_progress(p: &Progress, path: &Path, out: &mut String) {
+    let _ = writeln!(out, "file        {}", path.display());
+    let _ = writeln!(out, "kernel      {} ({})", p.name, p.kernel);
+    let _ = writeln!(out, "device      {}", p.device);
+    let _ = writeln!(out, "data        {}", p.data);
+    let _ = writeln!(
+        out,
+        "decision    not yet, after launches={} ({} timed): the next run goes on comparing",
+        p.launches,
+        plural(p.timed, "shape", "shapes")
+    );
+    let _ = writeln!(out, "incumbent   {}", shape_str(&p.incumbent));
+    let _ = writeln!(
+        out,
+        "extra time  {:.1} µs (what the timed launches cost)",
+        p.spent_us
+    );
+    render_comparisons(&p.comparisons, out);
 }
 
 fn render(c: &ChoiceFile, path: &Path, out: &mut String) {
@@ -827,38 +1355,24 @@ fn render(c: &ChoiceFile, path: &Path, out: &mut String) {
     let _ = writeln!(out, "device      {}", c.device);
     let _ = writeln!(out, "device id   {}", c.device_id);
     let _ = writeln!(out, "data        {}", c.data);
-    let block = match (c.block, c.program_block) {
-        (Block::Shape(b), _) => shape_str(&b),
-        (Block::Program, Some(p)) => format!("{} (the program's own)", shape_str(&p)),
-        (Block::Program, None) => "the program's own".to_string(),
+    let block = match c.block {
+        Block::Shape(b) => format!(
+            "{} (the program's own: {})",
+            shape_str(&b),
+            shape_str(&c.program_block)
+        ),
+        Block::Program => format!("{} (the program's own)", shape_str(&c.program_block)),
     };
     let _ = writeln!(out, "block       {block}");
     let _ = writeln!(out, "candidate   {}", candidate_text(&c.candidate));
+    let _ = writeln!(out, "decision    {}", c.decision_text());
     let _ = writeln!(out, "launches    {}", c.launches);
-    if c.times_us.is_empty() {
-        let _ = writeln!(out, "times       none recorded");
-    } else {
-        let chosen = c.chosen_shape();
-        let width = c.times_us.iter().map(|t| t.shape.len()).max().unwrap_or(0);
-        for (i, t) in c.times_us.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "{}{:<width$}  {:>10.2} µs{}",
-                if i == 0 {
-                    "times       "
-                } else {
-                    "            "
-                },
-                t.shape,
-                t.us,
-                if chosen.as_deref() == Some(t.shape.as_str()) {
-                    "  (chosen)"
-                } else {
-                    ""
-                }
-            );
-        }
-    }
+    let _ = writeln!(
+        out,
+        "extra time  {:.1} µs (what the timed launches cost)",
+        c.extra_us
+    );
+    render_comparisons(&c.comparisons, out);
     for (k, v) in &c.other {
         let _ = writeln!(out, "{k:<11} {v}");
     }
@@ -876,8 +1390,8 @@ fn prune(
     if kernel.is_none() && device.is_none() && !invalid && !all {
         bail!(
             "say what to remove: --kernel <K> and/or --device <D> (their valid choices), \
-             --invalid (invalid files and stale temporary files) or --all (everything the \
-             runtime wrote in {})",
+             --invalid (invalid files, files of the old format and stale temporary files) or \
+             --all (everything the runtime wrote in {})",
             dir.display()
         );
     }
@@ -894,6 +1408,7 @@ fn prune(
                 None
             }
             Kind::Measuring(p) if filtered && p.matches(kernel, device) => None,
+            Kind::Old if invalid => Some("old format: measured again by the next run".to_string()),
             Kind::Invalid(why) if invalid => Some(format!("invalid: {why}")),
             Kind::Tmp { stale: true } if invalid => {
                 Some("a temporary file older than an hour".to_string())
@@ -937,175 +1452,399 @@ fn prune(
 mod tests {
     use super::*;
 
-    const VALID: &str = "\
-# klaraptor: a settled launch choice, written by the program's runtime (safe to delete)
-version = 1
-kernel = _Z2mmPKfS0_Pfi
-name = mm
-code_hash = 5f1c0e9a2b7d4c31
-device = NVIDIA H200
-device_id = NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|bus_bits=6144
-data = n=2048 m=100
-block = 128x2x1
-candidate = model#2
-launches = 8
-times_us = 128x2x1:10.12 32x8x1:14.20 256x1x1:20.01
-";
+    // Files the runtime wrote (tests/fixtures/choices-cache-2026-11-28/README.txt says which
+    // case of runtime-shim/tests/test_refine.c wrote each).
+    const PAIRED: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/paired-stencil-n4096.choice");
+    const PROGRAM_KEPT: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/paired-program-kept.choice");
+    const UNDECIDED: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/undecided.choice");
+    const UNMEASURABLE: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/unmeasurable.choice");
+    const OLD: &str = include_str!("../../tests/fixtures/choices-cache-2026-11-28/version1.choice");
+    const PROGRESS: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/measuring.progress");
+    const OLD_PROGRESS: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/version1.progress");
 
-    fn without(key: &str) -> String {
-        VALID
-            .lines()
+    fn without(text: &str, key: &str) -> String {
+        text.lines()
             .filter(|l| !l.starts_with(&format!("{key} =")))
             .map(|l| format!("{l}\n"))
             .collect()
     }
 
+    fn cmp(ch: &str, cb: u32, inc: &str, ib: u32, pairs: u64, mean: f64, v: Verdict) -> Comparison {
+        Comparison {
+            challenger: ch.into(),
+            challenger_block: [cb, 1, 1],
+            incumbent: inc.into(),
+            incumbent_block: [ib, 1, 1],
+            pairs,
+            mean,
+            sd: 0.0,
+            verdict: v,
+        }
+    }
+
     #[test]
-    fn parses_a_valid_file() {
-        let c = ChoiceFile::parse(VALID).unwrap();
+    fn parses_a_file_decided_by_paired_comparisons() {
+        let c = ChoiceFile::parse(PAIRED).unwrap();
         assert_eq!(
             c,
             ChoiceFile {
-                version: 1,
-                kernel: "_Z2mmPKfS0_Pfi".into(),
-                name: "mm".into(),
-                code_hash: "5f1c0e9a2b7d4c31".into(),
+                version: 2,
+                kernel: "_Z7stencilPfi".into(),
+                name: "stencil".into(),
+                code_hash: "00c0ffee00c0ffee".into(),
                 device: "NVIDIA H200".into(),
-                device_id: "NVIDIA H200|sm=132|cc=9.0|clock_khz=1980000|mem_clock_khz=2619000|\
-                            bus_bits=6144"
+                device_id: "NVIDIA H200|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|bus_bits=0"
                     .into(),
-                data: "n=2048 m=100".into(),
-                block: Block::Shape([128, 2, 1]),
-                program_block: None,
+                data: "n=4096".into(),
+                block: Block::Shape([128, 1, 1]),
+                program_block: [64, 1, 1],
                 candidate: "model#2".into(),
-                launches: 8,
-                times_us: vec![
-                    ShapeTime {
-                        shape: "128x2x1".into(),
-                        us: 10.12
-                    },
-                    ShapeTime {
-                        shape: "32x8x1".into(),
-                        us: 14.20
-                    },
-                    ShapeTime {
-                        shape: "256x1x1".into(),
-                        us: 20.01
-                    },
+                confidence: Confidence::Paired,
+                launches: 26,
+                pairs: 6,
+                vs_program: 0.3,
+                extra_us: 360.0,
+                comparisons: vec![
+                    cmp("model#1", 256, "program", 64, 1, -0.6, Verdict::Win),
+                    cmp("model#2", 128, "model#1", 256, 3, -0.25, Verdict::Win),
+                    cmp("model#3", 512, "model#2", 128, 1, 0.66667, Verdict::Cliff),
+                    cmp("program", 64, "model#2", 128, 1, 2.33333, Verdict::Cliff),
                 ],
                 other: vec![],
             }
         );
-        assert_eq!(c.block_label(), "128x2x1");
+        assert_eq!(c.block_label(), "128x1x1");
+        assert_eq!(c.decision_brief(), "(0.30x the program's time)");
+        assert_eq!(
+            c.decision_text(),
+            "by paired comparisons (6 pairs): 0.30x the program's time (-70.0 %)"
+        );
+        assert_eq!(
+            c.comparisons[1].describe(),
+            "model#2 128x1x1 vs model#1 256x1x1: 3 pairs, -25.00 % time (sd 0.00 %): win \
+             (faster, it became the incumbent)"
+        );
     }
 
     #[test]
-    fn any_order_blank_lines_and_an_empty_times_us() {
-        let mut lines: Vec<&str> = VALID.lines().collect();
-        lines.reverse();
-        let text = lines.join("\n\n").replace(
-            "times_us = 128x2x1:10.12 32x8x1:14.20 256x1x1:20.01",
-            "times_us =",
+    fn the_program_kept_undecided_and_unmeasurable_say_so() {
+        let kept = ChoiceFile::parse(PROGRAM_KEPT).unwrap();
+        assert_eq!(kept.block, Block::Program);
+        assert_eq!(kept.confidence, Confidence::Paired);
+        assert_eq!(kept.block_label(), "program(64x1x1)");
+        assert_eq!(
+            kept.decision_text(),
+            "by paired comparisons (3 pairs): no challenger was faster than the program's own \
+             shape"
         );
-        let c = ChoiceFile::parse(&text).unwrap();
-        assert_eq!(c.name, "mm");
-        assert_eq!(c.data, "n=2048 m=100");
-        assert!(c.times_us.is_empty());
-        // times_us itself may be left out.
-        assert!(ChoiceFile::parse(&without("times_us"))
-            .unwrap()
-            .times_us
-            .is_empty());
+        assert_eq!(kept.comparisons[0].verdict, Verdict::Lose);
+
+        let u = ChoiceFile::parse(UNDECIDED).unwrap();
+        assert_eq!(u.block, Block::Program);
+        assert_eq!(u.confidence, Confidence::Undecided);
+        assert_eq!(u.pairs, 24);
+        assert_eq!(u.comparisons[0].verdict, Verdict::Undecided);
+        assert_eq!(
+            u.decision_brief(),
+            "(no verdict: the program's own shape kept)"
+        );
+        let text = u.decision_text();
+        assert!(
+            text.starts_with(
+                "undecided (24 pairs): no comparison reached a verdict, so the program's own \
+                 shape is kept"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("settled"), "{text}");
+
+        let m = ChoiceFile::parse(UNMEASURABLE).unwrap();
+        assert_eq!(m.block, Block::Shape([256, 1, 1]));
+        assert_eq!(m.confidence, Confidence::Unmeasurable);
+        assert_eq!(m.candidate, "model#1");
+        assert_eq!(m.vs_program, 1.3946);
+        assert_eq!(m.comparisons[0].verdict, Verdict::Unmeasurable);
+        assert!(m.decision_text().starts_with(
+            "unmeasurable (3 pairs): the launches could not be timed cleanly, so the model's \
+             first choice is kept"
+        ));
+    }
+
+    #[test]
+    fn files_of_the_old_rule_are_told_apart() {
+        assert!(is_old_format(OLD) && is_old_format(OLD_PROGRESS));
+        assert!(!is_old_format(PAIRED) && !is_old_format(PROGRESS));
+        let old = "old format (version 1, decided before paired comparisons): measured again \
+                   by the next run";
+        assert_eq!(ChoiceFile::parse(OLD).unwrap_err(), old);
+        assert_eq!(Progress::parse(OLD_PROGRESS).unwrap_err(), old);
     }
 
     #[test]
     fn each_required_key_missing_is_invalid() {
         for key in REQUIRED {
-            let err = ChoiceFile::parse(&without(key)).unwrap_err();
+            let err = ChoiceFile::parse(&without(PAIRED, key)).unwrap_err();
             assert_eq!(err, format!("missing key {key}"), "{key}");
         }
-        let err = ChoiceFile::parse("version = 1\nkernel = k\n").unwrap_err();
+        let err = ChoiceFile::parse("version = 2\nkernel = k\n").unwrap_err();
         assert_eq!(
             err,
-            "missing keys name, code_hash, device, device_id, data, block, candidate, launches"
+            "missing keys name, code_hash, device, device_id, data, block, program_block, \
+             candidate, confidence, launches, pairs, vs_program, extra_us"
         );
+        for key in PROGRESS_REQUIRED {
+            let err = Progress::parse(&without(PROGRESS, key)).unwrap_err();
+            assert_eq!(err, format!("missing key {key}"), "{key}");
+        }
     }
 
     #[test]
     fn another_version_is_invalid() {
-        let err = ChoiceFile::parse(&VALID.replace("version = 1", "version = 2")).unwrap_err();
-        assert_eq!(err, "format version 2 (this klaraptor reads version 1)");
-        let err = ChoiceFile::parse(&VALID.replace("version = 1", "version = one")).unwrap_err();
-        assert_eq!(err, "version `one` is not a number");
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 2", "version = 3")).unwrap_err();
+        assert_eq!(err, "format version 3 (this klaraptor reads version 2)");
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 2", "version = two")).unwrap_err();
+        assert_eq!(err, "version `two` is not a number");
         // Said before any missing key: another version may have other keys.
-        let err = ChoiceFile::parse("version = 2\nkernel = k\n").unwrap_err();
-        assert_eq!(err, "format version 2 (this klaraptor reads version 1)");
+        let err = ChoiceFile::parse("version = 3\nkernel = k\n").unwrap_err();
+        assert_eq!(err, "format version 3 (this klaraptor reads version 2)");
+        let err = Progress::parse(&PROGRESS.replace("version = 2", "version = 3")).unwrap_err();
+        assert_eq!(err, "format version 3 (this klaraptor reads version 2)");
     }
 
     #[test]
-    fn bad_block_launches_times_and_lines_are_invalid() {
-        let bad = |from: &str, to: &str| ChoiceFile::parse(&VALID.replace(from, to)).unwrap_err();
+    fn bad_values_and_lines_are_invalid() {
+        let bad = |from: &str, to: &str| {
+            assert!(PAIRED.contains(from), "{from}");
+            ChoiceFile::parse(&PAIRED.replacen(from, to, 1)).unwrap_err()
+        };
         assert_eq!(
-            bad("block = 128x2x1", "block = 128x2"),
-            "block `128x2` is neither `AxBxC` nor `program`"
+            bad("block = 128x1x1", "block = 128x1"),
+            "block `128x1` is neither `AxBxC` nor `program`"
         );
         assert_eq!(
-            bad("block = 128x2x1", "block = 0x2x1"),
-            "block `0x2x1` is neither `AxBxC` nor `program`"
+            bad("block = 128x1x1", "block = 0x1x1"),
+            "block `0x1x1` is neither `AxBxC` nor `program`"
         );
         assert_eq!(
-            bad("launches = 8", "launches = -1"),
+            bad("program_block = 64x1x1", "program_block = program"),
+            "program_block `program` is not `AxBxC`"
+        );
+        assert_eq!(
+            bad("confidence = paired", "confidence = settled"),
+            "confidence `settled` is none of paired, undecided, unmeasurable"
+        );
+        assert_eq!(
+            bad("launches = 26", "launches = -1"),
             "launches `-1` is not a count"
         );
         assert_eq!(
-            bad("32x8x1:14.20", "32x8x1"),
-            "times_us: `32x8x1` is not `<shape>:<us>`"
+            bad("pairs = 6", "pairs = 1000001"),
+            "pairs `1000001` is not a count"
+        );
+        for ratio in ["0", "-0.3", "nan", "1e6", "x"] {
+            assert_eq!(
+                bad("vs_program = 0.3000", &format!("vs_program = {ratio}")),
+                format!("vs_program `{ratio}` is not a ratio")
+            );
+        }
+        assert_eq!(
+            bad("extra_us = 360.0", "extra_us = -1"),
+            "extra_us `-1` is not a time in µs"
         );
         assert_eq!(
-            bad("launches = 8", "launches = 8\nlaunches = 9"),
-            "line 12: `launches` given twice"
+            bad("launches = 26", "launches = 26\nlaunches = 27"),
+            "line 14: `launches` given twice"
         );
         assert_eq!(
-            bad("launches = 8", "launches 8"),
-            "line 11: not `key = value`"
+            bad("launches = 26", "launches 26"),
+            "line 13: not `key = value`"
         );
     }
 
     #[test]
-    fn block_program_with_program_block() {
-        let text = VALID.replace("block = 128x2x1", "block = program\nprogram_block = 32x8x1");
-        let c = ChoiceFile::parse(&text.replace("model#2", "program")).unwrap();
-        assert_eq!(c.block, Block::Program);
-        assert_eq!(c.program_block, Some([32, 8, 1]));
-        assert_eq!(c.block_label(), "program(32x8x1)");
-        assert_eq!(c.chosen_shape().as_deref(), Some("32x8x1"));
-        assert_eq!(c.candidate, "program");
-        let err = ChoiceFile::parse(&text.replace("= 32x8x1", "= 32x8")).unwrap_err();
-        assert_eq!(err, "program_block `32x8` is not `AxBxC`");
+    fn bad_compared_lines_are_invalid() {
+        let line = "model#2 128x1x1 vs model#1 256x1x1 pairs=3 mean=-0.25000 sd=0.00000 \
+                    verdict=win";
+        assert!(PAIRED.contains(line));
+        let bad = |to: &str| {
+            ChoiceFile::parse(&PAIRED.replace(line, to))
+                .map(|_| ())
+                .unwrap_err()
+        };
+        for (to, why) in [
+            (
+                "model#2 128x1x1 model#1 256x1x1 pairs=3 mean=-0.25 sd=0 verdict=win",
+                "not `<label> <AxBxC> vs <label> <AxBxC> pairs=<n> mean=<x> sd=<x> \
+                 verdict=<word>`",
+            ),
+            (
+                "model#2 128x1x1 vs model#1 256x1x1 pairs=3 mean=-0.25 sd=0 verdict=win x",
+                "not `<label> <AxBxC> vs <label> <AxBxC> pairs=<n> mean=<x> sd=<x> \
+                 verdict=<word>`",
+            ),
+            (
+                "model#2 128x1x1 against model#1 256x1x1 pairs=3 mean=-0.25 sd=0 verdict=win",
+                "no `vs` between the challenger and the incumbent",
+            ),
+            (
+                "model#2 128x1 vs model#1 256x1x1 pairs=3 mean=-0.25 sd=0 verdict=win",
+                "`128x1` is not `AxBxC`",
+            ),
+            (
+                "model#2 128x1x1 vs model#1 256x1x1 n=3 mean=-0.25 sd=0 verdict=win",
+                "`n=3` is not `pairs=…`",
+            ),
+            (
+                "model#2 128x1x1 vs model#1 256x1x1 pairs=-3 mean=-0.25 sd=0 verdict=win",
+                "pairs `-3` is not a count",
+            ),
+            (
+                "model#2 128x1x1 vs model#1 256x1x1 pairs=3 mean=-1 sd=0 verdict=win",
+                "mean `-1` is not a relative difference",
+            ),
+            (
+                "model#2 128x1x1 vs model#1 256x1x1 pairs=3 mean=-0.25 sd=-0.1 verdict=win",
+                "sd `-0.1` is not a deviation",
+            ),
+            (
+                "model#2 128x1x1 vs model#1 256x1x1 pairs=3 mean=-0.25 sd=0 verdict=best",
+                "`best` is no verdict",
+            ),
+            (
+                "a_label_of_twenty_four_c 128x1x1 vs model#1 256x1x1 pairs=3 mean=-0.25 sd=0 \
+                 verdict=win",
+                "the label `a_label_of_twenty_four_c` is too long",
+            ),
+        ] {
+            let err = bad(to);
+            assert_eq!(err, format!("compared `{to}`: {why}"), "{to}");
+        }
+        // At most as many comparisons as the runtime keeps.
+        let many = format!(
+            "{PAIRED}{}",
+            format!("compared = {line}\n").repeat(MAX_COMPARISONS - 3)
+        );
+        assert_eq!(
+            ChoiceFile::parse(&many).unwrap_err(),
+            "25 compared lines (the runtime writes 24 at most)"
+        );
+        let max = format!(
+            "{PAIRED}{}",
+            format!("compared = {line}\n").repeat(MAX_COMPARISONS - 4)
+        );
+        assert_eq!(ChoiceFile::parse(&max).unwrap().comparisons.len(), 24);
+    }
+
+    #[test]
+    fn a_gain_claimed_without_its_evidence_is_invalid() {
+        let claim = "it claims block 512x1x1 (paired) without the paired comparisons that show \
+                     it faster than the program's";
+        // The runtime's own test of this (test_refine.c, old_rule): the compared lines
+        // cut and the block changed to one no comparison won.
+        let cut = &PAIRED[..PAIRED.find("compared = ").unwrap()];
+        let text = cut.replace("block = 128x1x1", "block = 512x1x1");
+        assert_eq!(ChoiceFile::parse(&text).unwrap_err(), claim);
+        // A shape that only lost (cliff).
+        let text = PAIRED.replace("block = 128x1x1", "block = 512x1x1");
+        assert_eq!(ChoiceFile::parse(&text).unwrap_err(), claim);
+        // Its win without a gain, and no gain over the program's shape.
+        let text = PAIRED.replace(
+            "pairs=3 mean=-0.25000 sd=0.00000 verdict=win",
+            "pairs=3 mean=0.01000 sd=0.00000 verdict=win",
+        );
+        assert!(ChoiceFile::parse(&text).is_err());
+        let text = PAIRED.replace("vs_program = 0.3000", "vs_program = 1.0000");
+        assert!(ChoiceFile::parse(&text).is_err());
+        // A shape other than the program's kept undecided.
+        let text = PAIRED.replace("confidence = paired", "confidence = undecided");
+        assert_eq!(
+            ChoiceFile::parse(&text).unwrap_err(),
+            "it claims block 128x1x1 (undecided) without the paired comparisons that show it \
+             faster than the program's"
+        );
+        // An unmeasurable key's shape is the model's first choice, without comparisons.
+        let text = without(UNMEASURABLE, "compared");
+        assert!(ChoiceFile::parse(&text).unwrap().comparisons.is_empty());
     }
 
     #[test]
     fn unknown_keys_are_kept() {
-        let text = format!("{VALID}future = a = b\nrecorded_at = 2026-11-23\n");
+        let text = format!("{PAIRED}future = a = b\nrecorded_at = 2026-11-28\n");
         let c = ChoiceFile::parse(&text).unwrap();
         assert_eq!(
             c.other,
             vec![
                 ("future".to_string(), "a = b".to_string()),
-                ("recorded_at".to_string(), "2026-11-23".to_string())
+                ("recorded_at".to_string(), "2026-11-28".to_string())
             ]
         );
-        assert_eq!(c.launches, 8);
+        assert_eq!(c.comparisons.len(), 4);
+    }
+
+    #[test]
+    fn control_characters_are_refused_in_keys_and_values() {
+        let err = ChoiceFile::parse(&format!("{PAIRED}\u{1b}[2J = x\n")).unwrap_err();
+        assert_eq!(err, "line 21: a key holds the control character '\\u{1b}'");
+        let err =
+            ChoiceFile::parse(&PAIRED.replace("verdict=cliff", "verdict=\u{7}cliff")).unwrap_err();
+        assert_eq!(err, "`compared` holds the control character '\\u{7}'");
+        let err =
+            Progress::parse(&PROGRESS.replace("name = stencil", "name = \u{1b}[2J")).unwrap_err();
+        assert_eq!(err, "`name` holds the control character '\\u{1b}'");
+    }
+
+    #[test]
+    fn progress_files() {
+        let p = Progress::parse(PROGRESS).unwrap();
+        assert_eq!(
+            p,
+            Progress {
+                kernel: "_Z7stencilPfi".into(),
+                name: "stencil".into(),
+                device: "NVIDIA H200".into(),
+                data: "n=4096".into(),
+                launches: 150,
+                timed: 2,
+                incumbent: [256, 1, 1],
+                spent_us: 120.0,
+                comparisons: vec![cmp("model#1", 256, "program", 64, 1, -0.6, Verdict::Win)],
+            }
+        );
+        // What the runtime's own test damages (test_refine.c, progress) it refuses too.
+        let err = Progress::parse(&PROGRESS.replacen("sum_us=", "sum_us=x", 1)).unwrap_err();
+        assert!(err.starts_with("cand `model#1 256x1x1 16x1x1 "), "{err}");
+        let err =
+            Progress::parse(&PROGRESS.replace("incumbent = 256x1x1 16x1x1", "incumbent = 256x1x1"))
+                .unwrap_err();
+        assert_eq!(err, "incumbent `256x1x1` is not `AxBxC AxBxC`");
+        let err = Progress::parse(
+            &PROGRESS.replace("last_run_launches = 150", "last_run_launches = 151"),
+        )
+        .unwrap_err();
+        assert_eq!(err, "last_run_launches `151` is not a count");
+        let err =
+            Progress::parse(&PROGRESS.replace("walk = 0 0 0 1 0", "walk = 0 0 0 1")).unwrap_err();
+        assert_eq!(err, "walk `0 0 0 1` is not five numbers");
+        let err = Progress::parse(&PROGRESS.replace(" nonstationary=0", "")).unwrap_err();
+        assert!(err.starts_with("open `128x1x1 32x1x1 pairs=0 "), "{err}");
+        // Without a comparison in progress.
+        assert!(Progress::parse(&without(PROGRESS, "open")).is_ok());
     }
 
     #[test]
     fn matching() {
-        let c = ChoiceFile::parse(VALID).unwrap();
-        assert!(c.matches_kernel("mm"));
-        assert!(c.matches_kernel("m"));
-        assert!(c.matches_kernel("_Z2mmPKfS0_Pfi"));
-        assert!(!c.matches_kernel("_Z2mm"));
-        assert!(!c.matches_kernel("mmm"));
+        let c = ChoiceFile::parse(PAIRED).unwrap();
+        assert!(c.matches_kernel("stencil"));
+        assert!(c.matches_kernel("sten"));
+        assert!(c.matches_kernel("_Z7stencilPfi"));
+        assert!(!c.matches_kernel("_Z7sten"));
+        assert!(!c.matches_kernel("stencils"));
         assert!(c.matches_device("h200"));
         assert!(!c.matches_device("H100"));
     }
