@@ -415,6 +415,10 @@ fn why_no_profile(
 ) -> &'static str {
     if tried.contains(&s.mangled) {
         "profiling it did not give a complete profile, see the warning above"
+    } else if !gpu_present() && (s.profile_run.is_none() || s.profile_sizes.is_empty()) {
+        "no GPU here, and no profile(run=…, sizes=…) recipe: run `klaraptor profile <binary> \
+         <arguments>` on a machine with a GPU (it profiles the kernel at the sizes that run \
+         reaches) and build again, or point KLARAPTOR_PROFILE_DB at a database made on one"
     } else if !gpu_present() {
         "no GPU here: build once on a machine with a GPU, or point KLARAPTOR_PROFILE_DB at a \
          database made on one"
