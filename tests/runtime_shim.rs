@@ -941,7 +941,8 @@ fn refinement_cases() {
     );
     assert!(
         warnings[2].contains("/choices-old/stencil-")
-            && warnings[2].contains("(it claims a gain without the paired comparisons that show it)"),
+            && warnings[2]
+                .contains("(it claims a gain without the paired comparisons that show it)"),
         "{err}"
     );
     assert!(
