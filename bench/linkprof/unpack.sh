@@ -4,7 +4,8 @@
 #
 #   unpack_bundle <bundle.tar.xz> <dir> <nvcc>
 #
-# Needs the caller's say, die, now, secs, $summary and $OUT. Sets B (the unpacked bundle),
+# Needs the caller's say, die, now, secs, $summary and $OUT; BUNDLE_LIBS names klaraptor-cc's
+# libraries unpacked apart (a bundle made without libs/). Sets B (the unpacked bundle),
 # kcc, klaraptor, and exports LD_LIBRARY_PATH (the bundle's libs/, with those of its
 # fallback libraries ldd says the system lacks) and KLARAPTOR_NVCC. LINKPROF_FORCE_FALLBACK=1
 # loads every carried fallback library, as if the system had none.
@@ -21,6 +22,12 @@ unpack_bundle() {
   kcc=$B/bin/klaraptor-cc
   klaraptor=$B/bin/klaraptor
   local libdir=$B/libs
+  # klaraptor-cc's libraries carried apart (BUNDLE_LIBS: a directory unpacked on this machine
+  # by an earlier call), where the whole bundle beside the working tree exceeds a device
+  # call's limit.
+  if [ ! -d "$libdir" ] && [ -n "${BUNDLE_LIBS:-}" ] && [ -d "$BUNDLE_LIBS" ]; then
+    ln -s "$(cd "$BUNDLE_LIBS" && pwd)" "$libdir"
+  fi
   if [ ! -d "$libdir" ]; then
     # A bundle without klaraptor-cc's libraries (bin/ and BUILD-INFO of one: bench/cmake-gpu
     # runs no klaraptor-cc there, and the whole bundle beside the working tree may exceed the
