@@ -90,6 +90,14 @@ pack_bundle() {
   shift 2
   command -v xz >/dev/null || die "xz is not installed (apt-get install xz-utils)"
   mkdir -p "$out"
+  # BUNDLE_WITHOUT_LIBS=1: without libs/ and fallback/ (carried apart, in parts, where the
+  # whole bundle beside the working tree exceeds a device call's limit; unpack.sh's
+  # BUNDLE_LIBS names them on the device).
+  if [ "${BUNDLE_WITHOUT_LIBS:-0}" = 1 ]; then
+    local e kept=()
+    for e in "$@"; do [ "$e" = libs ] || [ "$e" = fallback ] || kept+=("$e"); done
+    set -- "${kept[@]}"
+  fi
   tmp=$out/bundle.tar.xz.tmp
   tar -C "$stage" -cf - "$@" | xz -9 -T2 -c > "$tmp"
   mv "$tmp" "$out/bundle.tar.xz"
