@@ -999,3 +999,29 @@ void go(float *a, int n) { bare<<<(n + 255) / 256, 256>>>(a, n); timed<<<(n + 12
     );
     assert!(!timed.contains("recipe"), "{timed}");
 }
+
+/// A debug compile (`-g`, as CMake's Debug configuration gives): nvcc's object then names
+/// three of its temporary files (the host unit, the stub, the fatbin), each renamed to its
+/// own stable name; it used to fail in objcopy ("target of more than one redefinition").
+#[test]
+fn a_debug_compile_is_instrumented() {
+    let d = sample_project();
+    let o = Command::new(klaraptor_cc())
+        .args(["-g", "-O0", "-arch=sm_90", "-c", "saxpy.cu", "-o", "saxpy.o"])
+        .current_dir(d.path())
+        .env("KLARAPTOR_NVCC", nvcc())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let syms = symbols(&d.path().join("saxpy.o"));
+    assert!(syms.contains(" W klaraptor_launch_begin"), "{syms}");
+    let files = Command::new("readelf")
+        .args(["-s", "saxpy.o"])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    let files = String::from_utf8_lossy(&files.stdout);
+    assert!(files.contains(" saxpy.cu"), "{files}");
+    assert!(!files.contains("tmpxft_"), "{files}");
+}

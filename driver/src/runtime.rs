@@ -43,8 +43,8 @@ pub fn route_launches(from: &Path, to: &Path, source_name: &str, verbose: bool) 
     let bytes = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
     let mut cmd = Command::new(objcopy());
     cmd.arg(format!("--redefine-sym=__cudaLaunchKernel={LAUNCH_ENTRY}"));
-    for t in nvcc_temp_names(&bytes) {
-        cmd.arg(format!("--redefine-sym={t}={source_name}"));
+    for (t, stable) in temp_name_targets(&nvcc_temp_names(&bytes), source_name) {
+        cmd.arg(format!("--redefine-sym={t}={stable}"));
     }
     cmd.arg(from).arg(to);
     if verbose {
@@ -64,6 +64,31 @@ pub fn route_launches(from: &Path, to: &Path, source_name: &str, verbose: bool) 
         );
     }
     Ok(())
+}
+
+/// What each of nvcc's temporary file names becomes: the host translation unit
+/// (`….cudafe1.cpp`, the object's file symbol) the source's name, any other (with `-g` the
+/// object also names the stub and the fatbin file) its name without the per-compile
+/// `tmpxft_<pid>_<n>-<k>_` prefix. objcopy refuses two renames to one name, and each target
+/// is the same at every compile.
+fn temp_name_targets(names: &[String], source_name: &str) -> Vec<(String, String)> {
+    let stable = |t: &str| -> String {
+        let rest = t.strip_prefix("tmpxft_").unwrap_or(t);
+        // <pid>_<n>-<k>_<rest>: the rest after the second `_`
+        rest.splitn(3, '_').nth(2).unwrap_or(rest).to_string()
+    };
+    let mut out: Vec<(String, String)> = Vec::new();
+    for t in names {
+        let target = if names.len() == 1 || stable(t).ends_with(".cudafe1.cpp") {
+            source_name.to_string()
+        } else {
+            stable(t)
+        };
+        if !out.iter().any(|(_, x)| *x == target) {
+            out.push((t.clone(), target));
+        }
+    }
+    out
 }
 
 /// The names of nvcc's temporary files in an object's string table (`tmpxft_` up to the
@@ -100,4 +125,36 @@ pub fn calls_runtime(bytes: &[u8]) -> bool {
         let needle = f.as_bytes();
         bytes.windows(needle.len()).any(|w| w == needle)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With `-g` an object names three of nvcc's temporary files: each gets its own target
+    /// (objcopy refuses two renames to one name), the host unit the source's name, and the
+    /// targets do not change from compile to compile.
+    #[test]
+    fn temporary_names_get_distinct_stable_targets() {
+        let names: Vec<String> = [
+            "tmpxft_000028b7_00000000-6_x.cudafe1.stub.c",
+            "tmpxft_000028b7_00000000-3_x.fatbin.c",
+            "tmpxft_000028b7_00000000-6_x.cudafe1.cpp",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let t = temp_name_targets(&names, "x.cu");
+        let targets: Vec<&str> = t.iter().map(|(_, x)| x.as_str()).collect();
+        assert_eq!(targets, ["x.cudafe1.stub.c", "x.fatbin.c", "x.cu"]);
+        let other: Vec<String> = names.iter().map(|n| n.replace("28b7", "9f01")).collect();
+        let t2 = temp_name_targets(&other, "x.cu");
+        assert_eq!(
+            t2.iter().map(|(_, x)| x.as_str()).collect::<Vec<_>>(),
+            targets
+        );
+        // without -g: the one name is the source's
+        let one = vec!["tmpxft_00001234_00000000-6_x.cudafe1.cpp".to_string()];
+        assert_eq!(temp_name_targets(&one, "x.cu")[0].1, "x.cu");
+    }
 }
