@@ -1007,7 +1007,15 @@ void go(float *a, int n) { bare<<<(n + 255) / 256, 256>>>(a, n); timed<<<(n + 12
 fn a_debug_compile_is_instrumented() {
     let d = sample_project();
     let o = Command::new(klaraptor_cc())
-        .args(["-g", "-O0", "-arch=sm_90", "-c", "saxpy.cu", "-o", "saxpy.o"])
+        .args([
+            "-g",
+            "-O0",
+            "-arch=sm_90",
+            "-c",
+            "saxpy.cu",
+            "-o",
+            "saxpy.o",
+        ])
         .current_dir(d.path())
         .env("KLARAPTOR_NVCC", nvcc())
         .output()
