@@ -646,13 +646,6 @@ int main(void) {
     let _ = std::fs::remove_dir_all(kept);
 }
 
-/// The directory a `--kl-keep` run of klaraptor-cc kept, as its stderr `err` names it.
-fn kept_dir(err: &str) -> &str {
-    err.lines()
-        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
-        .unwrap_or_else(|| panic!("no kept directory:\n{err}"))
-}
-
 /// Launches whose arguments hold a conditional (`c ? a : b`, a `MIN()` macro, `&&`), a call
 /// (in a function with cleanups, where the call is an `invoke`) are instrumented, also when
 /// the conditional computes a data argument; linked with a fake CUDA runtime, the data the
@@ -699,24 +692,15 @@ void run_and(int s, float *a, int n, int m) {
     let kept = kept_dir(&err).to_string();
     let host = Path::new(&kept).join("tu0/host.o");
     // A fake CUDA runtime and klaraptor runtime: what the launch gives each.
-    let harness = r#"#include <cstdint>
-#include <cstdio>
-#include <cstddef>
+    let harness = r#"#include <cstdio>
 static long long seen_data = -1, seen_m = -1, seen_n = -1;
 extern "C" {
 unsigned __cudaPushCallConfiguration(uint64_t, uint32_t, uint64_t, uint32_t, size_t, void *) { return 0; }
-unsigned __cudaPopCallConfiguration(void *, void *, size_t *, void **) { return 0; }
-unsigned __cudaGetKernel(void **h, const void *stub) { *h = (void *)stub; return 0; }
 unsigned __cudaLaunchKernel(const void *, uint64_t, uint32_t, uint64_t, uint32_t, void **args, size_t, void *) {
   seen_m = *(int *)args[0]; seen_n = *(int *)args[2]; return 0;
 }
-void **__cudaRegisterFatBinary(void *) { static void *h; return &h; }
-void __cudaRegisterFatBinaryEnd(void **) {}
-void __cudaUnregisterFatBinary(void **) {}
-void __cudaRegisterFunction(void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *) {}
 void klaraptor_select(const char *, int32_t, const int64_t *data, uint64_t *, uint32_t *, uint64_t *, uint32_t *) { seen_data = data[0]; }
 uint64_t klaraptor_launch_begin(const char *, int32_t, const int64_t *data, uint64_t *, uint32_t *, uint64_t *, uint32_t *, int64_t, void *) { seen_data = data[0]; return 7; }
-void klaraptor_launch_end(uint64_t) {}
 }
 int g(int x) { return x + 1; }
 void run_cond(int s, int t, float *a, int n);
@@ -745,26 +729,7 @@ int main() {
   return bad;
 }
 "#;
-    std::fs::write(d.path().join("harness.cpp"), harness).unwrap();
-    let exe = d.path().join("harness");
-    let cc = Command::new("c++")
-        .arg(d.path().join("harness.cpp"))
-        .arg(&host)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let out = Command::new(&exe).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    run_fake_runtime_harness(d.path(), harness, &host);
     let _ = std::fs::remove_dir_all(kept);
 }
 

@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{klaraptor, klaraptor_cc, ok, pinned, project};
+use common::{kept_dir, klaraptor, klaraptor_cc, ok, pinned, project, run_fake_runtime_harness};
 
 /// A saxpy without a bounds check launched with n/256 blocks of 256 (its size lives only in
 /// the grid), and a 2-D kernel launched on 16 × 16 tiles.
@@ -57,12 +57,6 @@ int main() {
   return 0;
 }
 "#;
-
-fn kept_dir(err: &str) -> &str {
-    err.lines()
-        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
-        .unwrap_or_else(|| panic!("no kept directory:\n{err}"))
-}
 
 /// `klaraptor specs` of the one-line pragmas: the data are the launch's threads, the grid
 /// covers them, the blocks divide them.
@@ -126,22 +120,14 @@ fn the_instrumented_launch_passes_the_threads_it_runs() {
     let err = ok(&o);
     let kept = kept_dir(&err).to_string();
     let host = Path::new(&kept).join("tu0/host.o");
-    let harness = r#"#include <cstdint>
-#include <cstdio>
+    let harness = r#"#include <cstdio>
 #include <cstring>
-#include <cstddef>
 struct dim3 { unsigned x, y, z; };
 static long long seen[4][3];
 static int n_seen = 0, n_data[4];
 extern "C" {
 unsigned __cudaPushCallConfiguration(uint64_t, uint32_t, uint64_t, uint32_t, size_t, void *) { return 1; }
-unsigned __cudaPopCallConfiguration(void *, void *, size_t *, void **) { return 0; }
-unsigned __cudaGetKernel(void **h, const void *stub) { *h = (void *)stub; return 0; }
 unsigned __cudaLaunchKernel(const void *, uint64_t, uint32_t, uint64_t, uint32_t, void **, size_t, void *) { return 0; }
-void **__cudaRegisterFatBinary(void *) { static void *h; return &h; }
-void __cudaRegisterFatBinaryEnd(void **) {}
-void __cudaUnregisterFatBinary(void **) {}
-void __cudaRegisterFunction(void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *) {}
 static void note(int32_t n, const int64_t *data) {
   n_data[n_seen] = n;
   for (int i = 0; i < n && i < 3; i++) seen[n_seen][i] = data[i];
@@ -149,7 +135,6 @@ static void note(int32_t n, const int64_t *data) {
 }
 void klaraptor_select(const char *, int32_t n, const int64_t *data, uint64_t *, uint32_t *, uint64_t *, uint32_t *) { note(n, data); }
 uint64_t klaraptor_launch_begin(const char *, int32_t n, const int64_t *data, uint64_t *, uint32_t *, uint64_t *, uint32_t *, int64_t, void *) { note(n, data); return 7; }
-void klaraptor_launch_end(uint64_t) {}
 }
 void run(float *x, float *y, int n, int w, int h);
 void run_rows(float *x, float *y, int n, int rows);
@@ -165,26 +150,7 @@ int main() {
   return bad;
 }
 "#;
-    std::fs::write(d.path().join("harness.cpp"), harness).unwrap();
-    let exe = d.path().join("harness");
-    let cc = Command::new("c++")
-        .arg(d.path().join("harness.cpp"))
-        .arg(&host)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let out = Command::new(&exe).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    run_fake_runtime_harness(d.path(), harness, &host);
     let _ = std::fs::remove_dir_all(kept);
 }
 

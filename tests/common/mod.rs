@@ -98,6 +98,54 @@ pub fn ok(o: &Output) -> String {
     err
 }
 
+/// The directory a `--kl-keep` run of klaraptor-cc kept, as its stderr `err` names it.
+pub fn kept_dir(err: &str) -> &str {
+    err.lines()
+        .find_map(|l| l.strip_prefix("klaraptor-cc: kept intermediate files in "))
+        .unwrap_or_else(|| panic!("no kept directory:\n{err}"))
+}
+
+/// The part of a fake CUDA runtime and klaraptor runtime that no harness looks at: fatbinary
+/// and kernel registration, the call configuration's pop, the kernel handle and the end of a
+/// launch.
+const FAKE_RUNTIME_STUBS: &str = r#"#include <cstdint>
+#include <cstddef>
+extern "C" {
+unsigned __cudaPopCallConfiguration(void *, void *, size_t *, void **) { return 0; }
+unsigned __cudaGetKernel(void **h, const void *stub) { *h = (void *)stub; return 0; }
+void **__cudaRegisterFatBinary(void *) { static void *h; return &h; }
+void __cudaRegisterFatBinaryEnd(void **) {}
+void __cudaUnregisterFatBinary(void **) {}
+void __cudaRegisterFunction(void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *) {}
+void klaraptor_launch_end(uint64_t) {}
+}
+"#;
+
+/// Compiles `harness` (C++: the fake runtime's `__cudaPushCallConfiguration`,
+/// `__cudaLaunchKernel`, `klaraptor_select` and `klaraptor_launch_begin`, which record what
+/// the launch gives them, and a `main` that checks it), after [`FAKE_RUNTIME_STUBS`], with
+/// the instrumented host object `host` into `dir`, runs it and asserts that it exits 0
+/// (saying its stdout otherwise).
+pub fn run_fake_runtime_harness(dir: &Path, harness: &str, host: &Path) {
+    let src = dir.join("harness.cpp");
+    std::fs::write(&src, [FAKE_RUNTIME_STUBS, harness].concat()).unwrap();
+    let exe = dir.join("harness");
+    let cc = Command::new("c++")
+        .arg(&src)
+        .arg(host)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", stderr(&cc));
+    let out = Command::new(&exe).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 /// Every regular file under `dir`, relative, sorted.
 pub fn files(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
