@@ -22,6 +22,19 @@
 #       out (default .dev/<name>) and nvcc (KLARAPTOR_NVCC, else the project's toolchain),
 #       and makes the stage directory (stage, removed on exit). Needs repo set.
 #
+#   run_logged <dir> <log> <what> <command...>
+#       appends `$ (cd <dir> && <command>)` and the command's output to <log>, running it in
+#       <dir> with KLARAPTOR_NVCC=$nvcc (and whatever the call is prefixed with, e.g.
+#       `KLARAPTOR_NO_GPU=1 run_logged …`); if it fails, prints the log and dies "<what>
+#       failed (log above)".
+#   build_info_head <path...>
+#       BUILD-INFO's first lines, on stdout: when and where the bundle was made, the commit and
+#       how many tracked files under <path...> were modified, the target dir, klaraptor-cc's
+#       version and the nvcc the objects were compiled with. Needs repo, target, rel and nvcc.
+#   build_info_files
+#       BUILD-INFO's last lines, on stdout: a blank line and every file of the stage but
+#       BUILD-INFO with its size. Needs stage.
+#
 # Needs the caller's die.
 bundle_args() {
   local name=$1 usage=$2
@@ -83,6 +96,31 @@ stage_tools() {
     esac
   done
   strip --strip-unneeded "$stage"/libs/* "$stage"/fallback/* 2>/dev/null || true
+}
+
+run_logged() {
+  local dir=$1 log=$2 what=$3
+  shift 3
+  echo "\$ (cd $dir && $*)" >> "$log"
+  (cd "$dir" && KLARAPTOR_NVCC=$nvcc "$@") >> "$log" 2>&1 \
+    || { cat "$log" >&2; die "$what failed (log above)"; }
+}
+
+build_info_head() {
+  local commit dirty
+  commit=$(git -C "$repo" rev-parse --short=12 HEAD)
+  dirty=$(git -C "$repo" status --porcelain --untracked-files=no -- "$@" | wc -l)
+  echo "bundle made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) ($(. /etc/os-release && echo "$PRETTY_NAME"))"
+  echo "source: main at $commit ($dirty modified tracked file(s) under the crates when built)"
+  echo "target dir: $target"
+  echo "klaraptor-cc --version: $("$rel/klaraptor-cc" --version 2>&1 | head -1)"
+  echo "nvcc for the objects: $nvcc ($("$nvcc" --version | tail -1))"
+}
+
+build_info_files() {
+  echo
+  echo "files (uncompressed bytes):"
+  (cd "$stage" && find . -type f ! -name BUILD-INFO | sort | xargs stat -c '  %8s %n')
 }
 
 pack_bundle() {

@@ -21,11 +21,9 @@ mkdir -p "$stage/objs"
 work=$(mktemp -d "${TMPDIR:-/tmp}/klaraptor-oneline-build.XXXXXX")
 trap 'rm -rf "$stage" "$work"' EXIT
 cp "$repo/bench/oneline/app.cu" "$work/"
-cmd=("$rel/klaraptor-cc" "${FLAGS[@]}" "${ARCH[@]}" -c app.cu -o app.o)
-{
-  echo "\$ ${cmd[*]}"
-  (cd "$work" && KLARAPTOR_NVCC=$nvcc KLARAPTOR_NO_GPU=1 KLARAPTOR_PROFILE_DB="$work/db" "${cmd[@]}")
-} > "$stage/objs/compile.log" 2>&1 || { cat "$stage/objs/compile.log" >&2; die "compiling app.cu failed"; }
+: > "$stage/objs/compile.log"
+KLARAPTOR_NO_GPU=1 KLARAPTOR_PROFILE_DB=$work/db run_logged "$work" "$stage/objs/compile.log" \
+  "compiling app.cu" "$rel/klaraptor-cc" "${FLAGS[@]}" "${ARCH[@]}" -c app.cu -o app.o
 cp "$work/app.o" "$repo/bench/oneline/app.cu" "$stage/objs/"
 # The object must carry both kernels' specs, without data(…): the data are the launch's.
 for k in saxpy scale2d; do
@@ -33,18 +31,10 @@ for k in saxpy scale2d; do
 done
 grep -aq 'data = \["NX", "NY"\]' "$stage/objs/app.o" || die "app.o: scale2d's data are not NX, NY"
 
-commit=$(git -C "$repo" rev-parse --short=12 HEAD)
-dirty=$(git -C "$repo" status --porcelain --untracked-files=no -- driver model profiler passes spec program fitting runtime-shim build.rs Cargo.toml | wc -l)
 {
-  echo "bundle made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) ($(. /etc/os-release && echo "$PRETTY_NAME"))"
-  echo "source: main at $commit ($dirty modified tracked file(s) under the crates when built)"
-  echo "target dir: $target"
-  echo "klaraptor-cc --version: $("$rel/klaraptor-cc" --version 2>&1 | head -1)"
-  echo "nvcc for the objects: $nvcc ($("$nvcc" --version | tail -1))"
+  build_info_head driver model profiler passes spec program fitting runtime-shim build.rs Cargo.toml
   echo "compile: ${FLAGS[*]} ${ARCH[*]} -c app.cu"
-  echo
-  echo "files (uncompressed bytes):"
-  (cd "$stage" && find . -type f ! -name BUILD-INFO | sort | xargs stat -c '  %8s %n')
+  build_info_files
 } > "$stage/BUILD-INFO"
 pack_bundle "$stage" "$out" BUILD-INFO bin libs fallback objs
 cat "$out/BUILD-INFO"

@@ -33,28 +33,18 @@ for p in "${PROGRAMS[@]}"; do
   d=$BUILD_ROOT/$p
   mkdir -p "$d"
   cp "$repo"/samples/idioms/$p/*.cu "$d/"
-  cmd=("$rel/klaraptor-cc" "${FLAGS[@]}" -I../harness -I../common -c "$p.cu" -o "$p.o")
-  echo "\$ (cd $d && ${cmd[*]})" >> "$log"
-  (cd "$d" && KLARAPTOR_NVCC=$nvcc KLARAPTOR_NO_GPU=1 "${cmd[@]}") >> "$log" 2>&1 \
-    || { cat "$log" >&2; die "compiling samples/idioms/$p failed (log above)"; }
+  KLARAPTOR_NO_GPU=1 run_logged "$d" "$log" "compiling samples/idioms/$p" \
+    "$rel/klaraptor-cc" "${FLAGS[@]}" -I../harness -I../common -c "$p.cu" -o "$p.o"
   grep -aq "build_dir = \"$d\"" "$d/$p.o" || die "$p.o does not record $d as its build directory"
   mkdir -p "$stage/objs/$p"
   cp "$d/$p.o" "$stage/objs/$p/"
 done
 
-commit=$(git -C "$repo" rev-parse --short=12 HEAD)
-dirty=$(git -C "$repo" status --porcelain --untracked-files=no -- driver model profiler passes fitting runtime-shim program build.rs Cargo.toml | wc -l)
 {
-  echo "bundle made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) ($(. /etc/os-release && echo "$PRETTY_NAME"))"
-  echo "source: main at $commit ($dirty modified tracked file(s) under the crates when built)"
-  echo "target dir: $target"
-  echo "klaraptor-cc --version: $("$rel/klaraptor-cc" --version 2>&1 | head -1)"
-  echo "nvcc for the objects: $nvcc ($("$nvcc" --version | tail -1))"
+  build_info_head driver model profiler passes fitting runtime-shim program build.rs Cargo.toml
   echo "build root recorded in the objects: $BUILD_ROOT"
   echo "programs: ${PROGRAMS[*]}; compile flags: ${FLAGS[*]}"
-  echo
-  echo "files (uncompressed bytes):"
-  (cd "$stage" && find . -type f ! -name BUILD-INFO | sort | xargs stat -c '  %8s %n')
+  build_info_files
 } > "$stage/BUILD-INFO"
 pack_bundle "$stage" "$out" BUILD-INFO bin libs fallback objs
 size=$(stat -c %s "$out/bundle.tar.xz")
