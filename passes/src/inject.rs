@@ -1331,16 +1331,7 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
                 self.builder
                     .build_int_s_extend(iv, i64t, &format!("klaraptor.data{slot}"))?
             };
-            let at = unsafe {
-                self.builder.build_in_bounds_gep(
-                    data_ty,
-                    data,
-                    &[i64t.const_zero(), i64t.const_int(slot as u64, false)],
-                    &format!("klaraptor.data{slot}.at"),
-                )?
-            };
-            let st = self.builder.build_store(at, wide)?;
-            let _ = st.set_alignment(8);
+            self.store_datum(data_ty, data, slot, wide)?;
         }
         for (k, v) in self
             .launch_threads(push, launch_axes)?
@@ -1348,16 +1339,7 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
             .enumerate()
         {
             let slot = plan.len() + k;
-            let at = unsafe {
-                self.builder.build_in_bounds_gep(
-                    data_ty,
-                    data,
-                    &[i64t.const_zero(), i64t.const_int(slot as u64, false)],
-                    &format!("klaraptor.data{slot}.at"),
-                )?
-            };
-            let st = self.builder.build_store(at, v)?;
-            let _ = st.set_alignment(8);
+            self.store_datum(data_ty, data, slot, v)?;
         }
         let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> = vec![
             id.as_pointer_value().into(),
@@ -1425,6 +1407,29 @@ impl<'m, 'ctx> Pass<'m, 'ctx> {
         }
         self.builder.unset_current_debug_location();
         Ok(Ok(()))
+    }
+
+    /// Stores the i64 `v` at index `slot` of the data array `data` (of type `data_ty`) at the
+    /// builder's position.
+    fn store_datum(
+        &self,
+        data_ty: inkwell::types::ArrayType<'ctx>,
+        data: PointerValue<'ctx>,
+        slot: usize,
+        v: inkwell::values::IntValue<'ctx>,
+    ) -> Result<(), InjectError> {
+        let i64t = self.ctx.i64_type();
+        let at = unsafe {
+            self.builder.build_in_bounds_gep(
+                data_ty,
+                data,
+                &[i64t.const_zero(), i64t.const_int(slot as u64, false)],
+                &format!("klaraptor.data{slot}.at"),
+            )?
+        };
+        let st = self.builder.build_store(at, v)?;
+        let _ = st.set_alignment(8);
+        Ok(())
     }
 
     /// The threads the launch of `push` runs along each of its first `axes` axes, as i64
