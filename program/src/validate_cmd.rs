@@ -1108,6 +1108,23 @@ fn cell(c: &Case, m: Method) -> String {
     }
 }
 
+/// Writes `rows` (the first the header) to `s` as columns of text: each cell left-aligned to
+/// its column's widest, two blanks between columns, no trailing blanks.
+fn write_columns(s: &mut String, rows: &[Vec<String>]) {
+    let n = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..n)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(s, "{}", line.join("  ").trim_end());
+    }
+}
+
 /// The table `klaraptor validate` prints.
 pub fn table(v: &Validation) -> String {
     let mut s = String::new();
@@ -1167,17 +1184,7 @@ pub fn table(v: &Validation) -> String {
                 .unwrap_or_else(|| "-".into()),
         ]);
     }
-    let widths: Vec<usize> = (0..head.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    for r in &rows {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(s, "{}", line.join("  ").trim_end());
-    }
+    write_columns(&mut s, &rows);
     let _ = writeln!(s);
     let whole: Vec<&Case> = v.cases.iter().filter(|c| c.drifts.is_some()).collect();
     if !whole.is_empty() {
@@ -1246,17 +1253,7 @@ pub fn table(v: &Validation) -> String {
             });
             rows.push(row);
         }
-        let widths: Vec<usize> = (0..rows[0].len())
-            .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-            .collect();
-        for r in &rows {
-            let line: Vec<String> = r
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            let _ = writeln!(s, "{}", line.join("  ").trim_end());
-        }
+        write_columns(&mut s, &rows);
         let _ = writeln!(s);
     }
     for x in validate::summaries(&v.cases) {
