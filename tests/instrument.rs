@@ -971,8 +971,10 @@ void go(float *a, int n) { bare<<<(n + 255) / 256, 256>>>(a, n); timed<<<(n + 12
 #[test]
 fn a_debug_compile_is_instrumented() {
     let d = sample_project();
-    let o = Command::new(klaraptor_cc())
-        .args([
+    ok(&run(
+        d.path(),
+        &klaraptor_cc(),
+        &[
             "-g",
             "-O0",
             "-arch=sm_90",
@@ -980,13 +982,8 @@ fn a_debug_compile_is_instrumented() {
             "saxpy.cu",
             "-o",
             "saxpy.o",
-        ])
-        .current_dir(d.path())
-        .env("KLARAPTOR_NVCC", nvcc())
-        .output()
-        .unwrap();
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
+        ],
+    ));
     let syms = symbols(&d.path().join("saxpy.o"));
     assert!(syms.contains(" W klaraptor_launch_begin"), "{syms}");
     let files = Command::new("readelf")

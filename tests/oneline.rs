@@ -287,20 +287,9 @@ fn profile_without_a_recipe_runs_the_program_as_given() {
 /// launch's threads, its first choice among them.
 #[test]
 fn a_profile_of_one_size_gives_a_rational_program() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("samples/klaraptor-profiles/v1/nvidia-h200-2803d38c");
-    let path = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("_Z5saxpyfPKfPfi-")
-        })
-        .expect("the saxpy entry of the H200");
-    let mut entry: klaraptor_profiler::record::Entry =
-        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut entry = common::fixture_entry(
+        "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/_Z5saxpyfPKfPfi-303aeacbd19721f5.toml",
+    );
     entry.samples.retain(|s| s.sizes == [65536]);
     entry.plan.sizes = vec![vec![65536]];
     entry.kernel.data = vec!["NX".into()];
