@@ -1583,23 +1583,32 @@ pub fn read_records(dir: &Path) -> Result<Vec<Sweep>> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
-        let mut samples = Vec::new();
-        let n = text.lines().count();
-        for (i, l) in text.lines().enumerate() {
-            if l.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Sample>(l) {
-                Ok(s) => samples.push(s),
-                // A run killed by its timeout can leave half a line at the end.
-                Err(_) if i + 1 == n && !text.ends_with('\n') => {}
-                Err(e) => {
-                    return Err(e)
-                        .with_context(|| format!("{}:{}: not a sample", path.display(), i + 1))
-                }
-            }
-        }
+        let samples = parse_json_lines::<Sample>(&text, |line| {
+            format!("{}:{line}: not a sample", path.display())
+        })?;
         out.push(Sweep { id, name, samples });
+    }
+    Ok(out)
+}
+
+/// The JSON lines of `text`, each a `T`: blank lines skipped, a half-written last line (a run
+/// killed by its timeout can leave one) dropped; another line that is not a `T` is an error
+/// that `what(its line number)` describes.
+fn parse_json_lines<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: impl Fn(usize) -> String,
+) -> Result<Vec<T>> {
+    let n = text.lines().count();
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<T>(l) {
+            Ok(t) => out.push(t),
+            Err(_) if i + 1 == n && !text.ends_with('\n') => {}
+            Err(e) => return Err(e).with_context(|| what(i + 1)),
+        }
     }
     Ok(out)
 }
@@ -1657,21 +1666,7 @@ impl LaunchTimes {
 /// The lines of a launch-times file's text (blank lines skipped; a half-written last line, of
 /// a run that was killed, dropped).
 pub fn parse_launch_times(text: &str) -> Result<Vec<LaunchTimes>> {
-    let n = text.lines().count();
-    let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
-        if l.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<LaunchTimes>(l) {
-            Ok(t) => out.push(t),
-            Err(_) if i + 1 == n && !text.ends_with('\n') => {}
-            Err(e) => {
-                return Err(e).with_context(|| format!("line {}: not a launch-times line", i + 1))
-            }
-        }
-    }
-    Ok(out)
+    parse_json_lines(text, |line| format!("line {line}: not a launch-times line"))
 }
 
 /// One forced run of the whole-run measurement: which shape each kernel (mangled name) was
