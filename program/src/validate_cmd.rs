@@ -164,6 +164,18 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
     let specs = binary_specs(&args.binary)?;
     let chosen = select_kernels(&specs, &args.kernels)?;
     let manifests = manifests_of(&args.binary)?;
+    let db = profile_db(&args.binary, args.profile_db.as_deref());
+    let analyze_dir = |dir: &Path, program: &str| {
+        analyze(
+            dir,
+            program,
+            &specs,
+            &chosen,
+            &manifests,
+            args.device.as_deref(),
+            db.as_ref().ok(),
+        )
+    };
     let tmp;
     let dir = if let Some(from) = &args.from {
         from.clone()
@@ -193,16 +205,7 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
         };
         sweep_runs(&args, &variant, &collector, &chosen, &out)?;
         if !args.no_whole_run {
-            let db = profile_db(&args.binary, args.profile_db.as_deref());
-            let first = analyze(
-                &out,
-                "",
-                &specs,
-                &chosen,
-                &manifests,
-                args.device.as_deref(),
-                db.as_ref().ok(),
-            )?;
+            let first = analyze_dir(&out, "")?;
             whole_runs(&args, &first, &out)?;
         }
         out
@@ -212,16 +215,7 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let db = profile_db(&args.binary, args.profile_db.as_deref());
-    let mut v = analyze(
-        &dir,
-        &program,
-        &specs,
-        &chosen,
-        &manifests,
-        args.device.as_deref(),
-        db.as_ref().ok(),
-    )?;
+    let mut v = analyze_dir(&dir, &program)?;
     if let Err(e) = &db {
         v.notes
             .push(format!("no profile database ({e:#}): no profiled_best"));
