@@ -434,6 +434,9 @@ static double nrand(void) {
 /* ---------------------------------------------------------------------------------------- */
 /* Cases                                                                                    */
 
+static double g_base[1025]; /* the launch patterns' times per width (below) */
+static void pattern(double prog64, double m256, double m128, double m512, double sigma);
+
 /* The order of the comparisons and their quadruples, the verdicts, settling, the log, no
  * synchronisation, no event left. */
 static void t_order(void) {
@@ -552,6 +555,18 @@ static void t_walk(void) {
   unsetenv("KLARAPTOR_REFINE_WALK");
   CHECK(strstr(log_text(), "settled on block=64x1x1 grid=64x1x1 after launches="));
   CHECK(!strstr(log_text(), "nearby#"));
+  /* A valley behind a plateau (KLARAPTOR_REFINE=1): the model's 256 beats the program's 64;
+   * its double, 512, is 1 % slower (no win, within 3 %: a plateau) and the walk crosses it
+   * once, to 1024, 25 % faster than 256. */
+  fresh("1", NULL);
+  pattern(50, 40, 0, 40.4, 0);
+  g_base[1024] = 30;
+  for (int i = 0; i < 80; i++) run(NULL, 4096, 0);
+  CHECK(strstr(log_text(), "refine: nearby#2=512x1x1 against the incumbent model#1=256x1x1: "
+                           "lose after pairs=3"));
+  CHECK(strstr(log_text(), "refine: nearby#3=1024x1x1 against the incumbent model#1=256x1x1: "
+                           "win after pairs=3"));
+  CHECK(strstr(log_text(), "settled on block=1024x1x1 grid=4x1x1 after launches="));
   printf("ok walk\n");
 }
 
@@ -955,7 +970,7 @@ static void t_shmem(void) {
 /* Launch patterns of real programs                                                         */
 
 /* The launch pattern's clock: the time of a launch of width bx is base(bx) x drift x noise. */
-static double g_base[1025];     /* per width, microseconds (0: 9x the program's) */
+/* g_base: per width, microseconds (0: 9x the program's) */
 static double g_sigma;          /* relative noise per launch */
 static double g_drift_n;        /* (N - t)^2 / N^2 drift over launches when nonzero */
 static int g_launch_t;          /* the step of the program's loop (for the drift) */
