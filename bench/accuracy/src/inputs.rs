@@ -278,6 +278,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn whole_run_files_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(read_whole_runs(tmp.path(), "choice/p/x1")
+            .unwrap()
+            .is_empty());
+        let w = tmp.path().join("wholerun");
+        std::fs::create_dir_all(&w).unwrap();
+        for stem in ["f10", "f2", "model", "default", "extra"] {
+            std::fs::write(w.join(format!("{stem}.times.jsonl")), "\n").unwrap();
+        }
+        std::fs::write(w.join("f2.force"), "k 64x1x1\n").unwrap();
+        let runs = read_whole_runs(tmp.path(), "choice/p/x1").unwrap();
+        let stems: Vec<&str> = runs.iter().map(|r| r.stem.as_str()).collect();
+        assert_eq!(stems, ["default", "model", "f2", "f10", "extra"]);
+        assert_eq!(runs[2].source, "choice/p/x1/wholerun/f2");
+        std::fs::write(w.join("bad.times.jsonl"), "nonsense\n").unwrap();
+        assert!(read_whole_runs(tmp.path(), "choice/p/x1").is_err());
+    }
+
+    #[test]
     fn env_lines() {
         let e = parse_env(
             "NVIDIA H200, GPU-85849941-3ec6-b15c-b8d9-73421661c834, 9.0, 580.159.04\n\
@@ -351,4 +371,62 @@ mod tests {
         let e = format!("{:#}", read_summary(&p).unwrap_err());
         assert!(e.contains("T000000.tsv:1") && e.contains("\"slow\""), "{e}");
     }
+}
+
+/// One whole-run launch-times file of a choice job (`choice/<p>/x<k>/wholerun/<stem>.times.jsonl`,
+/// device.sh with `WHOLE_RUN=1`): the instrumented build run once more with every launch of
+/// an annotated kernel timed (`KLARAPTOR_LAUNCH_TIMES`), under `KLARAPTOR_DISABLE=1`
+/// (`default`), with refinement and the choices cache off (`model`) or with shapes forced
+/// (`f<j>`, `KLARAPTOR_FORCE`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WholeRun {
+    /// The file's stem (`default`, `model`, `f1`, …).
+    pub stem: String,
+    /// Where it came from, for the records' `how` (`choice/<p>/x<k>/wholerun/<stem>`).
+    pub source: String,
+    pub times: Vec<klaraptor_program::validate::LaunchTimes>,
+}
+
+/// The whole-run files of a choice job's directory, `default` first, then `model`, then the
+/// forced runs in their order (`f1`, `f2`, …), then any other; none without `wholerun/` (a
+/// choice phase run with `WHOLE_RUN=0`, or by a device.sh before the whole-run measurement).
+/// `label` names the job directory in the sources (`choice/<p>/x<k>`). A run killed by its
+/// timeout writes no file (the runtime writes at exit): it is simply absent.
+pub fn read_whole_runs(job_dir: &Path, label: &str) -> Result<Vec<WholeRun>> {
+    let dir = job_dir.join("wholerun");
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut stems = Vec::new();
+    for e in rd {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(".times.jsonl") {
+            stems.push(stem.to_string());
+        }
+    }
+    let order = |s: &str| -> (u8, u64, String) {
+        match s {
+            "default" => (0, 0, String::new()),
+            "model" => (1, 0, String::new()),
+            _ => match s.strip_prefix('f').and_then(|j| j.parse::<u64>().ok()) {
+                Some(j) => (2, j, String::new()),
+                None => (3, 0, s.to_string()),
+            },
+        }
+    };
+    stems.sort_by_key(|s| order(s));
+    let mut out = Vec::new();
+    for stem in stems {
+        let p = dir.join(format!("{stem}.times.jsonl"));
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        let times = klaraptor_program::validate::parse_launch_times(&text)
+            .with_context(|| format!("{}", p.display()))?;
+        out.push(WholeRun {
+            source: format!("{label}/wholerun/{stem}"),
+            stem,
+            times,
+        });
+    }
+    Ok(out)
 }

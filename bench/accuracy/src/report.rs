@@ -124,6 +124,82 @@ fn halves_section(st: &Study) -> String {
     s
 }
 
+/// Per-launch and whole-run side by side, over all cases and per half: each compared
+/// method's geometric mean of the sweep's ratio (optimum / method, per launch) and of the
+/// whole-run ratio (the best whole-run time of the measured methods / the method's:
+/// [`klaraptor_program::validate::summaries`]), and the cases whose key drifts. Without any
+/// whole-run measurement one sentence says so.
+fn whole_run_section(st: &Study) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n### Per launch and whole run\n");
+    if st.whole_run_jobs == 0 {
+        let _ = writeln!(
+            s,
+            "No whole-run measurement: the choice phase has no `wholerun/` launch-times files \
+             (run before device.sh measured whole runs, or with `WHOLE_RUN=0`); the records' \
+             `whole_run_ms` and `drifts` are null and the whole-run columns are empty."
+        );
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "Whole run: the choice job's program run again with the method's shape launched at \
+         every launch of the key (its own shape, the model's first choice with refinement off, \
+         settled's and profiled_best's forced), every launch timed between CUDA events; the \
+         whole-run ratio is the best whole-run time of the measured methods / the method's (1 = \
+         the best of them, not the optimum). A key drifts when the mean of the last third of its \
+         launches differs from the first third's by more than {:.0} %. Whole-run files in {} of \
+         {} choice jobs.\n",
+        100.0 * (klaraptor_program::validate::DRIFT - 1.0),
+        st.whole_run_jobs,
+        st.whole_run_jobs + st.no_whole_run_jobs
+    );
+    let _ = writeln!(
+        s,
+        "| cases | method | per launch: cases | geometric mean | whole run: cases | geometric \
+         mean | minimum | drifting keys |"
+    );
+    let _ = writeln!(s, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let half_of = |c: &Case| st.split.of(&c.program).map(|(_, h)| h);
+    let mut groups: Vec<(&str, Vec<Case>)> = vec![("all", st.cases.clone())];
+    for half in ["tuning", "test"] {
+        let cases: Vec<Case> = st
+            .cases
+            .iter()
+            .filter(|c| half_of(c) == Some(half))
+            .cloned()
+            .collect();
+        if !cases.is_empty() {
+            groups.push((half, cases));
+        }
+    }
+    let f = |x: Option<f64>| x.map_or_else(|| "–".to_string(), |v| format!("{v:.3}"));
+    for (name, cases) in &groups {
+        for x in klaraptor_program::validate::summaries(cases) {
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+                x.method,
+                x.cases,
+                f(x.geomean),
+                x.whole_run_cases,
+                f(x.whole_run_geomean),
+                f(x.whole_run_min),
+                x.drifting
+            );
+        }
+    }
+    let drifting = st.cases.iter().filter(|c| c.drifts == Some(true)).count();
+    let measured = st.cases.iter().filter(|c| c.drifts.is_some()).count();
+    let _ = writeln!(
+        s,
+        "\n{drifting} of the {measured} cases with a whole-run measurement drift (drifting keys \
+         per method: those of its whole-run cases); on those the sweep's one launch per shape \
+         does not stand for the run."
+    );
+    s
+}
+
 fn half_of_program<'a>(st: &'a Study, program: &str) -> &'a str {
     st.split.of(program).map_or("no half", |(_, h)| h)
 }
@@ -364,6 +440,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
         }
     }
     s.push_str(&halves_section(st));
+    s.push_str(&whole_run_section(st));
     let sums = summary(st);
     let sum_of = |m: Method| sums.iter().find(|x| x.method == m.as_str());
     if let Some(x) = sum_of(Method::Settled) {

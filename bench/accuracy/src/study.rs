@@ -107,6 +107,11 @@ pub struct Study {
     pub sweep_launches: Option<(u32, u32)>,
     /// Each program's suite and half (empty without a split file).
     pub split: crate::split::Split,
+    /// The choice jobs with whole-run launch-times files (`wholerun/`, device.sh's
+    /// `WHOLE_RUN=1`) and those without (a choice phase before the whole-run measurement, or
+    /// run with `WHOLE_RUN=0`: their records' `whole_run_ms` and `drifts` are null).
+    pub whole_run_jobs: usize,
+    pub no_whole_run_jobs: usize,
 }
 
 /// Where the inputs are.
@@ -221,6 +226,14 @@ impl Study {
             let model_out = read_opt_timing(&cdir.join("model.out"))?;
             let default_out = read_opt_timing(&cdir.join("default.out"))?;
             let variant_out = read_opt_timing(&xdir.join("stdout.txt"))?;
+            let whole_runs = inputs::read_whole_runs(&cdir, &format!("choice/{p}/{}", nj.stem))?;
+            if cdir.is_dir() {
+                if whole_runs.is_empty() {
+                    st.no_whole_run_jobs += 1;
+                } else {
+                    st.whole_run_jobs += 1;
+                }
+            }
             // The program's kernels; a sweep is a kernel's by its mangled name (the records
             // name a template instance `stencil1d<3>`, the sizes file the template).
             let of_sweep = |s: &inputs::Sweep| {
@@ -288,7 +301,7 @@ impl Study {
                         by_size.entry(s.sizes.clone()).or_default().push(s);
                     }
                     for (size, samples) in by_size {
-                        let case = build_case(
+                        let mut case = build_case(
                             &kernel,
                             &log_name,
                             &nj.id,
@@ -297,6 +310,7 @@ impl Study {
                             (&decisions, &refines),
                             [&model_out, &default_out, &variant_out],
                         );
+                        time_whole_run(&mut case, &whole_runs);
                         if !case.complete() {
                             st.warnings.push(format!(
                                 "{}: the sweep of {k} at {} is incomplete: {} of {} shapes \
@@ -580,6 +594,54 @@ fn build_case(
     case
 }
 
+/// Each compared method's whole-run time of `case` from the job's whole-run files, and the
+/// case's whole-run ratios and drift ([`kv::whole_run_pick`], [`Case::time_whole_run`], which
+/// `klaraptor validate` uses too). A file's line of the case's key (its mangled name and data
+/// values) measures the shape the key was launched with, whichever run it came from (the
+/// program's own run measures default, the model's run klaraptor's first choice, a forced run
+/// its forced shape; one shape serves every method that picked it); a line whose key was
+/// launched with several shapes comes after the others, so that such a run only explains why
+/// a shape has no time. Without whole-run files nothing changes (`drifts` stays null).
+pub fn time_whole_run(case: &mut Case, runs: &[inputs::WholeRun]) {
+    if runs.is_empty() {
+        return;
+    }
+    let mut forced = Vec::new();
+    for mixed in [false, true] {
+        for r in runs {
+            for t in &r.times {
+                if t.kernel == case.mangled && t.sizes == case.sizes && (t.blocks_seen > 1) == mixed
+                {
+                    forced.push(kv::ForcedRun {
+                        forced: [(case.mangled.clone(), t.block)].into_iter().collect(),
+                        times: vec![t.clone()],
+                        source: match r.stem.as_str() {
+                            "default" => format!("{}, KLARAPTOR_DISABLE=1", r.source),
+                            "model" => format!("{}, refinement off", r.source),
+                            _ => format!("{}, KLARAPTOR_FORCE", r.source),
+                        },
+                    });
+                }
+            }
+        }
+    }
+    if forced.is_empty() {
+        for m in Method::COMPARED {
+            if let Some(p) = case.picks.get_mut(&m).filter(|p| p.block.is_some()) {
+                p.how
+                    .push_str("; the job's whole runs did not launch this key: no whole-run time");
+            }
+        }
+        return;
+    }
+    for m in Method::COMPARED {
+        if let Some(p) = case.picks.get_mut(&m) {
+            kv::whole_run_pick(p, &forced, &case.mangled, &case.sizes);
+        }
+    }
+    case.time_whole_run();
+}
+
 /// The labels a kernel's grid formulas mention.
 pub fn grid_labels(k: &Kernel) -> Vec<String> {
     let mut out = Vec::new();
@@ -696,6 +758,80 @@ fn costs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// time_whole_run on CONSTRUCTED launch times: a line measures the shape it was launched
+    /// with whichever run wrote it; a mixed line only explains; no files change nothing.
+    #[test]
+    fn whole_run_times_of_a_case() {
+        let lt = |b: [u32; 3], total: f64, seen: u32| kv::LaunchTimes {
+            kernel: "_Z1kPf".into(),
+            name: "k".into(),
+            sizes: vec![4096],
+            launches: 4,
+            timed: 4,
+            total_ms: total,
+            first_ms: Some(total / 4.0),
+            last_ms: Some(total / 4.0),
+            head_ms: Some(total / 4.0),
+            tail_ms: Some(total / 4.0),
+            min_ms: None,
+            max_ms: None,
+            trend: Some(0.0),
+            block: b,
+            grid: [16, 1, 1],
+            blocks_seen: seen,
+        };
+        let run = |stem: &str, times| inputs::WholeRun {
+            stem: stem.into(),
+            source: format!("choice/p/x1/wholerun/{stem}"),
+            times,
+        };
+        let mut c = Case {
+            mangled: "_Z1kPf".into(),
+            sizes: vec![4096],
+            ..Case::default()
+        };
+        let pick = |b: [u32; 3]| Pick {
+            block: Some(b),
+            ..Pick::default()
+        };
+        c.picks.insert(Method::Default, pick([256, 1, 1]));
+        c.picks.insert(Method::Klaraptor, pick([128, 1, 1]));
+        c.picks.insert(Method::Occupancy, pick([128, 1, 1]));
+        c.picks.insert(Method::Settled, pick([64, 1, 1]));
+        let mut none = c.clone();
+        time_whole_run(&mut none, &[]);
+        assert_eq!(none.drifts, None);
+        let mut other = lt([256, 1, 1], 1.0, 1);
+        other.sizes = vec![8192];
+        let mut miss = c.clone();
+        time_whole_run(&mut miss, &[run("default", vec![other])]);
+        assert!(miss.picks[&Method::Default]
+            .how
+            .contains("did not launch this key"));
+        let runs = [
+            run("default", vec![lt([256, 1, 1], 8.0, 1)]),
+            run(
+                "model",
+                vec![lt([64, 1, 1], 2.0, 2), lt([128, 1, 1], 4.0, 1)],
+            ),
+        ];
+        time_whole_run(&mut c, &runs);
+        let r = |m: Method| c.picks[&m].whole_run_ratio;
+        assert_eq!(r(Method::Default), Some(0.5));
+        assert_eq!(r(Method::Klaraptor), Some(1.0));
+        assert_eq!(
+            r(Method::Occupancy),
+            Some(1.0),
+            "one shape serves every method"
+        );
+        assert_eq!(r(Method::Settled), None);
+        assert!(c.picks[&Method::Settled].how.contains("and others"));
+        assert!(c.picks[&Method::Default]
+            .how
+            .contains("KLARAPTOR_DISABLE=1"));
+        assert_eq!(c.drifts, Some(false));
+    }
 
     #[test]
     fn grid_labels_of_formulas() {

@@ -765,6 +765,12 @@ fn the_report_files() {
     ] {
         assert!(md.contains(needle), "the report lacks {needle:?}:\n{md}");
     }
+    // A choice phase without whole-run files (before them, or WHOLE_RUN=0): null columns,
+    // said once.
+    assert!(recs
+        .iter()
+        .all(|r| r["whole_run_ms"].is_null() && r["drifts"].is_null()));
+    assert_eq!(md.matches("No whole-run measurement").count(), 1, "{md}");
     // The method section says how the sweep timed, from the records' launches per run.
     let st = Study::load(&f.paths, &f.sizes).unwrap();
     let (lo, hi) = st.sweep_launches.expect("the sweep's records are batched");
@@ -944,4 +950,168 @@ choice_est_s = 4
         klaraptor_accuracy::jobs::write(tmp.path(), &none, &[]).unwrap_err()
     );
     assert!(e.contains("tail") && e.contains("[profile.gemm]"), "{e}");
+}
+
+/// One CONSTRUCTED line of a whole-run launch-times file (the runtime's format; the times are
+/// made up).
+fn launch_times_line(
+    mangled: &str,
+    name: &str,
+    sizes: &[i64],
+    (launches, total_ms, head_ms, tail_ms): (u64, f64, f64, f64),
+    block: [u32; 3],
+    blocks_seen: u32,
+) -> String {
+    let mean = total_ms / launches as f64;
+    serde_json::json!({
+        "kernel": mangled, "name": name, "sizes": sizes, "launches": launches,
+        "timed": launches, "total_ms": total_ms, "first_ms": head_ms, "last_ms": tail_ms,
+        "head_ms": head_ms, "tail_ms": tail_ms, "min_ms": mean.min(head_ms).min(tail_ms),
+        "max_ms": mean.max(head_ms).max(tail_ms), "trend": 0.0, "block": block,
+        "grid": [1, 1, 1], "blocks_seen": blocks_seen,
+    })
+    .to_string()
+        + "\n"
+}
+
+/// The whole-run files of the choice phase (device.sh WHOLE_RUN=1; CONSTRUCTED times) fill
+/// the records' whole_run_ms, whole_run_ratio and drifts, and the report's per-launch /
+/// whole-run table; a job without them keeps null columns.
+#[test]
+fn whole_run_files_fill_the_records() {
+    let f = fixture();
+    let st = Study::load(&f.paths, &f.sizes).unwrap();
+    assert_eq!((st.whole_run_jobs, st.no_whole_run_jobs), (0, 4));
+    let case = |p: &str, job: &str| {
+        st.cases
+            .iter()
+            .find(|c| c.program == p && c.job == job)
+            .unwrap()
+            .clone()
+    };
+    let block = |c: &study::Case, m: Method| c.picks[&m].block.unwrap();
+    // gemm at 1000³: the program's own shape in 100 ms over 10 launches, the model's first
+    // choice in 80 ms (its per-launch cost halving over the run: it drifts), settled's shape
+    // forced in 90 ms.
+    let g = case("gemm", "gemm/x1");
+    let (gd, gk, gs) = (
+        block(&g, Method::Default),
+        block(&g, Method::Klaraptor),
+        block(&g, Method::Settled),
+    );
+    assert!(gd != gk && gk != gs && gd != gs, "{gd:?} {gk:?} {gs:?}");
+    let gdir = f.paths.device.join("choice/gemm/x1/wholerun");
+    let line = |c: &study::Case, t, b, seen| {
+        launch_times_line(&c.mangled, &c.kernel, &c.sizes, t, b, seen)
+    };
+    write(
+        &gdir.join("default.times.jsonl"),
+        line(&g, (10, 100.0, 10.0, 10.0), gd, 1),
+    );
+    write(
+        &gdir.join("model.times.jsonl"),
+        line(&g, (10, 80.0, 10.0, 5.0), gk, 1),
+    );
+    write(
+        &gdir.join("f1.times.jsonl"),
+        line(&g, (10, 90.0, 9.0, 9.0), gs, 1),
+    );
+    write(
+        &gdir.join("f1.force"),
+        format!("{} {}x{}x{}\n", g.kernel, gs[0], gs[1], gs[2]),
+    );
+    // mvt at 5000: the default run only, and a model run whose key was launched with two
+    // shapes (no whole-run time for klaraptor from it); the last line half-written (a run
+    // killed at exit).
+    let m = case("mvt", "mvt/x1");
+    let (md_, mk) = (block(&m, Method::Default), block(&m, Method::Klaraptor));
+    let mdir = f.paths.device.join("choice/mvt/x1/wholerun");
+    write(
+        &mdir.join("default.times.jsonl"),
+        line(&m, (1, 2.0, 2.0, 2.0), md_, 1) + "{\"kernel\":",
+    );
+    write(
+        &mdir.join("model.times.jsonl"),
+        line(&m, (1, 1.0, 1.0, 1.0), mk, 2),
+    );
+
+    let w = klaraptor_accuracy::report(&f.paths, &f.sizes, &f.out, None, &["gemm".into()], None)
+        .unwrap();
+    let recs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&w.json).unwrap()).unwrap();
+    let rec = |p: &str, first: i64, m: &str| {
+        recs.iter()
+            .find(|r| {
+                r["program"] == p
+                    && r["method"] == m
+                    && r["sizes"].as_object().unwrap().values().next().unwrap() == first
+            })
+            .unwrap_or_else(|| panic!("no {p} {first} {m} record"))
+            .clone()
+    };
+    let close =
+        |v: &serde_json::Value, want: f64| (v.as_f64().unwrap_or(f64::NAN) - want).abs() < 1e-9;
+    let gdef = rec("gemm", 1000, "default");
+    assert!(close(&gdef["whole_run_ms"], 100.0), "{gdef}");
+    assert!(close(&gdef["whole_run_ratio"], 0.8), "{gdef}");
+    assert_eq!(gdef["drifts"], true, "the case drifts (klaraptor's run)");
+    let gk_ = rec("gemm", 1000, "klaraptor");
+    assert!(
+        close(&gk_["whole_run_ratio"], 1.0) && close(&gk_["drift"], 0.5),
+        "{gk_}"
+    );
+    assert!(
+        gk_["how"].as_str().unwrap().contains("wholerun/model"),
+        "{gk_}"
+    );
+    let gst = rec("gemm", 1000, "settled");
+    assert!(close(&gst["whole_run_ms"], 90.0), "{gst}");
+    assert!(gst["how"]
+        .as_str()
+        .unwrap()
+        .contains("wholerun/f1, KLARAPTOR_FORCE"));
+    // profiled_best has a whole-run time where its shape is one of those measured.
+    let gpb = rec("gemm", 1000, "profiled_best");
+    let pb = gpb["block"].as_array().unwrap();
+    let pb: Vec<u32> = pb.iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    assert_eq!(
+        gpb["whole_run_ms"].is_null(),
+        ![gd, gk, gs].iter().any(|b| b[..] == pb[..]),
+        "{gpb}"
+    );
+    // mvt at 5000: default measured alone (ratio 1), klaraptor's run mixed shapes.
+    let mdef = rec("mvt", 5000, "default");
+    assert!(close(&mdef["whole_run_ratio"], 1.0), "{mdef}");
+    assert_eq!(mdef["drifts"], false);
+    let mk_ = rec("mvt", 5000, "klaraptor");
+    assert!(mk_["whole_run_ms"].is_null(), "{mk_}");
+    assert!(mk_["how"].as_str().unwrap().contains("and others"), "{mk_}");
+    // The jobs without files: null.
+    let other = rec("gemm", 2048, "default");
+    assert!(other["whole_run_ms"].is_null() && other["drifts"].is_null());
+
+    let sum: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&w.summary_json).unwrap()).unwrap();
+    let by = |m: &str| sum.iter().find(|x| x["method"] == m).unwrap().clone();
+    assert_eq!(by("default")["whole_run_cases"], 2);
+    assert!(close(&by("default")["whole_run_geomean"], 0.8f64.sqrt()));
+    assert_eq!(by("default")["drifting"], 1);
+    assert_eq!(by("klaraptor")["whole_run_cases"], 1);
+
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    assert!(!md.contains("No whole-run measurement"), "{md}");
+    for needle in [
+        "### Per launch and whole run",
+        "Whole-run files in 2 of 4 choice jobs",
+        &format!(
+            "| all | default | 4 | {:.3} | 2 | {:.3} | 0.800 | 1 |",
+            study::stats(&st.ratios(Method::Default)).unwrap().geomean,
+            0.8f64.sqrt()
+        ),
+        "| test | klaraptor |",
+        "| tuning | default |",
+        "1 of the 2 cases with a whole-run measurement drift",
+    ] {
+        assert!(md.contains(needle), "the report lacks {needle:?}:\n{md}");
+    }
 }
