@@ -18,7 +18,14 @@
 #                refine lines), model.out, model.err (the last run's), model.runs, choices/:
 #                runs with --time $MODEL_REPS (30) sharing a fresh choices cache until none
 #                ends with a key unsettled, at most $MODEL_RUNS (10); default.out,
-#                default.err (KLARAPTOR_DISABLE=1 --time 5)
+#                default.err (KLARAPTOR_DISABLE=1 --time 5); with WHOLE_RUN=1 (the default)
+#                wholerun/<stem>.{times.jsonl,log,out,err,status}: the whole-run measurement,
+#                the job's command (--time 5) again with every launch of an annotated kernel
+#                timed (KLARAPTOR_LAUNCH_TIMES): default (KLARAPTOR_DISABLE=1), model
+#                (KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off: the model's first choice), f<j>
+#                (also KLARAPTOR_FORCE: the shapes settled on in model.log that are neither the
+#                model's choice nor the program's own at that key, one per kernel a run;
+#                f<j>.force lists them)
 # and prints one line per job (wall and kernel time against the estimate) and the totals.
 #
 # Environment: PHASE (required); OUT (default /tmp/accuracy-out); STUDY (default .dev/study;
@@ -28,7 +35,10 @@
 #   and LIMIT_MIN_S / LIMIT_MAX_S (default 60 / 120): each job's timeout is its estimate
 #   times the factor, within those bounds; JOBS (an extended regex on job ids, e.g.
 #   '^(gemm|atax)/'); NVCC (default /usr/local/cuda/bin/nvcc, only for its --version);
-#   choice phase: MODEL_REPS (30), MODEL_RUNS (10), REFINE_BUDGET (off: see below).
+#   choice phase: MODEL_REPS (30), MODEL_RUNS (10), REFINE_BUDGET (off: see below),
+#   WHOLE_RUN (1; 0: no whole-run measurement), WHOLE_RUN_EST_FACTOR (1.6: with WHOLE_RUN the
+#   deadline check counts a job's estimate times this; a whole run that would start past
+#   DEADLINE_S is skipped, and said in wholerun/skipped).
 set -u
 PHASE=${PHASE:-}
 case $PHASE in profile|exhaustive|choice) ;; *)
@@ -110,6 +120,45 @@ MODEL_RUNS=${MODEL_RUNS:-10}
 # many (on an H100 on 2026-11-25, with the 1 % budget, 13 of the first 18 jobs were still
 # unsettled after 6 runs). REFINE_BUDGET=1 keeps a user's pacing.
 REFINE_BUDGET=${REFINE_BUDGET:-off}
+# The whole-run measurement (issue 41): after a job's choice runs, its command again, every
+# launch of an annotated kernel timed between CUDA events (KLARAPTOR_LAUNCH_TIMES, written at
+# exit), once per distinct shape of the compared methods that can be known here: the
+# program's own (KLARAPTOR_DISABLE=1), the model's first choice (refinement and the choices
+# cache off) and the shapes refinement settled on (KLARAPTOR_FORCE). profiled_best's shape is
+# the report's (the profile database is not here): it gets a whole-run time where it is one
+# of those. accuracy-report report reads wholerun/*.times.jsonl.
+WHOLE_RUN=${WHOLE_RUN:-1}
+WHOLE_RUN_EST_FACTOR=${WHOLE_RUN_EST_FACTOR:-1.6}
+# The settled shapes to force, from a choice job's model.log: lines "<j>\t<kernel>\t<block>",
+# the j-th distinct shape of that kernel; a key's settled shape equal to its model choice or
+# its program_block is measured by the model or default run already.
+settled_to_force() {
+  awk '
+    /^klaraptor: / {
+      line = substr($0, 12)
+      r = index(line, " refine: ")
+      if (r) {
+        head = substr(line, 1, r - 1); tail = substr(line, r + 9)
+        if (tail ~ /^(settled on |kept )block=[0-9]+x[0-9]+x[0-9]+/ &&
+            match(tail, /block=[0-9]+x[0-9]+x[0-9]+/))
+          settled[head] = substr(tail, RSTART + 6, RLENGTH - 6)
+      } else if (index(line, " source=model") && (b = index(line, " block="))) {
+        head = substr(line, 1, b - 1)
+        split(substr(line, b + 7), a, " "); model[head] = a[1]
+        if (match(line, /program_block=[0-9]+x[0-9]+x[0-9]+/))
+          own[head] = substr(line, RSTART + 14, RLENGTH - 14)
+      }
+    }
+    END {
+      for (h in settled) {
+        b = settled[h]
+        if (b == model[h] || b == own[h]) continue
+        k = h
+        while (sub(/ [A-Za-z_][A-Za-z0-9_]*=-?[0-9]+$/, "", k)) {}
+        if (!((k, b) in seen)) { seen[k, b] = 1; n[k]++; printf "%d\t%s\t%s\n", n[k], k, b }
+      }
+    }' "$1" | sort -t$'\t' -k1,1n -k2,2 -k3,3
+}
 
 if [ "$PHASE" = choice ]; then
   for d in "$STUDY"/*/; do
@@ -129,9 +178,12 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
   [ "$phase" = "$PHASE" ] || continue
   if [ -n "${JOBS:-}" ] && ! [[ $id =~ $JOBS ]]; then continue; fi
   el=$(since "$t0")
-  if awk -v e="$el" -v x="$est" -v d="$DEADLINE_S" 'BEGIN { exit !(e + x > d) }'; then
-    printf '%s\tskipped\t0\t0\t%s\n' "$id" "$est" >> "$summary"
-    printf '[%6.1f s] %-10s %-16s skipped: est %s s would pass DEADLINE_S=%s\n' "$el" "$PHASE" "$id" "$est" "$DEADLINE_S"
+  xest=$est
+  [ "$PHASE" = choice ] && [ "$WHOLE_RUN" != 0 ] &&
+    xest=$(awk -v e="$est" -v f="$WHOLE_RUN_EST_FACTOR" 'BEGIN { printf "%.1f", e * f }')
+  if awk -v e="$el" -v x="$xest" -v d="$DEADLINE_S" 'BEGIN { exit !(e + x > d) }'; then
+    printf '%s\tskipped\t0\t0\t%s\n' "$id" "$xest" >> "$summary"
+    printf '[%6.1f s] %-10s %-16s skipped: est %s s would pass DEADLINE_S=%s\n' "$el" "$PHASE" "$id" "$xest" "$DEADLINE_S"
     n_skip=$((n_skip + 1)); skipped="$skipped $id"
     continue
   fi
@@ -180,12 +232,46 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
          timeout -k 5 "$limit" sh -c "$cmd" > "$dir/default.out" 2> "$dir/default.err")
       rc2=$?
       rc="$rc1,$rc2"
+      wnote=""
+      if [ "$WHOLE_RUN" != 0 ]; then
+        wr=$dir/wholerun
+        mkdir -p "$wr"
+        nw=0 wfail=0 wskip=0
+        # wrun <stem> <VAR=value>...: the job's command once, every launch timed.
+        wrun() {
+          local stem=$1; shift
+          if awk -v e="$(since "$t0")" -v d="$DEADLINE_S" 'BEGIN { exit !(e > d) }'; then
+            echo "$stem: not run, DEADLINE_S=$DEADLINE_S passed" >> "$wr/skipped"
+            wskip=$((wskip + 1)); return
+          fi
+          (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_DISABLE -u KLARAPTOR_PROFILE_OUT \
+             -u KLARAPTOR_PROFILE_PLAN -u KLARAPTOR_REFINE -u KLARAPTOR_CHOICES \
+             KLARAPTOR_LAUNCH_TIMES="$wr/$stem.times.jsonl" KLARAPTOR_LOG="$wr/$stem.log" "$@" \
+             timeout -k 5 "$limit" sh -c "$cmd" > "$wr/$stem.out" 2> "$wr/$stem.err")
+          local st=$?
+          echo "$st" > "$wr/$stem.status"
+          nw=$((nw + 1)); [ "$st" -eq 0 ] || wfail=$((wfail + 1))
+        }
+        wrun default KLARAPTOR_DISABLE=1
+        wrun model KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
+        plan=$(settled_to_force "$dir/model.log")
+        nf=$(printf '%s\n' "$plan" | awk -F'\t' 'NF >= 3 && $1 > m { m = $1 } END { print m + 0 }')
+        for ((j = 1; j <= nf; j++)); do
+          printf '%s\n' "$plan" | awk -F'\t' -v j="$j" '$1 == j { print $2 " " $3 }' > "$wr/f$j.force"
+          force=$(printf '%s\n' "$plan" | awk -F'\t' -v j="$j" \
+            '$1 == j { printf "%s%s:%s", (n++ ? "," : ""), $2, $3 }')
+          wrun "f$j" KLARAPTOR_FORCE="$force" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
+        done
+        wnote=" wholerun $nw run(s)"
+        [ $wfail -gt 0 ] && wnote="$wnote, $wfail failed"
+        [ $wskip -gt 0 ] && wnote="$wnote, $wskip skipped (deadline)"
+      fi
       gpu=$(awk -v a="$(kltime_gpu_s "$MODEL_REPS" "$dir/model.out")" \
-        -v b="$(kltime_gpu_s 5 "$dir/default.out")" 'BEGIN { printf "%.3f", a + b }')
+        -v b="$(kltime_gpu_s 5 "$dir/default.out" "$dir"/wholerun/*.out)" 'BEGIN { printf "%.3f", a + b }')
       ;;
   esac
   wall=$(since "$js")
-  printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$rc" "$wall" "$gpu" "$est" >> "$summary"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$rc" "$wall" "$gpu" "$xest" >> "$summary"
   # A recipe run exits 1 when its own check fails under the sweep (accumulating kernels run
   # once per shape): that is expected, the records are what counts.
   ok=0
@@ -193,8 +279,9 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
   if [ $ok -eq 1 ]; then n_ok=$((n_ok + 1)); else n_fail=$((n_fail + 1)); failed="$failed $id(rc=$rc)"; fi
   note=""
   [ "$rc" = 124 ] || [ "$rc" = 137 ] && note=" TIMEOUT after ${limit} s"
+  [ "$PHASE" = choice ] && note="$note${wnote:-}"
   printf '[%6.1f s] %-10s %-16s rc=%-5s wall %6.2f s (est %5s) kernels %7.3f s%s\n' \
-    "$(since "$t0")" "$PHASE" "$id" "$rc" "$wall" "$est" "$gpu" "$note"
+    "$(since "$t0")" "$PHASE" "$id" "$rc" "$wall" "$xest" "$gpu" "$note"
   if [ $ok -eq 0 ]; then
     for f in "$dir"/*.err "$dir/stderr.txt"; do [ -s "$f" ] && tail -n 3 "$f" | sed 's/^/    /'; done
   fi

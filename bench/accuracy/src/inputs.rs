@@ -10,6 +10,8 @@
 //! <device>/choice/<p>/x<k>/model.log             KLARAPTOR_LOG of the instrumented build
 //! <device>/choice/<p>/x<k>/model.out, default.out   its --time 5 output, with and without
 //!                                                   KLARAPTOR_DISABLE=1
+//! <device>/choice/<p>/x<k>/wholerun/<stem>.times.jsonl   whole runs, every launch timed
+//!                                                   (WHOLE_RUN=1; [`read_whole_runs`])
 //! ```
 
 use std::path::Path;

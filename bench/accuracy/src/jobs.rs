@@ -32,7 +32,9 @@ pub const JOBS_HEADER: &str = "\
 #   exhaustive  the variant under the time-only collector with the job's candidate plan
 #   choice      the instrumented build (<program>.klaraptor), once with KLARAPTOR_LOG and
 #               KLARAPTOR_CHOICES=off at --time 20 (device.sh replaces the command's
-#               --time 5), once with KLARAPTOR_DISABLE=1 as written
+#               --time 5), once with KLARAPTOR_DISABLE=1 as written; with WHOLE_RUN=1
+#               (device.sh's default) again as written per distinct shape (own, model's
+#               first choice, settled's forced), every launch timed (KLARAPTOR_LAUNCH_TIMES)
 # Commands run in <study>/<program>/; plans are relative to <study>.
 ";
 
