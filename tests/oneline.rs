@@ -105,6 +105,23 @@ fn a_program_with_one_line_pragmas_builds() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&nm.stdout).contains("klaraptor_launch_begin"));
+    // `klaraptor plan --recipes`: no command to print (stdout empty), and each kernel
+    // without a recipe said on stderr with how it is profiled
+    let o = pinned(d.path(), &klaraptor())
+        .args(["plan", "--recipes", "app"])
+        .output()
+        .unwrap();
+    let err = ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.trim().is_empty(), "{out}");
+    for k in ["saxpy", "scale2d"] {
+        assert!(
+            err.contains(&format!(
+                "kernel {k} has no profile recipe: run `klaraptor profile app <arguments>`"
+            )),
+            "{k}: {err}"
+        );
+    }
 }
 
 /// The instrumented object hands the runtime the threads each launch runs: NX = grid.x *

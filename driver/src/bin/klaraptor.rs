@@ -97,8 +97,8 @@ enum Cmd {
     Profile(klaraptor_profiler::profile_cmd::ProfileArgs),
     /// Look into the choices cache and clean it: list, show, prune.
     ///
-    /// The cache holds the launch shapes an instrumented program settled on by timing its
-    /// first launches, kept across runs.
+    /// The cache holds the launch shapes an instrumented program decided on by paired
+    /// comparisons of its own launches, with their evidence, kept across runs.
     Choices(klaraptor_profiler::choices_cmd::ChoicesArgs),
     /// Print what a profiling variant profiles: its plan, candidates or recipe commands.
     ///
@@ -181,6 +181,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if recipes {
                 let mut seen = std::collections::BTreeSet::new();
                 for s in &specs {
+                    if s.profile_sizes.is_empty() {
+                        // stdout stays the commands to run; a kernel without a recipe is said
+                        // on stderr, with how it is profiled
+                        klaraptor::kl_eprintln!(
+                            "klaraptor plan: kernel {} has no profile recipe: run `klaraptor \
+                             profile {} <arguments>` on a machine with the GPU to profile it at \
+                             the sizes the program's run reaches",
+                            s.name,
+                            binary.display()
+                        );
+                    }
                     for size in &s.profile_sizes {
                         let cmd = klaraptor_profiler::plan::recipe_command(s, size)?;
                         if seen.insert(cmd.clone()) {
