@@ -133,14 +133,7 @@ impl Scratch {
         if let Some(j) = jobs {
             c.arg(format!("-j{j}"));
         }
-        let out = c.output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "cmake --build failed:\n{text}");
-        text
+        logged(&mut c)
     }
 
     fn klaraptor(&self, args: &[&str]) -> Output {

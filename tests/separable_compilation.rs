@@ -94,18 +94,6 @@ impl Scratch {
         c
     }
 
-    /// Runs `cmd`, which must succeed; returns its stdout and stderr together.
-    fn log(cmd: &mut Command) -> String {
-        let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "{cmd:?} failed:\n{text}");
-        text
-    }
-
     fn klaraptor(&self, args: &[&str]) -> Output {
         self.command(klaraptor()).args(args).output().unwrap()
     }
@@ -179,7 +167,7 @@ fn cmake_separable_compilation_is_instrumented_and_modelled() {
     need("cmake");
     need("ninja");
     let s = Scratch::new();
-    Scratch::log(
+    logged(
         s.command("cmake")
             .args(["-S", "src", "-B", "build", "-G", "Ninja"])
             .arg(format!("-DCMAKE_CUDA_COMPILER={}", nvcc().display()))
@@ -191,7 +179,7 @@ fn cmake_separable_compilation_is_instrumented_and_modelled() {
             .arg(format!("-DKLARAPTOR_CC={}", klaraptor_cc().display()))
             .arg(format!("-DKLARAPTOR_PROFILE_DB={}", s.db().display())),
     );
-    let build = || Scratch::log(s.command("cmake").args(["--build", "build", "--verbose"]));
+    let build = || logged(s.command("cmake").args(["--build", "build", "--verbose"]));
     let log = build();
     // Each source compiles through klaraptor-cc with -rdc=true; the device link is nvcc's,
     // the link the host compiler's.
@@ -245,7 +233,7 @@ fn make_with_dc_and_dlink_is_instrumented_and_the_nvcc_link_models() {
     let src = s.path().join("src");
     let lib = nvcc().parent().unwrap().parent().unwrap().join("lib64");
     let make = |targets: &[&str]| {
-        Scratch::log(
+        logged(
             s.command("make")
                 .current_dir(&src)
                 .arg(format!("NVCC={}", klaraptor_cc().display()))

@@ -85,6 +85,19 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs `cmd`, which must succeed (its output is in the panic otherwise); returns its stdout
+/// and stderr together.
+pub fn logged(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{cmd:?} failed:\n{text}");
+    text
+}
+
 /// Asserts that the command succeeded (saying its status, stdout and stderr otherwise) and
 /// returns its stderr.
 pub fn ok(o: &Output) -> String {
