@@ -11,6 +11,7 @@
 #define KLARAPTOR_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "klaraptor.h"
 
@@ -39,10 +40,21 @@ void klaraptor__reset_for_tests(void);
 /* Runs what the runtime does at exit for keys still refining (their progress files, the log). */
 void klaraptor__save_progress_for_tests(void);
 
-/* Called by the launch entry point (klaraptor_prof.c) right before it passes a launch on: a
- * timed launch records its start event again here, right before the launch. Nothing to do,
- * and cheap, for every other launch. */
-void klaraptor__launch_starts(void *kernel, void *stream);
+/* Called by the launch entry point (klaraptor_prof.c) right before it passes a launch on,
+ * with the gate it holds the stream at (0: none): a timed launch holds the stream at a gate
+ * (unless it is held already) and records its start event again here, right before the
+ * launch. Returns the gate. Nothing to do, and cheap, for every other launch. */
+uint32_t klaraptor__launch_starts(void *kernel, void *stream, uint32_t gate);
+/* Called by the launch entry point right after the launch, rc what it returned, with what
+ * klaraptor__launch_starts returned: a timed launch records its end event, then the gate
+ * opens. Must follow every klaraptor__launch_starts. */
+void klaraptor__launch_stops(void *stream, int rc, uint32_t gate);
+/* The gate (klaraptor_refine.inc): holds `stream` until klaraptor__gate_open(value) with the
+ * value it returns (0: not held: the driver has no stream memory operations, KLARAPTOR_GATE
+ * is off, or the runtime has no CUDA). Between the two, the thread may only queue work on
+ * the stream, never wait for it. */
+uint32_t klaraptor__gate_close(void *stream);
+void klaraptor__gate_open(uint32_t value);
 
 /* Number of memoized decisions. */
 size_t klaraptor__memo_size(void);

@@ -55,10 +55,12 @@
  *                          CUDA events on its stream (the start recorded right before the
  *                          launch, before klaraptor__launch_starts; the stop right after it:
  *                          no host work, copy or synchronisation of the program is inside a
- *                          window; on an idle stream the window also holds the launch's own
- *                          latency, the same for every shape). The events are read when they
- *                          have completed, at later launches, never waited for (except when
- *                          more than LT_MAX_PENDING wait), and at exit. At exit one JSON line
+ *                          window; the stream is held at the gate of klaraptor_refine.inc
+ *                          until both events and the launch are queued, so that on an idle
+ *                          stream the launch's own latency is not inside either). The events
+ *                          are read when they have completed, at later launches, never waited
+ *                          for (except when more than LT_MAX_PENDING wait), and at exit. At
+ *                          exit one JSON line
  *                          per launch key (kernel, data values) is appended:
  *     {"kernel":<id>,"name":<name>,"sizes":[…],"launches":L,"timed":T,"total_ms":…,
  *      "first_ms":…,"last_ms":…,"head_ms":…,"tail_ms":…,"min_ms":…,"max_ms":…,"trend":…,
@@ -959,10 +961,11 @@ static void lt_note_block(lt_key *k, const pending *pd) {
 
 static void lt_write(void);
 
-/* Before a launch of an annotated kernel: its start event, recorded on the launch's stream.
- * 1 when the launch is timed (then *a and *b are its events), 0 when not. */
+/* Before a launch of an annotated kernel: the stream held at the gate (*gate, for the entry
+ * point to open after the launch) and its start event, recorded on the launch's stream. 1
+ * when the launch is timed (then *a and *b are its events), 0 when not. */
 static int lt_begin(const pending *pd, void *kernel, void *stream, lt_key **key, cudaEvent_t *a,
-                    cudaEvent_t *b) {
+                    cudaEvent_t *b, uint32_t *gate) {
   pthread_mutex_lock(&g_lt_lock);
   static int registered;
   if (!registered) registered = atexit(lt_write) == 0;
@@ -1000,12 +1003,15 @@ static int lt_begin(const pending *pd, void *kernel, void *stream, lt_key **key,
         lt_event(a) == 0) {
       if (lt_event(b) != 0) {
         lt_release(*a);
-      } else if (cudaEventRecord(*a, (cudaStream_t)stream) != cudaSuccess) {
-        (void)cudaGetLastError();
-        lt_release(*a);
-        lt_release(*b);
       } else {
-        timed = 1;
+        *gate = klaraptor__gate_close(stream);
+        if (cudaEventRecord(*a, (cudaStream_t)stream) != cudaSuccess) {
+          (void)cudaGetLastError();
+          lt_release(*a);
+          lt_release(*b);
+        } else {
+          timed = 1;
+        }
       }
     }
   }
@@ -1156,16 +1162,19 @@ int __wrap___cudaLaunchKernel(void *kernel, uint64_t grid_xy, uint32_t grid_z,
       }
     }
   }
-  /* Whole-run timing: the start event before the launch, the stop after it. */
+  /* Whole-run timing: the stream held at the gate, the start event before the launch, the
+   * stop after it, then the gate opens (klaraptor__launch_stops). */
   lt_key *lk = NULL;
   cudaEvent_t la = NULL, lb = NULL;
+  uint32_t gate = 0;
   int lt = g_lt_path && !t_inside && pd.k && pd.grid_xy == grid_xy && pd.grid_z == grid_z &&
            pd.block_xy == block_xy && pd.block_z == block_z &&
-           lt_begin(&pd, kernel, stream, &lk, &la, &lb);
+           lt_begin(&pd, kernel, stream, &lk, &la, &lb, &gate);
   /* a timed first launch of a key loads its kernel before its start event (klaraptor_rt.c) */
-  klaraptor__launch_starts(kernel, stream);
+  gate = klaraptor__launch_starts(kernel, stream, gate);
   int rc = __real___cudaLaunchKernel(kernel, grid_xy, grid_z, block_xy, block_z, args, shmem,
                                      stream);
   if (lt) lt_end(lk, la, lb, rc, stream);
+  klaraptor__launch_stops(stream, rc, gate);
   return rc;
 }

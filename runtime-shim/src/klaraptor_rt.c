@@ -45,12 +45,38 @@
 
 #ifndef KLARAPTOR_NO_CUDART
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Small helpers                                                                            */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Built with -DKLARAPTOR_PROBE (a measurement, never shipped), the first launches' steps are
+ * timed and printed to stderr at exit, "probe <step> <us since the step before>": where the
+ * first launch of a key spends its time (bench/firstlaunch). */
+#ifdef KLARAPTOR_PROBE
+#include <time.h>
+static struct timespec pr_t[32];
+static const char *pr_n[32];
+static int pr_k;
+#define PROBE(n)                                                                             \
+  do {                                                                                       \
+    if (pr_k < 32) {                                                                         \
+      clock_gettime(CLOCK_MONOTONIC, &pr_t[pr_k]);                                           \
+      pr_n[pr_k++] = n;                                                                      \
+    }                                                                                        \
+  } while (0)
+__attribute__((destructor)) static void pr_dump(void) {
+  for (int i = 1; i < pr_k; i++)
+    fprintf(stderr, "probe %s %.2f\n", pr_n[i],
+            (double)(pr_t[i].tv_sec - pr_t[i - 1].tv_sec) * 1e6 +
+                (double)(pr_t[i].tv_nsec - pr_t[i - 1].tv_nsec) / 1e3);
+}
+#else
+#define PROBE(n)
+#endif
+
 
 #define INFINITY_US 1e300
 
@@ -201,6 +227,8 @@ static int descriptors_differ(const klaraptor_kernel *a, const klaraptor_kernel 
   return 0;
 }
 
+static inline void ensure_init(void);
+
 void klaraptor_register(const klaraptor_kernel *k) {
   if (!k) return;
   if (k->abi_version < 1 || k->abi_version > KLARAPTOR_ABI_VERSION) {
@@ -238,6 +266,9 @@ void klaraptor_register(const klaraptor_kernel *k) {
     }
   }
   pthread_mutex_unlock(&g_lock);
+  /* The environment is read now, as the program loads (registrations run before main), not
+   * on the first launch's way to the GPU. */
+  ensure_init();
 }
 
 /* Models: a list, newest first, published like the registry buckets. There are a handful
@@ -797,6 +828,11 @@ typedef struct memo_node {
   _Atomic int settled; /* 0 while refinement tries shapes: the launch takes the slow path */
   decision d;          /* final once settled; while unsettled, the model's first choice */
   struct refine *r;    /* under g_lock; NULL when the node never refined */
+  /* under g_lock: 1 while refinement's setup waits (rf_setup_locked), with what it needs */
+  int setup;
+  const klaraptor_model *model;
+  const klaraptor_device *dev;
+  uint32_t pb[3], pg[3]; /* the program's own block and grid */
   int64_t data[];
 } memo_node;
 
@@ -940,6 +976,7 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
     return;
   }
   const klaraptor_device *dev = device_locked(ordinal, errbuf, sizeof errbuf);
+  PROBE("device_query");
   if (!dev) {
     sb_printf(src, "fallback: device query failed: %s", errbuf);
     return;
@@ -976,7 +1013,9 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
   }
   uint32_t b[3] = {1, 1, 1};
   double predicted = -1;
+  PROBE("model_for");
   int rc = select ? select(data, dev, b, &predicted) : k->select(data, dev, b);
+  PROBE("select");
   if (rc != 0) {
     sb_printf(src, "fallback: the model failed (returned %d)", rc);
     return;
@@ -1120,7 +1159,9 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
   if (!id || !grid_xy || !grid_z || !block_xy || !block_z || n_data < 0 ||
       (n_data > 0 && !data))
     return 0;
+  PROBE("entry");
   ensure_init();
+  PROBE("init");
   if (g_cfg.disabled) return 0;
   kentry *e = kernel_for_id(id);
   if (!e) {
@@ -1133,8 +1174,10 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
     return 0;
   }
   int ordinal = -1;
+  PROBE("kernel_for_id");
   int cur_rc = g_current(&ordinal);
   if (cur_rc != 0) ordinal = -1;
+  PROBE("current");
   uint64_t h = memo_hash(e, ordinal, n_data, data);
   const memo_node *m =
       memo_find(atomic_load_explicit(&g_memo, memory_order_acquire), h, e, ordinal, n_data, data);
@@ -1149,6 +1192,7 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
    * key still refining. */
   decision d;
   rf_slot *ticket = NULL;
+  memo_node *setup = NULL; /* a new key whose refinement is set up after its launch */
   uint32_t pb[3], pg[3];
   unpack(grid_xy, grid_z, block_xy, block_z, pb, pg);
   pthread_mutex_lock(&g_lock);
@@ -1161,11 +1205,12 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
     const klaraptor_device *dev = NULL;
     const klaraptor_model *model = NULL;
     memset(&d, 0, sizeof d);
+    PROBE("lock");
     decide_locked(e, cur_rc, ordinal, data, &d, &src, &dev, &model);
+    PROBE("decide");
     memo_node *nm = malloc(sizeof *nm + (size_t)n_data * sizeof(int64_t));
-    int stored = 0;
+    int stored = 0, from_cache = 0;
     choice_rec cached;
-    int from_cache = 0, old_rule = 0;
     if (nm) {
       nm->e = e;
       nm->ordinal = ordinal;
@@ -1173,61 +1218,49 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
       nm->hash = h;
       nm->d = d;
       nm->r = NULL;
+      nm->setup = 0;
       atomic_init(&nm->settled, 1);
       if (n_data) memcpy(nm->data, data, (size_t)n_data * sizeof(int64_t));
-      /* Refinement: a model's choice, timing possible, not the profiling variant. */
+      /* Refinement: a model's choice, timing possible, not the profiling variant. Its setup
+       * (the choices cache, the candidates, what earlier runs measured) is not on this
+       * launch's way to the GPU: this launch takes the model's choice and is never timed
+       * (the first of a key in a run: loading, cold caches), and the setup is made right
+       * after it is queued (klaraptor_launch_end), or at the key's next launch. */
+      nm->model = model;
+      nm->dev = dev;
+      memcpy(nm->pb, pb, sizeof pb);
+      memcpy(nm->pg, pg, sizeof pg);
       if (!d.keep && model && dev && g_cfg.refine_k > 0 && timing_available() &&
           !atomic_load_explicit(&g_profile_note, memory_order_acquire)) {
-        if (choices_read(e, model, dev, data, &d, &cached, &old_rule) == 0) {
+        int old_rule = 0;
+        if (choices_dir_exists() &&
+            choices_read(e, model, dev, data, &d, &cached, &old_rule) == 0) {
           nm->d = cached.d;
           from_cache = 1;
-        } else if (g_refining < RF_MAX_REFINING) {
-          nm->r = rf_new(e, model, dev, data, &d, pb, pg);
-          if (nm->r) {
-            atomic_init(&nm->settled, 0);
-            progress_read(e, nm->r, data);
-            static int registered;
-            if (!registered) registered = atexit(rf_save_all) == 0;
-          }
-        } else if (!g_refining_full) {
-          /* a program whose data values change at every launch (a loop index among them):
-           * those keys are launched too few times to refine, and each would hold state */
-          g_refining_full = 1;
-          static const char msg[] = "klaraptor: refinement is trying 256 launch keys at once: "
-                                    "later keys take the model's choice until some settle\n";
-          log_line(msg, sizeof msg - 1);
+        } else {
+          nm->setup = old_rule ? 2 : 1;
+          atomic_init(&nm->settled, 0);
         }
       }
       stored = memo_insert_locked(nm) == 0;
+      PROBE("memo_insert");
       if (!stored) {
-        rf_free(nm->r);
         free(nm);
         nm = NULL;
-      } else if (nm->r) {
-        g_refining++;
+      } else if (nm->setup && can_time) {
+        setup = nm; /* after the launch */
+      } else if (nm->setup) {
+        rf_setup_locked(nm, 0);
       }
     }
-    if (stored || !g_memo_full_logged) {
+    if ((stored || !g_memo_full_logged) && g_cfg.log_fd >= 0)
       log_decision(e, data, &d, pb, pg, srcbuf, ordinal, dev);
-      /* A forced shape that cannot be used is worth a word even without KLARAPTOR_LOG. */
-      if (g_cfg.log_fd < 0 && strncmp(srcbuf, "fallback: forced", 16) == 0)
-        warn("%s: KLARAPTOR_FORCE %s", kname(e->k), srcbuf + strlen("fallback: "));
-    }
-    if (nm && from_cache) {
-      const uint32_t *cb = cached.d.keep ? pb : cached.d.block,
-                     *cg = cached.d.keep ? pg : cached.d.grid;
-      rf_log(e, data, dev, ordinal,
-             "%s block=%ux%ux%u grid=%ux%ux%u from the choices cache (candidate=%s "
-             "confidence=%s pairs=%d)",
-             cached.confidence == CONF_PAIRED ? "settled on" : "kept", cb[0], cb[1], cb[2],
-             cg[0], cg[1], cg[2], cached.label, g_conf_names[cached.confidence], cached.pairs);
-    } else if (nm && nm->r) {
-      if (old_rule)
-        rf_log(e, data, dev, ordinal,
-               "the choices cache holds a decision of an older rule (unpaired medians): "
-               "measured again");
-      rf_log_trying(e, data, nm->r, ordinal);
-    }
+    /* A forced shape that cannot be used is worth a word even without KLARAPTOR_LOG. */
+    if ((stored || !g_memo_full_logged) && g_cfg.log_fd < 0 &&
+        strncmp(srcbuf, "fallback: forced", 16) == 0)
+      warn("%s: KLARAPTOR_FORCE %s", kname(e->k), srcbuf + strlen("fallback: "));
+    if (nm && from_cache) rf_log_cached(nm, &cached);
+    PROBE("logs");
     if (!stored && !g_memo_full_logged) {
       g_memo_full_logged = 1;
       static const char msg[] = "klaraptor: the memo is full: later decisions are made at "
@@ -1236,7 +1269,8 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
     }
     m = nm;
   }
-  if (m && !atomic_load_explicit(&m->settled, memory_order_relaxed)) {
+  if (m && m != setup && m->setup) rf_setup_locked((memo_node *)m, 1); /* no launch end came */
+  if (m && m != setup && !atomic_load_explicit(&m->settled, memory_order_relaxed)) {
     memo_node *mm = (memo_node *)m;
     int use = -1;
     ticket = rf_step(mm, data, ordinal, stream, can_time, &use);
@@ -1253,10 +1287,13 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
   } else if (m) {
     d = m->d;
   }
+  PROBE("step");
   pthread_mutex_unlock(&g_lock);
   apply(&d, grid_xy, grid_z, block_xy, block_z);
   apply_shmem(e, data, &d, shmem);
   note_profile(e, data, grid_xy, grid_z, block_xy, block_z);
+  PROBE("exit");
+  if (setup) return (uint64_t)(uintptr_t)setup | 1; /* klaraptor_launch_end: the setup */
   return (uint64_t)(uintptr_t)ticket;
 }
 
@@ -1319,6 +1356,7 @@ void klaraptor__reset_for_tests(void) {
          e = atomic_load_explicit(&e->next, memory_order_relaxed))
       e->mismatch_logged = 0;
   if (g_cfg.log_fd_owned) close(g_cfg.log_fd);
+  g_choices_dir_state = 0;
   for (size_t i = 0; i < g_cfg.n_force; i++) free(g_cfg.force[i].kernel);
   free(g_cfg.force);
   g_cfg.force = NULL;
@@ -1335,8 +1373,11 @@ void klaraptor__reset_for_tests(void) {
   free(g_cfg.choices_dir);
   g_cfg.choices_dir = NULL;
   g_choices_warned = 0;
+  t_timed = NULL;
+  t_started = NULL;
   atomic_store_explicit(&g_inited, 0, memory_order_release);
   pthread_mutex_unlock(&g_lock);
+  gate_reset_for_tests();
 }
 
 typedef struct force_query {

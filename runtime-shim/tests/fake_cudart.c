@@ -97,8 +97,18 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
  * CUDA does. Every call that would make the host wait (cudaDeviceSynchronize,
  * cudaStreamSynchronize, cudaEventSynchronize) is counted in fake_cudart_syncs: the runtime
  * must never make one. fake_cudart_capturing names a stream being captured into a graph;
- * fake_cudart_launch_error is what cudaPeekAtLastError reports. */
+ * fake_cudart_launch_error is what cudaPeekAtLastError reports.
+ *
+ * The driver's cuStreamWaitValue32 (the runtime's gate) holds a stream until a word of host
+ * memory reaches a value (compared cyclically): work queued behind it is placed, relative to
+ * the release, back to back, without the launch latency (it is all queued when the GPU gets
+ * to it); the release is seen at the next call of this fake, at the host's time then.
+ * fake_cudart_gated() counts the streams still held; a synchronisation of the program on a
+ * held stream would never return: fake_cudart_gate_stuck counts those, and the fake releases
+ * them to go on. fake_cudart_wait_refused makes the wait fail (a driver without stream
+ * memory operations); fake_cudart_gates counts the holds. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -112,41 +122,145 @@ _Thread_local int fake_cudart_launch_error = 0; /* per thread, as CUDA's last er
 int fake_cudart_capture_mode = cudaStreamCaptureModeGlobal;
 
 #define FAKE_STREAMS 64
-static struct {
+typedef struct fake_stream {
   void *s;
   double t;
-} fake_streams[FAKE_STREAMS];
+  /* held at a gate: until *word reaches value; rel: the work queued behind it */
+  int gated;
+  const volatile uint32_t *word;
+  uint32_t value;
+  double rel;
+} fake_stream;
+static fake_stream fake_streams[FAKE_STREAMS];
 static int fake_n_streams;
 
-static double *fake_clock(void *s) {
+static fake_stream *fake_stream_of(void *s) {
   for (int i = 0; i < fake_n_streams; i++)
-    if (fake_streams[i].s == s) return &fake_streams[i].t;
+    if (fake_streams[i].s == s) return &fake_streams[i];
   if (fake_n_streams == FAKE_STREAMS) abort();
+  memset(&fake_streams[fake_n_streams], 0, sizeof fake_streams[0]);
   fake_streams[fake_n_streams].s = s;
-  fake_streams[fake_n_streams].t = 0;
-  return &fake_streams[fake_n_streams++].t;
+  return &fake_streams[fake_n_streams++];
 }
 
 double fake_cudart_host_us = 0;
 double fake_cudart_latency_us = 0;
+int fake_cudart_gate_stuck = 0;
+int fake_cudart_wait_refused = 0;
+int fake_cudart_gates = 0;
 
-/* Under fake_lock: a kernel of us queued on the stream whose clock is c. */
-static void fake_queue_locked(double *c, double us) {
-  double start = fake_cudart_host_us + fake_cudart_latency_us;
-  if (*c > start) start = *c;
-  *c = start + us;
-  fake_cudart_host_us += fake_cudart_latency_us;
+typedef struct fake_event {
+  double t;
+  int recorded;
+  fake_stream *held; /* recorded behind a gate not yet released: t is rel */
+} fake_event;
+#define FAKE_HELD 256
+static fake_event *fake_held[FAKE_HELD];
+static int fake_n_held;
+
+/* Under fake_lock: the gates whose word has reached their value open now (`force`: every
+ * gate, a release the program would never see). */
+static void fake_release_locked(int force) {
+  for (int i = 0; i < fake_n_streams; i++) {
+    fake_stream *st = &fake_streams[i];
+    if (!st->gated) continue;
+    if (!force && (int32_t)(*st->word - st->value) < 0) continue;
+    double at = st->t > fake_cudart_host_us ? st->t : fake_cudart_host_us;
+    int kept = 0;
+    for (int j = 0; j < fake_n_held; j++) {
+      if (fake_held[j]->held == st) {
+        fake_held[j]->t += at;
+        fake_held[j]->held = NULL;
+      } else {
+        fake_held[kept++] = fake_held[j];
+      }
+    }
+    fake_n_held = kept;
+    st->t = at + st->rel;
+    st->gated = 0;
+    st->rel = 0;
+  }
+}
+
+int fake_cudart_gated(void) {
+  pthread_mutex_lock(&fake_lock);
+  fake_release_locked(0);
+  int n = 0;
+  for (int i = 0; i < fake_n_streams; i++) n += fake_streams[i].gated;
+  pthread_mutex_unlock(&fake_lock);
+  return n;
+}
+
+int cuStreamWaitValue32_v2(void *stream, unsigned long long addr, unsigned int value,
+                           unsigned int flags) {
+  if (fake_cudart_wait_refused || flags != 0) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+  pthread_mutex_lock(&fake_lock);
+  fake_release_locked(0);
+  fake_stream *st = fake_stream_of(stream);
+  const volatile uint32_t *w = (const volatile uint32_t *)(uintptr_t)addr;
+  if (st->gated) abort(); /* one gate at a time on a stream, in this fake */
+  if ((int32_t)(*w - value) < 0) {
+    st->gated = 1;
+    st->word = w;
+    st->value = value;
+    st->rel = 0;
+  }
+  fake_cudart_gates++;
+  pthread_mutex_unlock(&fake_lock);
+  return 0;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
+  (void)flags;
+  *p = calloc(1, size);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaHostGetDevicePointer(void **dev, void *host, unsigned int flags) {
+  (void)flags;
+  *dev = host;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  free(p);
+  return cudaSuccess;
+}
+
+/* A launch's latency varies by up to this much more, uniformly (the fake's own generator). */
+double fake_cudart_latency_jitter_us = 0;
+static uint64_t fake_rng = 0x2545f4914f6cdd1dull;
+
+/* Under fake_lock: a kernel of us queued on stream st. */
+static void fake_queue_locked(fake_stream *st, double us) {
+  double lat = fake_cudart_latency_us;
+  if (fake_cudart_latency_jitter_us > 0) {
+    fake_rng ^= fake_rng << 13;
+    fake_rng ^= fake_rng >> 7;
+    fake_rng ^= fake_rng << 17;
+    lat += fake_cudart_latency_jitter_us * (double)(fake_rng >> 11) / 9007199254740992.0;
+  }
+  fake_cudart_host_us += lat;
+  if (st->gated) {
+    st->rel += us; /* behind the gate: it runs when the gate opens, no latency */
+    return;
+  }
+  double start = fake_cudart_host_us;
+  if (st->t > start) start = st->t;
+  st->t = start + us;
 }
 
 void fake_cudart_kernel(void *stream, double us) {
   pthread_mutex_lock(&fake_lock);
-  fake_queue_locked(fake_clock(stream), us);
+  fake_release_locked(0);
+  fake_queue_locked(fake_stream_of(stream), us);
   pthread_mutex_unlock(&fake_lock);
 }
 
 /* The host works for us (the GPU goes on with what is queued). */
 void fake_cudart_host(double us) {
   pthread_mutex_lock(&fake_lock);
+  fake_release_locked(0);
   fake_cudart_host_us += us;
   pthread_mutex_unlock(&fake_lock);
 }
@@ -155,6 +269,9 @@ void fake_cudart_host(double us) {
  * fake_cudart_syncs, which counts the runtime's). */
 void fake_cudart_host_sync(void) {
   pthread_mutex_lock(&fake_lock);
+  fake_release_locked(0);
+  for (int i = 0; i < fake_n_streams; i++) fake_cudart_gate_stuck += fake_streams[i].gated;
+  fake_release_locked(1);
   for (int i = 0; i < fake_n_streams; i++)
     if (fake_streams[i].t > fake_cudart_host_us) fake_cudart_host_us = fake_streams[i].t;
   if (fake_cudart_gpu_us < fake_cudart_host_us) fake_cudart_gpu_us = fake_cudart_host_us;
@@ -164,6 +281,7 @@ void fake_cudart_host_sync(void) {
 /* The latest time work queued on any stream ends. */
 double fake_cudart_busy_until(void) {
   pthread_mutex_lock(&fake_lock);
+  fake_release_locked(0);
   double t = fake_cudart_host_us;
   for (int i = 0; i < fake_n_streams; i++)
     if (fake_streams[i].t > t) t = fake_streams[i].t;
@@ -188,15 +306,17 @@ static void fake_load_locked(const void *kernel) {
   if (fake_n_loaded == FAKE_KERNELS) abort();
   fake_loaded[fake_n_loaded++] = kernel;
   fake_cudart_loads++;
-  for (int i = 0; i < fake_n_streams; i++) fake_streams[i].t += fake_cudart_load_us;
+  for (int i = 0; i < fake_n_streams; i++)
+    if (!fake_streams[i].gated) fake_streams[i].t += fake_cudart_load_us;
 }
 
 /* A launch of `kernel` on `stream` taking us (loading the kernel first if it is not). */
 void fake_cudart_launch(const void *kernel, void *stream, double us) {
   pthread_mutex_lock(&fake_lock);
-  (void)fake_clock(stream);
+  fake_release_locked(0);
+  (void)fake_stream_of(stream);
   fake_load_locked(kernel);
-  fake_queue_locked(fake_clock(stream), us);
+  fake_queue_locked(fake_stream_of(stream), us);
   pthread_mutex_unlock(&fake_lock);
 }
 
@@ -211,18 +331,15 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *f
 
 void fake_cudart_reset_streams(void) {
   pthread_mutex_lock(&fake_lock);
+  fake_release_locked(1);
   fake_n_streams = 0;
+  fake_n_held = 0;
   fake_cudart_gpu_us = 0;
   fake_cudart_host_us = 0;
   fake_n_loaded = 0;
   fake_cudart_loads = 0;
   pthread_mutex_unlock(&fake_lock);
 }
-
-typedef struct fake_event {
-  double t;
-  int recorded;
-} fake_event;
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
   (void)flags;
@@ -237,6 +354,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
 
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   pthread_mutex_lock(&fake_lock);
+  for (int j = 0; j < fake_n_held; j++)
+    if (fake_held[j] == (fake_event *)e) fake_held[j--] = fake_held[--fake_n_held];
   fake_cudart_events_live--;
   pthread_mutex_unlock(&fake_lock);
   free(e);
@@ -250,8 +369,19 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     pthread_mutex_unlock(&fake_lock);
     return cudaErrorStreamCaptureUnsupported;
   }
-  double *c = fake_clock((void *)s);
-  f->t = *c > fake_cudart_host_us ? *c : fake_cudart_host_us;
+  fake_release_locked(0);
+  fake_stream *st = fake_stream_of((void *)s);
+  for (int j = 0; j < fake_n_held; j++)
+    if (fake_held[j] == f) fake_held[j--] = fake_held[--fake_n_held]; /* recorded again */
+  f->held = NULL;
+  if (st->gated) {
+    if (fake_n_held == FAKE_HELD) abort();
+    f->t = st->rel;
+    f->held = st;
+    fake_held[fake_n_held++] = f;
+  } else {
+    f->t = st->t > fake_cudart_host_us ? st->t : fake_cudart_host_us;
+  }
   f->recorded = 1;
   fake_cudart_records++;
   pthread_mutex_unlock(&fake_lock);
@@ -259,11 +389,12 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 
 static int fake_done(const fake_event *f) {
-  return !f->recorded || fake_cudart_gpu_follows || f->t <= fake_cudart_gpu_us;
+  return !f->recorded || (!f->held && (fake_cudart_gpu_follows || f->t <= fake_cudart_gpu_us));
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   pthread_mutex_lock(&fake_lock);
+  fake_release_locked(0);
   int done = fake_done((fake_event *)e);
   pthread_mutex_unlock(&fake_lock);
   return done ? cudaSuccess : cudaErrorNotReady;
@@ -272,6 +403,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
   fake_event *x = (fake_event *)a, *y = (fake_event *)b;
   pthread_mutex_lock(&fake_lock);
+  fake_release_locked(0);
   cudaError_t r = cudaSuccess;
   if (!x->recorded || !y->recorded)
     r = cudaErrorInvalidResourceHandle;
