@@ -120,13 +120,18 @@ pub struct Pick {
     /// from a runtime before paired comparisons, or without a settled line).
     pub confidence: Option<String>,
     /// The whole run's kernel time of the key with this method's shape forced (the sum over
-    /// its launches, [`LaunchTimes`]), its launches, whole-run best / this (the best of the
-    /// compared methods' whole-run times), and the key's drift in that run (tail / head,
-    /// [`LaunchTimes::drift`]).
+    /// its launches, [`LaunchTimes`]): the median over the repeated whole runs that count
+    /// ([`whole_run_pick`]); its launches, whole-run best / this (the best of the compared
+    /// methods' whole-run times), and the key's drift (tail / head, [`LaunchTimes::drift`];
+    /// the median over those runs).
     pub whole_run_ms: Option<f64>,
     pub whole_run_launches: Option<u64>,
     pub whole_run_ratio: Option<f64>,
     pub drift: Option<f64>,
+    /// How many whole runs with this shape forced counted for `whole_run_ms`, and their
+    /// spread: max / min - 1 of their times (`None` with fewer than two).
+    pub whole_run_runs: Option<u32>,
+    pub whole_run_spread: Option<f64>,
     /// settled: whether its time in the sweep exceeds the program's own shape's by more than
     /// 3 % ([`SLOWER_THAN_DEFAULT`]); `None` when either is not timed.
     pub slower_than_default: Option<bool>,
@@ -930,10 +935,15 @@ pub struct Record {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confidence: Option<Option<String>>,
     /// The whole run's kernel time of the key with this method's shape forced (the sum over
-    /// the key's launches; null: not measured), whole-run best / this, the launches summed
-    /// and the key's drift in that run (tail / head); `drifts`: whether the key's per-launch
-    /// cost drifts over the run (null: no whole-run measurement of the case).
+    /// the key's launches; with several whole runs per shape, `klaraptor validate
+    /// --whole-runs`, the median over those that count; null: not measured), how many whole
+    /// runs counted and their spread (max / min - 1 of their times; null: not measured, or
+    /// one run only), whole-run best / this, the launches summed and the key's drift (tail /
+    /// head; the median over the runs); `drifts`: whether the key's per-launch cost drifts
+    /// over the run (null: no whole-run measurement of the case).
     pub whole_run_ms: Option<f64>,
+    pub whole_run_runs: Option<u32>,
+    pub whole_run_spread: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whole_run_ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -991,6 +1001,8 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
                 slower_than_default: settled.then_some(p.slower_than_default),
                 confidence: settled.then(|| p.confidence.clone()),
                 whole_run_ms: p.whole_run_ms,
+                whole_run_runs: p.whole_run_runs,
+                whole_run_spread: p.whole_run_spread,
                 whole_run_ratio: p.whole_run_ratio,
                 whole_run_launches: p.whole_run_launches,
                 drift: p.drift,
@@ -1670,7 +1682,8 @@ pub fn parse_launch_times(text: &str) -> Result<Vec<LaunchTimes>> {
 }
 
 /// One forced run of the whole-run measurement: which shape each kernel (mangled name) was
-/// forced to, and the launch times it wrote.
+/// forced to, and the launch times it wrote. The repeats of one forced configuration
+/// (`klaraptor validate --whole-runs`) are as many forced runs with the same `forced`.
 #[derive(Debug, Clone, Default)]
 pub struct ForcedRun {
     pub forced: BTreeMap<String, [u32; 3]>,
@@ -1679,12 +1692,43 @@ pub struct ForcedRun {
     pub source: String,
 }
 
-/// Sets the whole-run time of a pick whose shape is `block`, from the forced run that forced
-/// kernel `mangled` to that shape and timed its key at `sizes`; says in `how` why not when
-/// there is none, or when the runtime launched another shape (a forced shape that fell back).
+/// The median of `v` (the mean of the middle two of an even count); `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// The spread of repeated times: max / min - 1 (`None` with fewer than two, or a time that
+/// is not positive).
+pub fn spread(v: &[f64]) -> Option<f64> {
+    if v.len() < 2 {
+        return None;
+    }
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (min > 0.0 && max.is_finite()).then(|| max / min - 1.0)
+}
+
+/// Sets the whole-run time of a pick whose shape is `block`, from the forced runs that
+/// forced kernel `mangled` to that shape and timed its key at `sizes`: the median of their
+/// times of the key (one run: its time), with how many counted (`whole_run_runs`) and their
+/// spread (`whole_run_spread`). A run that did not launch the key, launched it with another
+/// shape (a forced shape that fell back) or with several, or timed none of its launches is
+/// left out, and `how` says so; and why there is no time when none counts, or when no run
+/// forced the shape.
 pub fn whole_run_pick(p: &mut Pick, runs: &[ForcedRun], mangled: &str, sizes: &[i64]) {
     let Some(b) = p.block else { return };
-    let Some(run) = runs.iter().find(|r| r.forced.get(mangled) == Some(&b)) else {
+    let mine: Vec<&ForcedRun> = runs
+        .iter()
+        .filter(|r| r.forced.get(mangled) == Some(&b))
+        .collect();
+    if mine.is_empty() {
         if !runs.is_empty() {
             p.how.push_str(&format!(
                 "; no whole-run measurement with {} forced",
@@ -1692,58 +1736,101 @@ pub fn whole_run_pick(p: &mut Pick, runs: &[ForcedRun], mangled: &str, sizes: &[
             ));
         }
         return;
-    };
-    let Some(t) = run
-        .times
-        .iter()
-        .find(|t| t.kernel == mangled && t.sizes == sizes)
-    else {
-        p.how.push_str(&format!(
-            "; the whole run with {} forced ({}) did not launch this key",
+    }
+    let mut counted: Vec<(&ForcedRun, &LaunchTimes)> = Vec::new();
+    let mut left_out: Vec<String> = Vec::new();
+    for run in &mine {
+        let head = format!(
+            "the whole run with {} forced ({})",
             shape_text(b),
             run.source
-        ));
+        );
+        match run
+            .times
+            .iter()
+            .find(|t| t.kernel == mangled && t.sizes == sizes)
+        {
+            None => left_out.push(format!("{head} did not launch this key")),
+            Some(t) if t.block != b || t.blocks_seen > 1 => left_out.push(format!(
+                "{head} launched {}{}",
+                shape_text(t.block),
+                if t.blocks_seen > 1 { " and others" } else { "" }
+            )),
+            Some(t) if t.timed == 0 => {
+                left_out.push(format!("{head} timed none of its {} launches", t.launches))
+            }
+            Some(t) => counted.push((run, t)),
+        }
+    }
+    if counted.is_empty() {
+        for why in &left_out {
+            p.how.push_str("; ");
+            p.how.push_str(why);
+        }
+        p.how.push_str(": no whole-run time");
         return;
+    }
+    let totals: Vec<f64> = counted.iter().map(|(_, t)| t.total_ms).collect();
+    let drifts: Vec<f64> = counted.iter().filter_map(|(_, t)| t.drift()).collect();
+    let (ms, t0) = (median(&totals).unwrap_or(f64::NAN), counted[0].1);
+    p.whole_run_ms = Some(ms);
+    p.whole_run_runs = Some(counted.len() as u32);
+    p.whole_run_spread = spread(&totals);
+    p.whole_run_launches = Some(t0.launches);
+    p.drift = median(&drifts);
+    let launches = if counted.iter().all(|(_, t)| t.launches == t0.launches) {
+        format!(
+            "{} launches{}",
+            t0.launches,
+            if t0.timed < t0.launches {
+                format!(" ({} timed)", t0.timed)
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        format!(
+            "{} launches (differing between the runs: {})",
+            t0.launches,
+            counted
+                .iter()
+                .map(|(_, t)| t.launches.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     };
-    if t.block != b || t.blocks_seen > 1 {
+    let sources = counted
+        .iter()
+        .map(|(r, _)| r.source.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if counted.len() == 1 {
         p.how.push_str(&format!(
-            "; the whole run with {} forced ({}) launched {}{}: no whole-run time",
-            shape_text(b),
-            run.source,
-            shape_text(t.block),
-            if t.blocks_seen > 1 { " and others" } else { "" }
+            "; whole run with it forced: {ms:.4} ms over {launches} ({sources})"
         ));
-        return;
-    }
-    if t.timed == 0 {
+    } else {
         p.how.push_str(&format!(
-            "; the whole run with {} forced ({}) timed none of its {} launches",
-            shape_text(b),
-            run.source,
-            t.launches
+            "; median of {} whole runs with it forced: {ms:.4} ms, spread {} ({:.4} to {:.4} \
+             ms), over {launches} ({sources})",
+            counted.len(),
+            p.whole_run_spread.map_or_else(
+                || "unknown".to_string(),
+                |sp| format!("{:.1} %", 100.0 * sp)
+            ),
+            totals.iter().copied().fold(f64::INFINITY, f64::min),
+            totals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         ));
-        return;
     }
-    p.whole_run_ms = Some(t.total_ms);
-    p.whole_run_launches = Some(t.launches);
-    p.drift = t.drift();
-    p.how.push_str(&format!(
-        "; whole run with it forced: {:.4} ms over {} launches{} ({})",
-        t.total_ms,
-        t.launches,
-        if t.timed < t.launches {
-            format!(" ({} timed)", t.timed)
-        } else {
-            String::new()
-        },
-        run.source
-    ));
+    for why in &left_out {
+        p.how.push_str("; left out: ");
+        p.how.push_str(why);
+    }
 }
 
 impl Case {
     /// After [`whole_run_pick`] on the compared methods: each one's whole-run ratio (the best
-    /// of their whole-run times over its own), and whether the key drifts (in any of the
-    /// forced runs).
+    /// of their whole-run times over its own), and whether the key drifts (any method's
+    /// drift, the median over its forced runs, beyond [`DRIFT`]).
     pub fn time_whole_run(&mut self) {
         let best = Method::COMPARED
             .iter()
@@ -2285,6 +2372,175 @@ mod tests {
         q.time_whole_run();
         assert_eq!(q.drifts, Some(false));
         assert_eq!(q.picks[&Method::Default].whole_run_ms, Some(0.5));
+    }
+
+    /// Repeated whole runs of one forced shape (`klaraptor validate --whole-runs`): the
+    /// median of the repeats that count, how many counted, and their spread; a repeat that
+    /// launched another block, several blocks, or timed nothing is left out.
+    #[test]
+    fn whole_run_repeats() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(spread(&[5.0]), None);
+        assert!((spread(&[4.0, 5.0, 4.5]).unwrap() - 0.25).abs() < 1e-12);
+        assert_eq!(spread(&[0.0, 1.0]), None);
+
+        let k = "_Z1kPfi";
+        let lt = |b: [u32; 3], total: f64, tail: f64| LaunchTimes {
+            kernel: k.into(),
+            name: "k".into(),
+            sizes: vec![4096],
+            launches: 40,
+            timed: 40,
+            total_ms: total,
+            first_ms: Some(total / 40.0),
+            last_ms: Some(total / 40.0),
+            head_ms: Some(1.0),
+            tail_ms: Some(tail),
+            min_ms: None,
+            max_ms: None,
+            trend: Some(0.0),
+            block: b,
+            grid: [16, 1, 1],
+            blocks_seen: 1,
+        };
+        let b = [128, 1, 1];
+        let run = |i: u32, t: LaunchTimes| ForcedRun {
+            forced: [(k.to_string(), b)].into_iter().collect(),
+            times: vec![t],
+            source: format!("run1/wholerun/f1.r{i}"),
+        };
+        let pick_of = |runs: &[ForcedRun]| {
+            let mut p = Pick {
+                block: Some(b),
+                ..Pick::default()
+            };
+            whole_run_pick(&mut p, runs, k, &[4096]);
+            p
+        };
+
+        // Median of 3 (not the first, not the mean), spread max / min - 1.
+        let p = pick_of(&[
+            run(1, lt(b, 12.0, 1.3)),
+            run(2, lt(b, 10.0, 1.0)),
+            run(3, lt(b, 10.5, 1.1)),
+        ]);
+        assert_eq!(p.whole_run_ms, Some(10.5));
+        assert_eq!(p.whole_run_runs, Some(3));
+        assert!((p.whole_run_spread.unwrap() - 0.2).abs() < 1e-12, "{p:?}");
+        assert_eq!(p.drift, Some(1.1), "the median drift");
+        assert_eq!(p.whole_run_launches, Some(40));
+        assert!(
+            p.how
+                .contains("median of 3 whole runs with it forced: 10.5000 ms, spread 20.0 %"),
+            "{}",
+            p.how
+        );
+        assert!(p.how.contains("run1/wholerun/f1.r3"), "{}", p.how);
+
+        // Median of 2: the mean of the two.
+        let p = pick_of(&[run(1, lt(b, 10.0, 1.0)), run(2, lt(b, 12.5, 1.0))]);
+        assert_eq!(p.whole_run_ms, Some(11.25));
+        assert_eq!(p.whole_run_runs, Some(2));
+        assert!((p.whole_run_spread.unwrap() - 0.25).abs() < 1e-12);
+
+        // A repeat that launched another block (a forced shape that fell back), one that
+        // launched several and one that timed none are left out: the median of the other
+        // two.
+        let mut mixed = lt(b, 1.0, 1.0);
+        mixed.blocks_seen = 2;
+        let mut untimed = lt(b, 0.0, 1.0);
+        untimed.timed = 0;
+        let p = pick_of(&[
+            run(1, lt(b, 10.0, 1.0)),
+            run(2, lt([256, 1, 1], 100.0, 1.0)),
+            run(3, lt(b, 11.0, 1.0)),
+            run(4, mixed),
+            run(5, untimed),
+        ]);
+        assert_eq!(p.whole_run_ms, Some(10.5));
+        assert_eq!(p.whole_run_runs, Some(2));
+        assert!((p.whole_run_spread.unwrap() - 0.1).abs() < 1e-12);
+        assert!(
+            p.how.contains(
+                "left out: the whole run with 128x1x1 forced (run1/wholerun/f1.r2) \
+                           launched 256x1x1"
+            ),
+            "{}",
+            p.how
+        );
+        assert!(p
+            .how
+            .contains("(run1/wholerun/f1.r4) launched 128x1x1 and others"));
+        assert!(p
+            .how
+            .contains("(run1/wholerun/f1.r5) timed none of its 40 launches"));
+
+        // One repeat counted: its time, no spread, today's text; none counted: no time.
+        let p = pick_of(&[run(1, lt([256, 1, 1], 9.0, 1.0)), run(2, lt(b, 10.0, 1.0))]);
+        assert_eq!(
+            (p.whole_run_ms, p.whole_run_runs, p.whole_run_spread),
+            (Some(10.0), Some(1), None)
+        );
+        assert!(p
+            .how
+            .contains("; whole run with it forced: 10.0000 ms over 40 launches"));
+        let p = pick_of(&[run(1, lt([256, 1, 1], 9.0, 1.0))]);
+        assert_eq!((p.whole_run_ms, p.whole_run_runs), (None, None));
+        assert!(
+            p.how.ends_with("launched 256x1x1: no whole-run time"),
+            "{}",
+            p.how
+        );
+
+        // The records carry both, beside whole_run_ms; null where not measured.
+        let mut c = Case {
+            mangled: k.into(),
+            sizes: vec![4096],
+            ..Case::default()
+        };
+        c.picks.insert(
+            Method::Default,
+            pick_of(&[
+                run(1, lt(b, 12.0, 1.0)),
+                run(2, lt(b, 10.0, 1.0)),
+                run(3, lt(b, 11.0, 1.0)),
+            ]),
+        );
+        c.picks.insert(
+            Method::Settled,
+            Pick {
+                block: Some([64, 1, 1]),
+                ..Pick::default()
+            },
+        );
+        c.time_whole_run();
+        let j = serde_json::to_value(records(std::slice::from_ref(&c))).unwrap();
+        let rec = |m: &str| {
+            j.as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["method"] == m)
+                .unwrap()
+                .clone()
+        };
+        let d = rec("default");
+        assert_eq!(
+            (d["whole_run_ms"].as_f64(), d["whole_run_runs"].as_u64()),
+            (Some(11.0), Some(3))
+        );
+        assert!(
+            (d["whole_run_spread"].as_f64().unwrap() - 0.2).abs() < 1e-12,
+            "{d}"
+        );
+        assert_eq!(d["whole_run_ratio"], 1.0);
+        let st = rec("settled");
+        let o = st.as_object().unwrap();
+        assert!(
+            o["whole_run_runs"].is_null() && o["whole_run_spread"].is_null(),
+            "{st}"
+        );
     }
 
     #[test]

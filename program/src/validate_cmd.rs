@@ -23,20 +23,32 @@
 //!                            klaraptor's choice, and where it settled (`refine:` lines)
 //! binary.{out,err,status}    of its last run
 //! choices/                   the choices cache those runs shared
-//! wholerun/f<j>.force        the whole-run measurement (unless --no-whole-run): the binary
-//!                            run again with one shape forced per kernel (lines `<mangled>
-//!                            <BXxBYxBZ>`; KLARAPTOR_FORCE), until every compared method's
-//!                            shape of every key has had a run
-//! wholerun/f<j>.times.jsonl  its KLARAPTOR_LAUNCH_TIMES: per key, the kernel time of every
-//!                            launch summed (validate::LaunchTimes)
-//! wholerun/f<j>.{log,out,err,status}
+//! wholerun/f<j>.force        the whole-run measurement (unless --no-whole-run): forced
+//!                            configuration j, one shape forced per kernel (lines `<mangled>
+//!                            <BXxBYxBZ>`; KLARAPTOR_FORCE), as many configurations as
+//!                            needed for every compared method's shape of every key
+//! wholerun/f<j>.r<k>.times.jsonl
+//!                            repeat k (1..=--whole-runs) of the binary run with
+//!                            configuration j forced: its KLARAPTOR_LAUNCH_TIMES, per key the
+//!                            kernel time of every launch summed (validate::LaunchTimes)
+//! wholerun/f<j>.r<k>.{log,out,err,status}
 //! ```
+//!
+//! With `--whole-runs 1` a configuration's one run is `f<j>.times.jsonl`,
+//! `f<j>.{log,out,err,status}` (no `.r<k>`), the layout of the directories made before
+//! repeats, which `--from` reads as one run per configuration.
 //!
 //! The whole-run measurement is what the user gets: the sweep times one launch of a key
 //! (its first) per shape, repeated; a key whose launches differ (a loop whose work shrinks
 //! with a step the data values do not show) or that is launched a few times only is
 //! measured by the whole run's kernel time of the key with each method's shape forced:
 //! default (the program's own), klaraptor (the model's choice), profiled_best and settled.
+//! One whole run of a key made of short kernels (2-10 us launches between synchronisations)
+//! spread by +-8 % from run to run on an H200, more than the methods differ; so each
+//! configuration runs `--whole-runs` times (default 3), the repeats interleaved (f1.r1, f2.r1,
+//! …, f1.r2, f2.r2, …: a slow drift of the GPU hits every shape alike), and a method's
+//! whole-run time is the median over its repeats, with their spread
+//! ([`validate::whole_run_pick`]).
 //!
 //! The profile database is `--profile-db`, else the one klaraptor-cc would have used when
 //! linking in the binary's directory (`KLARAPTOR_PROFILE_DB`, the nearest
@@ -115,7 +127,11 @@ pub struct ValidateArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Analyse the runs kept in this directory (an earlier --out) instead of running.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["sizes", "variant", "collector", "out"])]
+    #[arg(
+        long,
+        value_name = "DIR",
+        conflicts_with_all = ["sizes", "variant", "collector", "out", "whole_runs"]
+    )]
     pub from: Option<PathBuf>,
     /// Write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
@@ -129,10 +145,21 @@ pub struct ValidateArgs {
     /// directory: KLARAPTOR_PROFILE_DB, the nearest klaraptor-profiles/, the user cache).
     #[arg(long, value_name = "DIR")]
     pub profile_db: Option<PathBuf>,
-    /// Leave out the whole-run measurement (the binary run once more per distinct shape of
-    /// a kernel's methods, that shape forced, every launch timed).
+    /// Leave out the whole-run measurement (the binary run again per distinct shape of a
+    /// kernel's methods, that shape forced, every launch timed).
     #[arg(long)]
     pub no_whole_run: bool,
+    /// Runs of the binary per forced shape in the whole-run measurement (1 to 50), the
+    /// repeats interleaved across the shapes; a method's whole-run time is their median
+    /// (1: one run each).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        value_parser = clap::value_parser!(u32).range(1..=50),
+        conflicts_with = "no_whole_run"
+    )]
+    pub whole_runs: u32,
 }
 
 /// One run of the program.
@@ -645,8 +672,30 @@ pub fn parse_force(text: &str) -> Result<BTreeMap<String, [u32; 3]>> {
     Ok(out)
 }
 
+/// The file stem of repeat `k` (from 1) of forced configuration `j` (from 1) when each
+/// configuration runs `n` times: `f<j>.r<k>`, or `f<j>` when `n` is 1 (the layout before
+/// repeats).
+pub fn repeat_stem(j: usize, k: u32, n: u32) -> String {
+    if n == 1 {
+        format!("f{j}")
+    } else {
+        format!("f{j}.r{k}")
+    }
+}
+
+/// The order of the whole-run measurement's runs of `configs` forced configurations, each
+/// run `n` times: round-robin (every configuration's first repeat, then every one's second,
+/// …, so that a slow drift of the GPU's speed hits every shape alike), as (configuration
+/// index from 0, file stem: [`repeat_stem`]).
+pub fn whole_run_schedule(configs: usize, n: u32) -> Vec<(usize, String)> {
+    (1..=n)
+        .flat_map(|k| (0..configs).map(move |j| (j, repeat_stem(j + 1, k, n))))
+        .collect()
+}
+
 /// The whole-run measurement: per run of `v`, the binary again with each method's shapes
-/// forced ([`forced_plan`]), every launch timed (KLARAPTOR_LAUNCH_TIMES).
+/// forced ([`forced_plan`]), every launch timed (KLARAPTOR_LAUNCH_TIMES), `--whole-runs`
+/// times per forced configuration, round-robin over the configurations.
 fn whole_runs(args: &ValidateArgs, v: &Validation, out: &Path) -> Result<()> {
     let binary = std::fs::canonicalize(&args.binary)
         .with_context(|| format!("{}", args.binary.display()))?;
@@ -662,10 +711,12 @@ fn whole_runs(args: &ValidateArgs, v: &Validation, out: &Path) -> Result<()> {
         let argv =
             crate::host_cc::split_args(&r.args).with_context(|| format!("--sizes {:?}", r.args))?;
         let t = Instant::now();
+        let n = args.whole_runs;
         for (j, forced) in plan.iter().enumerate() {
-            let stem = format!("f{}", j + 1);
-            let (file, env) = force_text(forced);
-            std::fs::write(dir.join(format!("{stem}.force")), file)?;
+            std::fs::write(dir.join(format!("f{}.force", j + 1)), force_text(forced).0)?;
+        }
+        for (j, stem) in whole_run_schedule(plan.len(), n) {
+            let (_, env) = force_text(&plan[j]);
             let mut cmd = Command::new(&binary);
             cmd.args(&argv)
                 .env("KLARAPTOR_FORCE", env)
@@ -681,7 +732,8 @@ fn whole_runs(args: &ValidateArgs, v: &Validation, out: &Path) -> Result<()> {
             std::fs::write(dir.join(format!("{stem}.status")), status_text(st) + "\n")?;
         }
         klaraptor_profiler::kl_eprintln!(
-            "klaraptor validate:   whole-run measurement of `{}`: {} forced run(s) in {:.1} s",
+            "klaraptor validate:   whole-run measurement of `{}`: {} forced configuration(s) \
+             x {n} run(s) in {:.1} s",
             r.args,
             plan.len(),
             t.elapsed().as_secs_f64()
@@ -690,43 +742,78 @@ fn whole_runs(args: &ValidateArgs, v: &Validation, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The forced runs kept in a run directory's `wholerun/` (none without one).
+/// The forced runs kept in a run directory's `wholerun/` (none without one): per forced
+/// configuration `f<j>.force`, in order of `j`, its repeats `f<j>.r<k>` in order of `k`
+/// (a repeat is known by any of its files: a run killed at its timeout writes no launch
+/// times, and has none), or its one run `f<j>` (a directory made with `--whole-runs 1`, or
+/// before repeats).
 pub fn read_forced_runs(rdir: &Path) -> Result<Vec<validate::ForcedRun>> {
     let dir = rdir.join("wholerun");
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return Ok(out);
     };
-    let mut stems: Vec<(u32, String)> = Vec::new();
+    let mut configs: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    let mut plain: BTreeSet<u32> = BTreeSet::new();
+    let mut repeats: Vec<(u32, u32)> = Vec::new();
     for e in rd {
         let name = e?.file_name().to_string_lossy().into_owned();
-        if let Some(stem) = name.strip_suffix(".force") {
-            if let Some(j) = stem.strip_prefix('f').and_then(|j| j.parse().ok()) {
-                stems.push((j, stem.to_string()));
+        let Some((stem, ext)) = name.split_once('.') else {
+            continue;
+        };
+        let Some(j) = stem.strip_prefix('f').and_then(|j| j.parse::<u32>().ok()) else {
+            continue;
+        };
+        match ext {
+            "force" => {
+                configs.entry(j).or_default();
+            }
+            "times.jsonl" => {
+                plain.insert(j);
+            }
+            _ => {
+                if let Some(k) = ext
+                    .strip_prefix('r')
+                    .and_then(|r| r.split_once('.'))
+                    .and_then(|(k, _)| k.parse::<u32>().ok())
+                {
+                    repeats.push((j, k));
+                }
             }
         }
     }
-    stems.sort();
-    for (_, stem) in stems {
-        let fp = dir.join(format!("{stem}.force"));
+    for (j, k) in repeats {
+        if let Some(ks) = configs.get_mut(&j) {
+            ks.insert(k);
+        }
+    }
+    for (j, ks) in configs {
+        let fp = dir.join(format!("f{j}.force"));
         let forced = parse_force(&std::fs::read_to_string(&fp)?)
             .with_context(|| format!("{}", fp.display()))?;
-        let tp = dir.join(format!("{stem}.times.jsonl"));
-        let times = match std::fs::read_to_string(&tp) {
-            Ok(t) => {
-                validate::parse_launch_times(&t).with_context(|| format!("{}", tp.display()))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", tp.display())),
-        };
-        out.push(validate::ForcedRun {
-            forced,
-            times,
-            source: format!(
-                "{}/wholerun/{stem}",
-                rdir.file_name().unwrap_or_default().to_string_lossy()
-            ),
-        });
+        let mut stems: Vec<String> = Vec::new();
+        if ks.is_empty() || plain.contains(&j) {
+            stems.push(format!("f{j}"));
+        }
+        stems.extend(ks.iter().map(|k| format!("f{j}.r{k}")));
+        for stem in stems {
+            let tp = dir.join(format!("{stem}.times.jsonl"));
+            let times = match std::fs::read_to_string(&tp) {
+                Ok(t) => {
+                    validate::parse_launch_times(&t).with_context(|| format!("{}", tp.display()))?
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(e).with_context(|| format!("reading {}", tp.display())),
+            };
+            out.push(validate::ForcedRun {
+                forced: forced.clone(),
+                times,
+                source: format!(
+                    "{}/wholerun/{stem}",
+                    rdir.file_name().unwrap_or_default().to_string_lossy()
+                ),
+            });
+        }
     }
     Ok(out)
 }
@@ -1182,12 +1269,25 @@ pub fn table(v: &Validation) -> String {
     let _ = writeln!(s);
     let whole: Vec<&Case> = v.cases.iter().filter(|c| c.drifts.is_some()).collect();
     if !whole.is_empty() {
+        let repeats = whole
+            .iter()
+            .flat_map(|c| c.picks.values().filter_map(|p| p.whole_run_runs))
+            .max()
+            .unwrap_or(1);
         let _ = writeln!(
             s,
-            "Whole run: the kernel time of the key summed over all its launches in one run of \
-             the binary, each method's shape forced (what the user gets); ratio = the best of \
-             the four / time; drift = the last third's mean launch time over the first third's \
-             (~ = drifts by more than {:.0} %).\n",
+            "Whole run: the kernel time of the key summed over all its launches in a run of \
+             the binary, each method's shape forced (what the user gets){}; ratio = the best \
+             of the four / time; drift = the last third's mean launch time over the first \
+             third's (~ = drifts by more than {:.0} %).\n",
+            if repeats > 1 {
+                format!(
+                    ", the median of up to {repeats} runs ((x %) = their spread, max / min - \
+                     1; (1 run): only one counted)"
+                )
+            } else {
+                String::new()
+            },
             (validate::DRIFT - 1.0) * 100.0
         );
         let wm = [
@@ -1232,11 +1332,18 @@ pub fn table(v: &Validation) -> String {
             ];
             for m in wm {
                 row.push(match c.picks.get(&m) {
-                    Some(p) => match (p.whole_run_ms, p.whole_run_ratio) {
-                        (Some(t), Some(r)) => format!("{t:.3}ms {r:.2}"),
-                        (Some(t), None) => format!("{t:.3}ms"),
-                        _ => "-".into(),
-                    },
+                    Some(p) => {
+                        let spread = match (p.whole_run_spread, p.whole_run_runs) {
+                            (Some(x), _) => format!(" ({:.1}%)", 100.0 * x),
+                            (None, Some(1)) if repeats > 1 => " (1 run)".into(),
+                            _ => String::new(),
+                        };
+                        match (p.whole_run_ms, p.whole_run_ratio) {
+                            (Some(t), Some(r)) => format!("{t:.3}ms {r:.2}{spread}"),
+                            (Some(t), None) => format!("{t:.3}ms{spread}"),
+                            _ => "-".into(),
+                        }
+                    }
                     None => "-".into(),
                 });
             }
@@ -1517,6 +1624,219 @@ mod tests {
         assert_eq!(parse_force(&file).unwrap(), plan[0]);
         assert!(parse_force("_Z1av 64xq\n").is_err());
         assert!(forced_plan(&[]).is_empty());
+    }
+
+    /// --whole-runs: 3 by default, 1 to 50, not with --no-whole-run or --from.
+    #[test]
+    fn whole_runs_option() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ValidateArgs,
+        }
+        use clap::Parser as _;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["validate", "./app", "--sizes", "10"];
+            argv.extend(extra);
+            Cli::try_parse_from(argv).map(|c| c.args.whole_runs)
+        };
+        assert_eq!(parse(&[]).unwrap(), 3);
+        assert_eq!(parse(&["--whole-runs", "1"]).unwrap(), 1);
+        assert_eq!(parse(&["--whole-runs=50"]).unwrap(), 50);
+        for bad in ["0", "51", "-1", "x"] {
+            let e = parse(&[&format!("--whole-runs={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--whole-runs"), "{bad}: {e}");
+        }
+        assert!(parse(&["--whole-runs", "0"])
+            .unwrap_err()
+            .to_string()
+            .contains("1..=50"));
+        assert!(parse(&["--whole-runs", "2", "--no-whole-run"]).is_err());
+        assert!(parse(&["--no-whole-run"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["validate", "./app", "--from", "d", "--whole-runs", "2"]).is_err()
+        );
+    }
+
+    /// The repeats run round-robin over the forced configurations; one repeat keeps the
+    /// layout before repeats.
+    #[test]
+    fn whole_run_order() {
+        let stems = |c, n| {
+            whole_run_schedule(c, n)
+                .into_iter()
+                .map(|(j, s)| format!("{j}:{s}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            stems(3, 2),
+            "0:f1.r1 1:f2.r1 2:f3.r1 0:f1.r2 1:f2.r2 2:f3.r2"
+        );
+        assert_eq!(stems(2, 1), "0:f1 1:f2");
+        assert_eq!(stems(0, 3), "");
+    }
+
+    /// read_forced_runs: the repeats of the new layout (a repeat without launch times, as a
+    /// run killed at its timeout leaves, still counts as a run), a directory made before
+    /// repeats (one run per configuration), and the whole-run times and spread they give.
+    #[test]
+    fn forced_runs_read_back() {
+        let line = |b: u32, total: f64| {
+            format!(
+                "{{\"kernel\":\"_Z1kPfi\",\"name\":\"k\",\"sizes\":[4096],\"launches\":10,\
+                 \"timed\":10,\"total_ms\":{total},\"first_ms\":null,\"last_ms\":null,\
+                 \"head_ms\":null,\"tail_ms\":null,\"min_ms\":null,\"max_ms\":null,\
+                 \"trend\":null,\"block\":[{b},1,1],\"grid\":[16,1,1],\"blocks_seen\":1}}\n"
+            )
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let rdir = tmp.path().join("run2");
+        let w = rdir.join("wholerun");
+        std::fs::create_dir_all(&w).unwrap();
+        assert!(read_forced_runs(&rdir).unwrap().is_empty());
+        let put = |name: &str, text: &str| std::fs::write(w.join(name), text).unwrap();
+        put("f1.force", "_Z1kPfi 128x1x1\n");
+        put("f2.force", "_Z1kPfi 256x1x1\n");
+        for (j, k, b, t) in [
+            (1, 1, 128, 10.0),
+            (2, 1, 256, 20.0),
+            (1, 2, 128, 12.0),
+            (2, 2, 256, 21.0),
+            (1, 3, 512, 1.0), // fell back: left out
+            (2, 3, 256, 22.0),
+        ] {
+            put(&format!("f{j}.r{k}.times.jsonl"), &line(b, t));
+            put(&format!("f{j}.r{k}.status"), "0\n");
+            put(&format!("f{j}.r{k}.log"), "");
+        }
+        put("f1.r4.status", "timeout\n");
+        put("f1.r4.out", "");
+        let runs = read_forced_runs(&rdir).unwrap();
+        let sources: Vec<&str> = runs.iter().map(|r| r.source.as_str()).collect();
+        assert_eq!(
+            sources,
+            [
+                "run2/wholerun/f1.r1",
+                "run2/wholerun/f1.r2",
+                "run2/wholerun/f1.r3",
+                "run2/wholerun/f1.r4",
+                "run2/wholerun/f2.r1",
+                "run2/wholerun/f2.r2",
+                "run2/wholerun/f2.r3",
+            ]
+        );
+        assert!(runs[3].times.is_empty());
+        assert_eq!(runs[4].forced["_Z1kPfi"], [256, 1, 1]);
+        let pick = |runs: &[validate::ForcedRun], b: [u32; 3]| {
+            let mut p = Pick {
+                block: Some(b),
+                ..Pick::default()
+            };
+            validate::whole_run_pick(&mut p, runs, "_Z1kPfi", &[4096]);
+            p
+        };
+        let p = pick(&runs, [128, 1, 1]);
+        assert_eq!((p.whole_run_ms, p.whole_run_runs), (Some(11.0), Some(2)));
+        assert!((p.whole_run_spread.unwrap() - 0.2).abs() < 1e-12);
+        assert!(
+            p.how
+                .contains("(run2/wholerun/f1.r4) did not launch this key"),
+            "{}",
+            p.how
+        );
+        let p = pick(&runs, [256, 1, 1]);
+        assert_eq!((p.whole_run_ms, p.whole_run_runs), (Some(21.0), Some(3)));
+        assert!((p.whole_run_spread.unwrap() - 0.1).abs() < 1e-12);
+
+        // The layout before repeats (and of --whole-runs 1): f<j>.times.jsonl, one run each.
+        let old = tmp.path().join("run1");
+        let w = old.join("wholerun");
+        std::fs::create_dir_all(&w).unwrap();
+        let put = |name: &str, text: &str| std::fs::write(w.join(name), text).unwrap();
+        put("f1.force", "_Z1kPfi 128x1x1\n");
+        put("f1.times.jsonl", &line(128, 10.0));
+        put("f1.status", "0\n");
+        put("f1.log", "");
+        put("f2.force", "_Z1kPfi 256x1x1\n");
+        put("f2.status", "timeout\n");
+        put("f10.force", "_Z1kPfi 64x1x1\n");
+        put("f10.times.jsonl", &line(64, 5.0));
+        let runs = read_forced_runs(&old).unwrap();
+        let sources: Vec<&str> = runs.iter().map(|r| r.source.as_str()).collect();
+        assert_eq!(
+            sources,
+            ["run1/wholerun/f1", "run1/wholerun/f2", "run1/wholerun/f10"]
+        );
+        let p = pick(&runs, [128, 1, 1]);
+        assert_eq!(
+            (p.whole_run_ms, p.whole_run_runs, p.whole_run_spread),
+            (Some(10.0), Some(1), None)
+        );
+        assert!(
+            p.how.contains(
+                "; whole run with it forced: 10.0000 ms over 10 launches (run1/wholerun/f1)"
+            ),
+            "{}",
+            p.how
+        );
+        assert_eq!(pick(&runs, [64, 1, 1]).whole_run_ms, Some(5.0));
+        assert_eq!(pick(&runs, [256, 1, 1]).whole_run_ms, None);
+    }
+
+    /// The whole-run table shows each time's spread over the repeats.
+    #[test]
+    fn table_shows_the_spread() {
+        let mut c = Case {
+            kernel: "k".into(),
+            mangled: "_Z1kPfi".into(),
+            job: "run1".into(),
+            dim: 1,
+            labels: vec!["N".into()],
+            sizes: vec![4096],
+            ..Case::default()
+        };
+        let wr = |b: u32, ms: f64, runs: u32, spread: Option<f64>| Pick {
+            block: Some([b, 1, 1]),
+            whole_run_ms: Some(ms),
+            whole_run_runs: Some(runs),
+            whole_run_spread: spread,
+            whole_run_launches: Some(10),
+            ..Pick::default()
+        };
+        c.picks
+            .insert(Method::Default, wr(256, 2.0, 3, Some(0.041)));
+        c.picks.insert(Method::Klaraptor, wr(128, 1.0, 1, None));
+        c.time_whole_run();
+        let v = Validation {
+            program: "app".into(),
+            cases: vec![c.clone()],
+            ..Validation::default()
+        };
+        let t = table(&v);
+        assert!(t.contains("the median of up to 3 runs"), "{t}");
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("run1") && l.contains("2.000ms"))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(row.contains("2.000ms 0.50 (4.1%)"), "{row}");
+        assert!(row.contains("1.000ms 1.00 (1 run)"), "{row}");
+        // One run per shape (--whole-runs 1): no spread, as before.
+        for p in c.picks.values_mut() {
+            p.whole_run_runs = Some(1);
+            p.whole_run_spread = None;
+        }
+        let t = table(&Validation {
+            cases: vec![c],
+            ..Validation::default()
+        });
+        assert!(
+            !t.contains("median of up to") && !t.contains("(1 run)"),
+            "{t}"
+        );
+        assert!(t.contains("2.000ms 0.50"), "{t}");
     }
 
     #[test]
