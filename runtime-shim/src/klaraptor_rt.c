@@ -227,8 +227,6 @@ static int descriptors_differ(const klaraptor_kernel *a, const klaraptor_kernel 
   return 0;
 }
 
-static inline void ensure_init(void);
-
 void klaraptor_register(const klaraptor_kernel *k) {
   if (!k) return;
   if (k->abi_version < 1 || k->abi_version > KLARAPTOR_ABI_VERSION) {
@@ -266,9 +264,6 @@ void klaraptor_register(const klaraptor_kernel *k) {
     }
   }
   pthread_mutex_unlock(&g_lock);
-  /* The environment is read now, as the program loads (registrations run before main), not
-   * on the first launch's way to the GPU. */
-  ensure_init();
 }
 
 /* Models: a list, newest first, published like the registry buckets. There are a handful
@@ -577,7 +572,7 @@ static inline void ensure_init(void) {
   pthread_mutex_lock(&g_lock);
   if (!atomic_load_explicit(&g_inited, memory_order_relaxed)) {
     read_env_locked();
-    (void)choices_dir_exists(); /* looked at now, as the program loads */
+    (void)choices_dir_exists(); /* looked at once, with the environment */
     atomic_store_explicit(&g_inited, 1, memory_order_release);
   }
   pthread_mutex_unlock(&g_lock);
