@@ -45,6 +45,10 @@ fn driver(dir: &Path) -> PathBuf {
 /// Runs the driver with every launch timed into `times`, `force` (a KLARAPTOR_FORCE value)
 /// forced, each launch's time multiplied by `scale`.
 fn run_driver(exe: &Path, times: &Path, force: Option<&str>, scale: f64) {
+    run_driver_env(exe, times, force, scale, &[]);
+}
+
+fn run_driver_env(exe: &Path, times: &Path, force: Option<&str>, scale: f64, env: &[(&str, &str)]) {
     let mut cmd = Command::new(exe);
     cmd.env("KLARAPTOR_LAUNCH_TIMES", times)
         .env("KLARAPTOR_CHOICES", "off")
@@ -58,6 +62,7 @@ fn run_driver(exe: &Path, times: &Path, force: Option<&str>, scale: f64) {
     if let Some(f) = force {
         cmd.env("KLARAPTOR_FORCE", f);
     }
+    cmd.envs(env.iter().copied());
     let o = cmd.output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
@@ -97,6 +102,27 @@ fn every_launch_of_a_key_is_summed_and_drift_is_seen() {
         (captured.launches, captured.timed, captured.total_ms),
         (1, 0, 0.0)
     );
+}
+
+/// The program's own launches (`KLARAPTOR_DISABLE=1`: the program's own shape's whole run, as
+/// the accuracy study measures it) are timed alike, with the program's blocks and grids.
+#[test]
+fn the_programs_own_launches_are_timed_under_disable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = driver(tmp.path());
+    let times = tmp.path().join("times.jsonl");
+    run_driver_env(&exe, &times, None, 1.0, &[("KLARAPTOR_DISABLE", "1")]);
+    let text = std::fs::read_to_string(&times).unwrap();
+    let t = validate::parse_launch_times(&text).unwrap();
+    assert_eq!(t.len(), 3, "{text}");
+    let elim = t.iter().find(|x| x.name == "elim").unwrap();
+    assert_eq!((elim.launches, elim.timed), (999, 999));
+    assert_eq!(
+        (elim.block, elim.grid, elim.blocks_seen),
+        ([256, 1, 1], [4, 1, 1], 1)
+    );
+    let want_ms: f64 = (0..999).map(|t| (1000.0 - t as f64) / 100.0).sum::<f64>() / 1000.0;
+    assert!((elim.total_ms - want_ms).abs() < 1e-3 * want_ms, "{elim:?}");
 }
 
 /// The whole-run measurement's repeats (`klaraptor validate --whole-runs`), as validate lays
