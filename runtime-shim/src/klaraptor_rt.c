@@ -599,41 +599,6 @@ static int cudart_current(int *ordinal) {
   return 0;
 }
 
-/* Fills dev from cudaGetDeviceProperties; 0, or -1 when it fails or says what no device says. */
-static int cudart_props(int ordinal, klaraptor_device *dev) {
-  /* larger than the struct: a runtime of a later minor version may have added to it */
-  static union {
-    struct cudaDeviceProp p;
-    char pad[16384];
-  } u; /* under g_lock */
-  memset(&u, 0, sizeof u);
-  const struct cudaDeviceProp *pp = &u.p;
-  if (cudaGetDeviceProperties(&u.p, ordinal) != cudaSuccess) return -1;
-  const struct cudaDeviceProp p = *pp;
-  if (p.multiProcessorCount <= 0 || p.warpSize <= 0 || p.maxThreadsPerBlock <= 0 || p.major <= 0)
-    return -1;
-  dev->sm_count = p.multiProcessorCount;
-  dev->warp_size = p.warpSize;
-  dev->max_threads_per_block = p.maxThreadsPerBlock;
-  for (int i = 0; i < 3; i++) {
-    dev->max_block_dim[i] = p.maxThreadsDim[i];
-    dev->max_grid_dim[i] = p.maxGridSize[i];
-  }
-  dev->max_threads_per_sm = p.maxThreadsPerMultiProcessor;
-  dev->max_blocks_per_sm = p.maxBlocksPerMultiProcessor;
-  dev->regs_per_sm = p.regsPerMultiprocessor;
-  dev->regs_per_block = p.regsPerBlock;
-  dev->smem_per_block = (int)p.sharedMemPerBlock;
-  dev->smem_per_block_optin = (int)p.sharedMemPerBlockOptin;
-  dev->smem_per_sm = (int)p.sharedMemPerMultiprocessor;
-  dev->cc_major = p.major;
-  dev->cc_minor = p.minor;
-  dev->mem_bus_bits = p.memoryBusWidth;
-  memcpy(dev->name, p.name, sizeof dev->name);
-  dev->name[sizeof dev->name - 1] = 0;
-  return 0;
-}
-
 static int cudart_query(int ordinal, klaraptor_device *dev, char *err, size_t errlen) {
   static const struct {
     enum cudaDeviceAttr attr;
@@ -660,15 +625,6 @@ static int cudart_query(int ordinal, klaraptor_device *dev, char *err, size_t er
   };
   memset(dev, 0, sizeof *dev);
   dev->ordinal = ordinal;
-  /* One call where the CUDA runtime the program links is of the major version of the headers
-   * this was compiled with (cudaDeviceProp's layout changes between major versions only):
-   * about 1 us, where the 20 attributes below take 10 to 17 us (H200, driver 580), on the
-   * first launch of every instrumented program. */
-  int rtv = 0;
-  if (cudaRuntimeGetVersion(&rtv) == cudaSuccess && rtv / 1000 == CUDART_VERSION / 1000 &&
-      cudart_props(ordinal, dev) == 0)
-    return 0;
-  (void)cudaGetLastError();
   for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
     int v = 0;
     cudaError_t e = cudaDeviceGetAttribute(&v, attrs[i].attr, ordinal);

@@ -74,54 +74,12 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
   return cudaSuccess;
 }
 
-/* The version of the CUDA runtime: by default a major version other than the headers', so
- * that the shim describes devices attribute by attribute; CUDART_VERSION makes it read them
- * from cudaGetDeviceProperties, which then holds what the attributes say. */
-int fake_cudart_runtime_version = 12080;
-cudaError_t cudaRuntimeGetVersion(int *v) {
-  *v = fake_cudart_runtime_version;
-  return cudaSuccess;
-}
-
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   if (device < 0 || device >= FAKE_DEVICES) return cudaErrorInvalidDevice;
   memset(prop, 0x5a, sizeof *prop);
   strcpy(prop->name, device == 0   ? "NVIDIA H200"
                      : device == 1 ? "NVIDIA A100-SXM4-80GB"
                                    : "NVIDIA H100 80GB HBM3");
-  if (fake_cudart_runtime_version / 1000 == CUDART_VERSION / 1000) {
-    int v[20];
-    static const enum cudaDeviceAttr a[20] = {
-        cudaDevAttrMultiProcessorCount, cudaDevAttrWarpSize, cudaDevAttrMaxThreadsPerBlock,
-        cudaDevAttrMaxBlockDimX, cudaDevAttrMaxBlockDimY, cudaDevAttrMaxBlockDimZ,
-        cudaDevAttrMaxGridDimX, cudaDevAttrMaxGridDimY, cudaDevAttrMaxGridDimZ,
-        cudaDevAttrMaxThreadsPerMultiProcessor, cudaDevAttrMaxBlocksPerMultiprocessor,
-        cudaDevAttrMaxRegistersPerMultiprocessor, cudaDevAttrMaxRegistersPerBlock,
-        cudaDevAttrMaxSharedMemoryPerBlock, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-        cudaDevAttrMaxSharedMemoryPerMultiprocessor, cudaDevAttrComputeCapabilityMajor,
-        cudaDevAttrComputeCapabilityMinor, cudaDevAttrGlobalMemoryBusWidth, cudaDevAttrWarpSize};
-    int fail = fake_cudart_fail_attr; /* the properties do not go through the attributes */
-    fake_cudart_fail_attr = -1;
-    for (int i = 0; i < 20; i++) (void)cudaDeviceGetAttribute(&v[i], a[i], device);
-    fake_cudart_fail_attr = fail;
-    prop->multiProcessorCount = v[0];
-    prop->warpSize = v[1];
-    prop->maxThreadsPerBlock = v[2];
-    for (int i = 0; i < 3; i++) {
-      prop->maxThreadsDim[i] = v[3 + i];
-      prop->maxGridSize[i] = v[6 + i];
-    }
-    prop->maxThreadsPerMultiProcessor = v[9];
-    prop->maxBlocksPerMultiProcessor = v[10];
-    prop->regsPerMultiprocessor = v[11];
-    prop->regsPerBlock = v[12];
-    prop->sharedMemPerBlock = (size_t)v[13];
-    prop->sharedMemPerBlockOptin = (size_t)v[14];
-    prop->sharedMemPerMultiprocessor = (size_t)v[15];
-    prop->major = v[16];
-    prop->minor = v[17];
-    prop->memoryBusWidth = v[18];
-  }
   return cudaSuccess;
 }
 

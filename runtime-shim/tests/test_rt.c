@@ -21,14 +21,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cuda_runtime_api.h> /* CUDART_VERSION */
-
 #include "klaraptor.h"
 #include "klaraptor_internal.h"
 
 extern int fake_cudart_device;
 extern int fake_cudart_fail_attr;
-extern int fake_cudart_runtime_version;
 extern int fake_cudart_last_error;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -848,30 +845,6 @@ static int scenario_cudart(void) {
   print_launch("bad attribute probe n=1000", "_Z5probev", 1, (const int64_t[]){1000},
                D(1, 1, 1, 1, 1, 1));
   printf("last error after a failed attribute: %d\n", fake_cudart_last_error);
-  /* a CUDA runtime of the headers' major version: the device read in one call, alike */
-  klaraptor__reset_for_tests();
-  fake_cudart_fail_attr = -1;
-  fake_cudart_runtime_version = CUDART_VERSION;
-  g_seen_dev = NULL;
-  print_launch("props probe n=1000", "_Z5probev", 1, (const int64_t[]){1000},
-               D(1, 1, 1, 1, 1, 1));
-  d = g_seen_dev;
-  if (d)
-    printf("device %d \"%s\" sms=%d warp=%d threads/block=%d block=%dx%dx%d grid=%dx%dx%d "
-           "threads/sm=%d blocks/sm=%d regs/sm=%d regs/block=%d smem/block=%d "
-           "smem/block-optin=%d smem/sm=%d cc=%d.%d\n",
-           d->ordinal, d->name, d->sm_count, d->warp_size, d->max_threads_per_block,
-           d->max_block_dim[0], d->max_block_dim[1], d->max_block_dim[2], d->max_grid_dim[0],
-           d->max_grid_dim[1], d->max_grid_dim[2], d->max_threads_per_sm, d->max_blocks_per_sm,
-           d->regs_per_sm, d->regs_per_block, d->smem_per_block, d->smem_per_block_optin,
-           d->smem_per_sm, d->cc_major, d->cc_minor);
-  /* there an attribute failing does not matter */
-  klaraptor__reset_for_tests();
-  fake_cudart_fail_attr = 106;
-  print_launch("props, bad attribute probe n=1000", "_Z5probev", 1, (const int64_t[]){1000},
-               D(1, 1, 1, 1, 1, 1));
-  fake_cudart_fail_attr = -1;
-  fake_cudart_runtime_version = 12080;
   return 0;
 }
 
