@@ -132,6 +132,10 @@ pub struct Pick {
     /// spread: max / min - 1 of their times (`None` with fewer than two).
     pub whole_run_runs: Option<u32>,
     pub whole_run_spread: Option<f64>,
+    /// The mean kernel time per timed launch over the whole run (the median over the counted
+    /// runs): what the whole-run ratio compares, as a program whose timing loop repeats until
+    /// a time is reached launches a faster shape more often in its run.
+    pub whole_run_launch_ms: Option<f64>,
     /// settled: whether its time in the sweep exceeds the program's own shape's by more than
     /// 3 % ([`SLOWER_THAN_DEFAULT`]); `None` when either is not timed.
     pub slower_than_default: Option<bool>,
@@ -944,6 +948,10 @@ pub struct Record {
     pub whole_run_ms: Option<f64>,
     pub whole_run_runs: Option<u32>,
     pub whole_run_spread: Option<f64>,
+    /// The mean kernel time per timed launch over the whole run (median over the runs; null:
+    /// not measured); the whole-run ratio is of these, as the runs of a program whose timing
+    /// loop repeats until a time is reached launch the key more often with a faster shape.
+    pub whole_run_launch_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whole_run_ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1003,6 +1011,7 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
                 whole_run_ms: p.whole_run_ms,
                 whole_run_runs: p.whole_run_runs,
                 whole_run_spread: p.whole_run_spread,
+                whole_run_launch_ms: p.whole_run_launch_ms,
                 whole_run_ratio: p.whole_run_ratio,
                 whole_run_launches: p.whole_run_launches,
                 drift: p.drift,
@@ -1771,9 +1780,14 @@ pub fn whole_run_pick(p: &mut Pick, runs: &[ForcedRun], mangled: &str, sizes: &[
         return;
     }
     let totals: Vec<f64> = counted.iter().map(|(_, t)| t.total_ms).collect();
+    let means: Vec<f64> = counted
+        .iter()
+        .map(|(_, t)| t.total_ms / t.timed as f64)
+        .collect();
     let drifts: Vec<f64> = counted.iter().filter_map(|(_, t)| t.drift()).collect();
     let (ms, t0) = (median(&totals).unwrap_or(f64::NAN), counted[0].1);
     p.whole_run_ms = Some(ms);
+    p.whole_run_launch_ms = median(&means);
     p.whole_run_runs = Some(counted.len() as u32);
     p.whole_run_spread = spread(&totals);
     p.whole_run_launches = Some(t0.launches);
@@ -1829,18 +1843,19 @@ pub fn whole_run_pick(p: &mut Pick, runs: &[ForcedRun], mangled: &str, sizes: &[
 
 impl Case {
     /// After [`whole_run_pick`] on the compared methods: each one's whole-run ratio (the best
-    /// of their whole-run times over its own), and whether the key drifts (any method's
-    /// drift, the median over its forced runs, beyond [`DRIFT`]).
+    /// of their mean times per launch over the whole run over its own: the ratio of the
+    /// whole-run times when the runs launch the key equally often), and whether the key drifts
+    /// (any method's drift, the median over its forced runs, beyond [`DRIFT`]).
     pub fn time_whole_run(&mut self) {
         let best = Method::COMPARED
             .iter()
-            .filter_map(|m| self.picks.get(m).and_then(|p| p.whole_run_ms))
+            .filter_map(|m| self.picks.get(m).and_then(|p| p.whole_run_launch_ms))
             .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.min(t))));
         let mut any = false;
         let mut drifts = false;
         for m in Method::COMPARED {
             if let Some(p) = self.picks.get_mut(&m) {
-                if let Some(t) = p.whole_run_ms {
+                if let Some(t) = p.whole_run_launch_ms {
                     any = true;
                     p.whole_run_ratio = best.filter(|_| t > 0.0).map(|b| b / t);
                     drifts |= p.drift.is_some_and(|d| !(1.0 / DRIFT..=DRIFT).contains(&d));
@@ -2372,6 +2387,63 @@ mod tests {
         q.time_whole_run();
         assert_eq!(q.drifts, Some(false));
         assert_eq!(q.picks[&Method::Default].whole_run_ms, Some(0.5));
+    }
+
+    /// A program whose timing loop repeats until a time is reached launches the key more often
+    /// with a faster shape: its whole runs are compared per launch (an H200 reduction: the
+    /// program's 256 over 17 launches, 0.716 ms, against the model's 160 over 12, 0.590 ms:
+    /// the program's shape is the faster, 0.0421 ms a launch against 0.0492).
+    #[test]
+    fn whole_runs_of_different_lengths_compare_per_launch() {
+        let line = |b: u32, launches: u64, total: f64| LaunchTimes {
+            kernel: "_Z3sumPKfPfi".into(),
+            name: "sum".into(),
+            sizes: vec![16777216],
+            launches,
+            timed: launches,
+            total_ms: total,
+            first_ms: None,
+            last_ms: None,
+            head_ms: None,
+            tail_ms: None,
+            min_ms: None,
+            max_ms: None,
+            trend: None,
+            block: [b, 1, 1],
+            grid: [1, 1, 1],
+            blocks_seen: 1,
+        };
+        let run = |b: u32, launches: u64, total: f64| ForcedRun {
+            forced: [("_Z3sumPKfPfi".to_string(), [b, 1, 1])]
+                .into_iter()
+                .collect(),
+            times: vec![line(b, launches, total)],
+            source: "r".into(),
+        };
+        let runs = vec![run(256, 17, 0.716), run(160, 12, 0.590)];
+        let mut c = Case {
+            sizes: vec![16777216],
+            ..Case::default()
+        };
+        for (m, b) in [(Method::Default, 256), (Method::Klaraptor, 160)] {
+            let mut p = Pick {
+                block: Some([b, 1, 1]),
+                ..Pick::default()
+            };
+            whole_run_pick(&mut p, &runs, "_Z3sumPKfPfi", &[16777216]);
+            c.picks.insert(m, p);
+        }
+        c.time_whole_run();
+        let (d, k) = (&c.picks[&Method::Default], &c.picks[&Method::Klaraptor]);
+        assert_eq!(
+            (d.whole_run_ms, d.whole_run_ratio),
+            (Some(0.716), Some(1.0))
+        );
+        assert!((d.whole_run_launch_ms.unwrap() - 0.716 / 17.0).abs() < 1e-12);
+        let want = (0.716 / 17.0) / (0.590 / 12.0);
+        assert!((k.whole_run_ratio.unwrap() - want).abs() < 1e-12, "{k:?}");
+        let j = serde_json::to_value(records(std::slice::from_ref(&c))).unwrap();
+        assert!(j[0]["whole_run_launch_ms"].is_f64(), "{j}");
     }
 
     /// Repeated whole runs of one forced shape (`klaraptor validate --whole-runs`): the

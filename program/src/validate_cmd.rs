@@ -1278,8 +1278,9 @@ pub fn table(v: &Validation) -> String {
             s,
             "Whole run: the kernel time of the key summed over all its launches in a run of \
              the binary, each method's shape forced (what the user gets){}; ratio = the best \
-             of the four / time; drift = the last third's mean launch time over the first \
-             third's (~ = drifts by more than {:.0} %).\n",
+             of the four's mean time per launch over the run / this one's (the times' ratio \
+             when the runs launch the key equally often); drift = the last third's mean \
+             launch time over the first third's (~ = drifts by more than {:.0} %).\n",
             if repeats > 1 {
                 format!(
                     ", the median of up to {repeats} runs ((x %) = their spread, max / min - \
@@ -1804,6 +1805,7 @@ mod tests {
             whole_run_runs: Some(runs),
             whole_run_spread: spread,
             whole_run_launches: Some(10),
+            whole_run_launch_ms: Some(ms / 10.0),
             ..Pick::default()
         };
         c.picks

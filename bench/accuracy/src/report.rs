@@ -146,8 +146,10 @@ fn whole_run_section(st: &Study) -> String {
         "Whole run: the choice job's program run again with the method's shape launched at \
          every launch of the key (its own shape, the model's first choice with refinement off, \
          settled's and profiled_best's forced), every launch timed between CUDA events; the \
-         whole-run ratio is the best whole-run time of the measured methods / the method's (1 = \
-         the best of them, not the optimum). A key drifts when the mean of the last third of its \
+         whole-run ratio is the best mean time per launch over the whole run of the measured \
+         methods / the method's (1 = the best of them, not the optimum; the ratio of the \
+         whole-run times where the runs launch the key equally often: a harness that repeats \
+         until a time is reached launches a faster shape more often). A key drifts when the mean of the last third of its \
          launches differs from the first third's by more than {:.0} %. Whole-run files in {} of \
          {} choice jobs.\n",
         100.0 * (klaraptor_program::validate::DRIFT - 1.0),
