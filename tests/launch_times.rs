@@ -34,7 +34,8 @@ fn driver(dir: &Path) -> PathBuf {
         .arg(shim.join("src/klaraptor_prof.c"))
         .arg(root.join("tests/fixtures/launch-times/driver.c"))
         .arg(shim.join("tests/fake_cudart.c"))
-        .args(["-ldl", "-lpthread", "-lm", "-o"])
+        // the fake driver's cuStreamWaitValue32_v2 found by the gate's lookup (dlsym)
+        .args(["-rdynamic", "-ldl", "-lpthread", "-lm", "-o"])
         .arg(&exe)
         .output()
         .unwrap();

@@ -54,6 +54,8 @@ fn build_test(source: &str, name: &str, extra: &[&str]) -> Result<PathBuf, Strin
         .arg(shim.join("src/klaraptor_rt.c"))
         .arg(shim.join("tests").join(source))
         .arg(shim.join("tests/fake_cudart.c"))
+        // the fake driver's cuStreamWaitValue32_v2 found by the gate's lookup (dlsym)
+        .arg("-rdynamic")
         .arg("-lpthread")
         .arg("-o")
         .arg(&exe)

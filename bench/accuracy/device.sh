@@ -25,7 +25,8 @@
 #                (KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off: the model's first choice), f<j>
 #                (also KLARAPTOR_FORCE: the shapes settled on in model.log that are neither the
 #                model's choice nor the program's own at that key, one per kernel a run;
-#                f<j>.force lists them)
+#                f<j>.force lists them); with WHOLE_RUN_REPEATS=n each of those n times,
+#                round-robin, the repeats' stems <stem>.r2 … <stem>.r<n>
 # and prints one line per job (wall and kernel time against the estimate) and the totals.
 #
 # Environment: PHASE (required); OUT (default /tmp/accuracy-out); STUDY (default .dev/study;
@@ -38,7 +39,7 @@
 #   choice phase: MODEL_REPS (30), MODEL_RUNS (10), REFINE_BUDGET (off: see below),
 #   WHOLE_RUN (1; 0: no whole-run measurement), WHOLE_RUN_EST_FACTOR (1.6: with WHOLE_RUN the
 #   deadline check counts a job's estimate times this; a whole run that would start past
-#   DEADLINE_S is skipped, and said in wholerun/skipped).
+#   DEADLINE_S is skipped, and said in wholerun/skipped), WHOLE_RUN_REPEATS (1).
 set -u
 PHASE=${PHASE:-}
 case $PHASE in profile|exhaustive|choice) ;; *)
@@ -127,8 +128,11 @@ REFINE_BUDGET=${REFINE_BUDGET:-off}
 # cache off) and the shapes refinement settled on (KLARAPTOR_FORCE). profiled_best's shape is
 # the report's (the profile database is not here): it gets a whole-run time where it is one
 # of those. accuracy-report report reads wholerun/*.times.jsonl.
+# WHOLE_RUN_REPEATS=<n> (default 1) makes each of those runs n times, round-robin over the
+# shapes (stems <stem>, <stem>.r2, …); the report takes each shape's median.
 WHOLE_RUN=${WHOLE_RUN:-1}
 WHOLE_RUN_EST_FACTOR=${WHOLE_RUN_EST_FACTOR:-1.6}
+WHOLE_RUN_REPEATS=${WHOLE_RUN_REPEATS:-1}
 # The settled shapes to force, from a choice job's model.log: lines "<j>\t<kernel>\t<block>",
 # the j-th distinct shape of that kernel; a key's settled shape equal to its model choice or
 # its program_block is measured by the model or default run already.
@@ -252,15 +256,21 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
           echo "$st" > "$wr/$stem.status"
           nw=$((nw + 1)); [ "$st" -eq 0 ] || wfail=$((wfail + 1))
         }
-        wrun default KLARAPTOR_DISABLE=1
-        wrun model KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
         plan=$(settled_to_force "$dir/model.log")
         nf=$(printf '%s\n' "$plan" | awk -F'\t' 'NF >= 3 && $1 > m { m = $1 } END { print m + 0 }')
         for ((j = 1; j <= nf; j++)); do
           printf '%s\n' "$plan" | awk -F'\t' -v j="$j" '$1 == j { print $2 " " $3 }' > "$wr/f$j.force"
-          force=$(printf '%s\n' "$plan" | awk -F'\t' -v j="$j" \
-            '$1 == j { printf "%s%s:%s", (n++ ? "," : ""), $2, $3 }')
-          wrun "f$j" KLARAPTOR_FORCE="$force" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
+        done
+        for ((k = 1; k <= WHOLE_RUN_REPEATS; k++)); do
+          sfx=""
+          [ "$k" -gt 1 ] && sfx=".r$k"
+          wrun "default$sfx" KLARAPTOR_DISABLE=1
+          wrun "model$sfx" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
+          for ((j = 1; j <= nf; j++)); do
+            force=$(printf '%s\n' "$plan" | awk -F'\t' -v j="$j" \
+              '$1 == j { printf "%s%s:%s", (n++ ? "," : ""), $2, $3 }')
+            wrun "f$j$sfx" KLARAPTOR_FORCE="$force" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
+          done
         done
         wnote=" wholerun $nw run(s)"
         [ $wfail -gt 0 ] && wnote="$wnote, $wfail failed"

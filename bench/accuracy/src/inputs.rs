@@ -407,6 +407,10 @@ pub fn read_whole_runs(job_dir: &Path, label: &str) -> Result<Vec<WholeRun>> {
         }
     }
     let order = |s: &str| -> (u8, u64, String) {
+        // repeats (<stem>.r<k>) after every first run
+        if s.contains('.') {
+            return (4, 0, s.to_string());
+        }
         match s {
             "default" => (0, 0, String::new()),
             "model" => (1, 0, String::new()),

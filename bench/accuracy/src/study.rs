@@ -615,7 +615,8 @@ pub fn time_whole_run(case: &mut Case, runs: &[inputs::WholeRun]) {
                     forced.push(kv::ForcedRun {
                         forced: [(case.mangled.clone(), t.block)].into_iter().collect(),
                         times: vec![t.clone()],
-                        source: match r.stem.as_str() {
+                        // a repeat (WHOLE_RUN_REPEATS) is <stem>.r<k>
+                        source: match r.stem.split('.').next().unwrap_or_default() {
                             "default" => format!("{}, KLARAPTOR_DISABLE=1", r.source),
                             "model" => format!("{}, refinement off", r.source),
                             _ => format!("{}, KLARAPTOR_FORCE", r.source),
