@@ -1870,6 +1870,35 @@ impl Case {
 mod tests {
     use super::*;
 
+    /// A launch-times line of a key of one data value: `launches` launches, all timed,
+    /// `total` ms, one block; the rest unknown.
+    fn launch_times_line(
+        kernel: &str,
+        size: i64,
+        block: [u32; 3],
+        launches: u64,
+        total: f64,
+    ) -> LaunchTimes {
+        LaunchTimes {
+            kernel: kernel.into(),
+            name: "k".into(),
+            sizes: vec![size],
+            launches,
+            timed: launches,
+            total_ms: total,
+            first_ms: None,
+            last_ms: None,
+            head_ms: None,
+            tail_ms: None,
+            min_ms: None,
+            max_ms: None,
+            trend: None,
+            block,
+            grid: [1, 1, 1],
+            blocks_seen: 1,
+        }
+    }
+
     #[test]
     fn spearman_values() {
         let a = [1.0, 2.0, 3.0, 4.0, 5.0];
@@ -2395,23 +2424,8 @@ mod tests {
     /// the program's shape is the faster, 0.0421 ms a launch against 0.0492).
     #[test]
     fn whole_runs_of_different_lengths_compare_per_launch() {
-        let line = |b: u32, launches: u64, total: f64| LaunchTimes {
-            kernel: "_Z3sumPKfPfi".into(),
-            name: "sum".into(),
-            sizes: vec![16777216],
-            launches,
-            timed: launches,
-            total_ms: total,
-            first_ms: None,
-            last_ms: None,
-            head_ms: None,
-            tail_ms: None,
-            min_ms: None,
-            max_ms: None,
-            trend: None,
-            block: [b, 1, 1],
-            grid: [1, 1, 1],
-            blocks_seen: 1,
+        let line = |b: u32, n: u64, total: f64| {
+            launch_times_line("_Z3sumPKfPfi", 16777216, [b, 1, 1], n, total)
         };
         let run = |b: u32, launches: u64, total: f64| ForcedRun {
             forced: [("_Z3sumPKfPfi".to_string(), [b, 1, 1])]
@@ -2460,22 +2474,13 @@ mod tests {
 
         let k = "_Z1kPfi";
         let lt = |b: [u32; 3], total: f64, tail: f64| LaunchTimes {
-            kernel: k.into(),
-            name: "k".into(),
-            sizes: vec![4096],
-            launches: 40,
-            timed: 40,
-            total_ms: total,
             first_ms: Some(total / 40.0),
             last_ms: Some(total / 40.0),
             head_ms: Some(1.0),
             tail_ms: Some(tail),
-            min_ms: None,
-            max_ms: None,
             trend: Some(0.0),
-            block: b,
             grid: [16, 1, 1],
-            blocks_seen: 1,
+            ..launch_times_line(k, 4096, b, 40, total)
         };
         let b = [128, 1, 1];
         let run = |i: u32, t: LaunchTimes| ForcedRun {
