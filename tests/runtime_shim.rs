@@ -892,8 +892,10 @@ fn test_refine() -> &'static Path {
 /// matrix (false switches at most 1 %, a 10 % gain found), the program's shape best by 3-5 %
 /// under drift (kept), a short kernel between drifting host gaps (never 3 % slower than the
 /// program's shape), Gaussian elimination's two kernels with synchronisations and shrinking
-/// work, a key launched ten times a run, short kernels timed behind the gate (and without it,
-/// where the driver refuses it), and unmeasurable and undecided keys.
+/// work, a key launched ten times a run, a key whose faster shape changes over the run (judged
+/// by thirds of the run with the cache; by the run's start without), short kernels timed
+/// behind the gate (and without it, where the driver refuses it), and unmeasurable and
+/// undecided keys.
 #[test]
 fn refinement_cases() {
     let o = run_refine(test_refine(), "unit");
@@ -922,6 +924,7 @@ fn refinement_cases() {
             "ok host_gaps",
             "ok elimination",
             "ok ten",
+            "ok crossover",
             "ok short_gated",
             "ok undecided",
             "all refinement cases passed",
