@@ -26,7 +26,12 @@
 #                (also KLARAPTOR_FORCE: the shapes settled on in model.log that are neither the
 #                model's choice nor the program's own at that key, one per kernel a run;
 #                f<j>.force lists them); with WHOLE_RUN_REPEATS=n each of those n times,
-#                round-robin, the repeats' stems <stem>.r2 … <stem>.r<n>
+#                round-robin, the repeats' stems <stem>.r2 … <stem>.r<n>; with
+#                WHOLE_RUN_ISOLATE=1 (the default) isolated/: the same per kernel, only that
+#                kernel's shape changed (see below): plan.tsv, ref.{times.jsonl,log,out,err,
+#                status,force} (every kernel at its settled shape), iso-<kernel>-own and
+#                iso-<kernel>-model (that kernel at the program's own shape, at the model's
+#                first choice), repeats .r2 … .r<n> in the same rounds
 # and prints one line per job (wall and kernel time against the estimate) and the totals.
 #
 # Environment: PHASE (required); OUT (default /tmp/accuracy-out); STUDY (default .dev/study;
@@ -39,8 +44,105 @@
 #   choice phase: MODEL_REPS (30), MODEL_RUNS (10), REFINE_BUDGET (off: see below),
 #   WHOLE_RUN (1; 0: no whole-run measurement), WHOLE_RUN_EST_FACTOR (1.6: with WHOLE_RUN the
 #   deadline check counts a job's estimate times this; a whole run that would start past
-#   DEADLINE_S is skipped, and said in wholerun/skipped), WHOLE_RUN_REPEATS (1).
+#   DEADLINE_S is skipped, and said in wholerun/skipped), WHOLE_RUN_REPEATS (1),
+#   WHOLE_RUN_ISOLATE (1; 0: no isolated whole runs), WHOLE_RUN_ISOLATE_EST_FACTOR (1.5: the
+#   deadline check multiplies the estimate of a job of a program with two or more kernels by
+#   this as well).
 set -u
+# The isolation plan of a choice job's model.log (WHOLE_RUN_ISOLATE, below): lines
+#   P\t<kernel>\t<stem or ->\t<keys>\t<own>\t<model>\t<settled>\t<status>\t<note>  (plan.tsv)
+#   R\t<KLARAPTOR_FORCE of the reference run>
+#   I\t<stem>\t<method>\t<KLARAPTOR_FORCE of that run>
+# (own, model, settled: one shape, or the keys' shapes joined by commas, or -).
+isolate_plan() {
+  awk '
+    function kname(h,   k) { k = h; while (sub(/ [A-Za-z_][A-Za-z0-9_]*=-?[0-9]+$/, "", k)) {} return k }
+    function one(list,   n, a) { n = split(list, a, ","); return n == 1 ? a[1] : "" }
+    function addto(list, v) { return index("," list ",", "," v ",") ? list : (list == "" ? v : list "," v) }
+    function join(a, b) { return a == "" ? b : (b == "" ? a : a "," b) }
+    /^klaraptor: / {
+      line = substr($0, 12)
+      r = index(line, " refine: ")
+      if (r) {
+        head = substr(line, 1, r - 1); tail = substr(line, r + 9)
+        if (tail ~ /^(settled on |kept )block=[0-9]+x[0-9]+x[0-9]+/ &&
+            match(tail, /block=[0-9]+x[0-9]+x[0-9]+/)) {
+          settled[head] = substr(tail, RSTART + 6, RLENGTH - 6); key[head] = 1
+        }
+      } else if (index(line, " source=model") && (b = index(line, " block="))) {
+        head = substr(line, 1, b - 1)
+        split(substr(line, b + 7), a, " "); model[head] = a[1]; key[head] = 1
+        if (match(line, /program_block=[0-9]+x[0-9]+x[0-9]+/))
+          own[head] = substr(line, RSTART + 14, RLENGTH - 14)
+      }
+    }
+    END {
+      nk = 0
+      for (h in key) {
+        k = kname(h)
+        if (!(k in nkeys)) { order[++nk] = k; nkeys[k] = 0 }
+        nkeys[k]++
+        s = ""
+        if (h in own) { owns[k] = addto(owns[k], own[h]); s = addto(s, own[h]) }
+        if (h in model) { models[k] = addto(models[k], model[h]); s = addto(s, model[h]) }
+        if (h in settled) { setl[k] = addto(setl[k], settled[h]); s = addto(s, settled[h]) }
+        if (index(s, ",")) changing[k] = 1
+      }
+      for (i = 2; i <= nk; i++) {
+        v = order[i]
+        for (j = i - 1; j >= 1 && order[j] > v; j--) order[j + 1] = order[j]
+        order[j + 1] = v
+      }
+      nch = 0; ref = ""
+      for (i = 1; i <= nk; i++) {
+        k = order[i]; rs[k] = one(setl[k])
+        if (k in changing) nch++
+        if (rs[k] != "") ref = join(ref, k ":" rs[k])
+      }
+      printf "R\t%s\n", ref
+      for (i = 1; i <= nk; i++) {
+        k = order[i]; stem = "-"; note = ""
+        if (!(k in changing)) {
+          st = "same"; note = "its own shape, the model'"'"'s first choice and the settled shape are one"
+        } else if (setl[k] == "") {
+          st = "unsettled"; note = "no key of it settled"
+        } else if (rs[k] == "") {
+          st = "mixed"; note = "its keys settled on different shapes (" setl[k] "): KLARAPTOR_FORCE is per kernel"
+        } else if (nch < 2) {
+          st = "alone"; note = "the only kernel whose shape differs between the methods: the all-at-once whole runs vary it alone"
+        } else {
+          st = "isolated"
+          safe = k; gsub(/[^A-Za-z0-9_]/, "_", safe)
+          stem = "iso-" safe
+          for (n = 2; stem in used; n++) stem = "iso-" safe "_" n
+          used[stem] = 1
+          others = ""
+          for (j = 1; j <= nk; j++)
+            if (order[j] != k && rs[order[j]] != "") others = join(others, order[j] ":" rs[order[j]])
+          needm = 0; nm = split(models[k], ma, ",")
+          for (j = 1; j <= nm; j++) if (ma[j] != rs[k]) needm = 1
+          if (needm) printf "I\t%s-model\tmodel\t%s\n", stem, others
+          o1 = one(owns[k])
+          if (owns[k] == "") note = "no program_block logged: its own shape not run"
+          else if (o1 == "") note = "its keys'"'"' own shapes differ (" owns[k] "): its own shape not run"
+          else if (o1 != rs[k] && !(needm && models[k] == o1))
+            printf "I\t%s-own\town\t%s\n", stem, join(others, k ":" o1)
+        }
+        printf "P\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", k, stem, nkeys[k],
+          (owns[k] == "" ? "-" : owns[k]), (models[k] == "" ? "-" : models[k]),
+          (setl[k] == "" ? "-" : setl[k]), st, note
+      }
+    }' "$1"
+}
+# A KLARAPTOR_FORCE value as a .force file: "<kernel> <block>" a line.
+force_file() { printf '%s\n' "$1" | tr ',' '\n' | sed -n 's/^\(.*\):\([^:]*\)$/\1 \2/p'; }
+# `device.sh --isolate-plan <model.log>` prints it and exits: to check a plan without a GPU
+# (bench/accuracy/tests/isolated.rs).
+if [ "${1:-}" = --isolate-plan ]; then
+  [ -f "${2:-}" ] || { echo "device.sh: --isolate-plan <model.log>" >&2; exit 2; }
+  isolate_plan "$2"
+  exit
+fi
 PHASE=${PHASE:-}
 case $PHASE in profile|exhaustive|choice) ;; *)
   echo "device.sh: set PHASE=profile, exhaustive or choice" >&2; exit 2 ;;
@@ -133,6 +235,24 @@ REFINE_BUDGET=${REFINE_BUDGET:-off}
 WHOLE_RUN=${WHOLE_RUN:-1}
 WHOLE_RUN_EST_FACTOR=${WHOLE_RUN_EST_FACTOR:-1.6}
 WHOLE_RUN_REPEATS=${WHOLE_RUN_REPEATS:-1}
+# Isolated whole runs (WHOLE_RUN_ISOLATE=1, the default; 0 leaves them out): in the whole runs
+# above every kernel of the program takes the method's shape together, so kernel A's time can
+# differ because kernel B, run before it, left the caches in another state (corr_center
+# 1000x256 on an H200: 1.050 x min(own, model) in whole runs, its shapes equal per launch and
+# in paired launches). Issue 41's acceptance is per kernel: with this on, per job and per kernel
+# K whose own shape, model's first choice and settled shape are not all one, the job's command
+# (--time 5, refinement and the choices cache off) with every other kernel forced to its
+# settled shape and K at the method's: iso-<K>-own (K forced to its program_block),
+# iso-<K>-model (K left to the model's first choice), and ref (every kernel at its settled
+# shape, K's settled run; one for all K). A method's shape equal to K's settled shape is timed
+# by ref; own equal to the model's at every key by iso-<K>-model. A kernel whose keys settled
+# on different shapes is not isolated (KLARAPTOR_FORCE is per kernel) and is left unforced in
+# the others' runs (the model's first choice at each key: the same in every run); a job with
+# at most one kernel whose shapes differ has no isolated runs: its all-at-once runs vary that
+# kernel alone. isolated/plan.tsv says per kernel which ("isolated", "alone", "same", "mixed",
+# "unsettled") and why; accuracy-report report reads it and the runs.
+WHOLE_RUN_ISOLATE=${WHOLE_RUN_ISOLATE:-1}
+WHOLE_RUN_ISOLATE_EST_FACTOR=${WHOLE_RUN_ISOLATE_EST_FACTOR:-1.5}
 # The settled shapes to force, from a choice job's model.log: lines "<j>\t<kernel>\t<block>",
 # the j-th distinct shape of that kernel; a key's settled shape equal to its model choice or
 # its program_block is measured by the model or default run already.
@@ -183,8 +303,14 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
   if [ -n "${JOBS:-}" ] && ! [[ $id =~ $JOBS ]]; then continue; fi
   el=$(since "$t0")
   xest=$est
-  [ "$PHASE" = choice ] && [ "$WHOLE_RUN" != 0 ] &&
-    xest=$(awk -v e="$est" -v f="$WHOLE_RUN_EST_FACTOR" 'BEGIN { printf "%.1f", e * f }')
+  if [ "$PHASE" = choice ] && [ "$WHOLE_RUN" != 0 ]; then
+    f2=1
+    # isolated runs only in programs of two or more kernels
+    [ "$WHOLE_RUN_ISOLATE" != 0 ] &&
+      [ "$(grep -c -v '^#' "$STUDY/$prog/kernels.tsv" 2>/dev/null)" -ge 2 ] 2>/dev/null &&
+      f2=$WHOLE_RUN_ISOLATE_EST_FACTOR
+    xest=$(awk -v e="$est" -v f="$WHOLE_RUN_EST_FACTOR" -v g="$f2" 'BEGIN { printf "%.1f", e * f * g }')
+  fi
   if awk -v e="$el" -v x="$xest" -v d="$DEADLINE_S" 'BEGIN { exit !(e + x > d) }'; then
     printf '%s\tskipped\t0\t0\t%s\n' "$id" "$xest" >> "$summary"
     printf '[%6.1f s] %-10s %-16s skipped: est %s s would pass DEADLINE_S=%s\n' "$el" "$PHASE" "$id" "$xest" "$DEADLINE_S"
@@ -241,19 +367,19 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
         wr=$dir/wholerun
         mkdir -p "$wr"
         nw=0 wfail=0 wskip=0
-        # wrun <stem> <VAR=value>...: the job's command once, every launch timed.
+        # wrun <dir> <stem> <VAR=value>...: the job's command once, every launch timed.
         wrun() {
-          local stem=$1; shift
+          local wd=$1 stem=$2; shift 2
           if awk -v e="$(since "$t0")" -v d="$DEADLINE_S" 'BEGIN { exit !(e > d) }'; then
-            echo "$stem: not run, DEADLINE_S=$DEADLINE_S passed" >> "$wr/skipped"
+            echo "$stem: not run, DEADLINE_S=$DEADLINE_S passed" >> "$wd/skipped"
             wskip=$((wskip + 1)); return
           fi
           (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_DISABLE -u KLARAPTOR_PROFILE_OUT \
              -u KLARAPTOR_PROFILE_PLAN -u KLARAPTOR_REFINE -u KLARAPTOR_CHOICES \
-             KLARAPTOR_LAUNCH_TIMES="$wr/$stem.times.jsonl" KLARAPTOR_LOG="$wr/$stem.log" "$@" \
-             timeout -k 5 "$limit" sh -c "$cmd" > "$wr/$stem.out" 2> "$wr/$stem.err")
+             KLARAPTOR_LAUNCH_TIMES="$wd/$stem.times.jsonl" KLARAPTOR_LOG="$wd/$stem.log" "$@" \
+             timeout -k 5 "$limit" sh -c "$cmd" > "$wd/$stem.out" 2> "$wd/$stem.err")
           local st=$?
-          echo "$st" > "$wr/$stem.status"
+          echo "$st" > "$wd/$stem.status"
           nw=$((nw + 1)); [ "$st" -eq 0 ] || wfail=$((wfail + 1))
         }
         plan=$(settled_to_force "$dir/model.log")
@@ -261,23 +387,55 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
         for ((j = 1; j <= nf; j++)); do
           printf '%s\n' "$plan" | awk -F'\t' -v j="$j" '$1 == j { print $2 " " $3 }' > "$wr/f$j.force"
         done
+        # The isolated runs' plan (see WHOLE_RUN_ISOLATE above).
+        iruns=() iref="" inote="" ikernels=0
+        if [ "$WHOLE_RUN_ISOLATE" != 0 ]; then
+          iso=$dir/isolated
+          mkdir -p "$iso"
+          ip=$(isolate_plan "$dir/model.log")
+          { printf '# kernel\tstem\tkeys\town\tmodel\tsettled\tstatus\tnote\n'
+            printf '%s\n' "$ip" | awk -F'\t' '$1 == "P"' | cut -f2-; } > "$iso/plan.tsv"
+          iref=$(printf '%s\n' "$ip" | awk -F'\t' '$1 == "R" { print $2 }')
+          while IFS=$'\t' read -r _ istem _ iforce; do
+            iruns+=("$istem"$'\t'"$iforce")
+            force_file "$iforce" > "$iso/$istem.force"
+          done < <(printf '%s\n' "$ip" | awk -F'\t' '$1 == "I"')
+          if [ ${#iruns[@]} -gt 0 ]; then
+            force_file "$iref" > "$iso/ref.force"
+            ikernels=$(awk -F'\t' '$7 == "isolated"' "$iso/plan.tsv" | wc -l)
+          fi
+          alone=$(awk -F'\t' '$7 == "alone" { print $1 }' "$iso/plan.tsv")
+          [ -n "$alone" ] && inote=", no isolated runs needed (only $alone changes shape)"
+          mixed=$(awk -F'\t' '$7 == "mixed" { printf "%s%s", (n++ ? ", " : ""), $1 }' "$iso/plan.tsv")
+          [ -n "$mixed" ] && inote="$inote; not isolated (keys settled on different shapes): $mixed"
+        fi
         for ((k = 1; k <= WHOLE_RUN_REPEATS; k++)); do
           sfx=""
           [ "$k" -gt 1 ] && sfx=".r$k"
-          wrun "default$sfx" KLARAPTOR_DISABLE=1
-          wrun "model$sfx" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
+          wrun "$wr" "default$sfx" KLARAPTOR_DISABLE=1
+          wrun "$wr" "model$sfx" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
           for ((j = 1; j <= nf; j++)); do
             force=$(printf '%s\n' "$plan" | awk -F'\t' -v j="$j" \
               '$1 == j { printf "%s%s:%s", (n++ ? "," : ""), $2, $3 }')
-            wrun "f$j$sfx" KLARAPTOR_FORCE="$force" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
+            wrun "$wr" "f$j$sfx" KLARAPTOR_FORCE="$force" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
           done
+          if [ ${#iruns[@]} -gt 0 ]; then
+            wrun "$iso" "ref$sfx" KLARAPTOR_FORCE="$iref" KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off
+            for r in "${iruns[@]}"; do
+              wrun "$iso" "${r%%$'\t'*}$sfx" KLARAPTOR_FORCE="${r#*$'\t'}" KLARAPTOR_REFINE=off \
+                KLARAPTOR_CHOICES=off
+            done
+          fi
         done
-        wnote=" wholerun $nw run(s)"
+        niso=$(ls "$dir"/isolated/*.status 2>/dev/null | wc -l)
+        [ "$ikernels" -gt 0 ] && inote=" ($niso of them isolating $ikernels kernel(s))$inote"
+        wnote=" wholerun $nw run(s)$inote"
         [ $wfail -gt 0 ] && wnote="$wnote, $wfail failed"
         [ $wskip -gt 0 ] && wnote="$wnote, $wskip skipped (deadline)"
       fi
       gpu=$(awk -v a="$(kltime_gpu_s "$MODEL_REPS" "$dir/model.out")" \
-        -v b="$(kltime_gpu_s 5 "$dir/default.out" "$dir"/wholerun/*.out)" 'BEGIN { printf "%.3f", a + b }')
+        -v b="$(kltime_gpu_s 5 "$dir/default.out" "$dir"/wholerun/*.out "$dir"/isolated/*.out)" \
+        'BEGIN { printf "%.3f", a + b }')
       ;;
   esac
   wall=$(since "$js")

@@ -136,6 +136,15 @@ pub struct Pick {
     /// runs): what the whole-run ratio compares, as a program whose timing loop repeats until
     /// a time is reached launches a faster shape more often in its run.
     pub whole_run_launch_ms: Option<f64>,
+    /// The same from the isolated whole runs of the study (bench/accuracy device.sh's
+    /// `WHOLE_RUN_ISOLATE`): only this key's kernel changes shape between the runs compared,
+    /// every other kernel of the program at one reference shape (its settled one), so a
+    /// neighbouring kernel's shape cannot change the caches this kernel starts from. `None`
+    /// without such runs of the key's kernel.
+    pub whole_run_iso_ms: Option<f64>,
+    pub whole_run_iso_launch_ms: Option<f64>,
+    pub whole_run_iso_runs: Option<u32>,
+    pub whole_run_iso_spread: Option<f64>,
     /// settled: whether its time in the sweep exceeds the program's own shape's by more than
     /// 3 % ([`SLOWER_THAN_DEFAULT`]); `None` when either is not timed.
     pub slower_than_default: Option<bool>,
@@ -172,6 +181,11 @@ pub struct Case {
     /// Whether the key's per-launch cost drifts over the run (a method's whole-run
     /// measurement whose [`LaunchTimes::drifts`]); `None` without whole-run measurements.
     pub drifts: Option<bool>,
+    /// How the study's isolated whole runs treated this key's kernel (the status of its line
+    /// in the job's `isolated/plan.tsv`: `isolated`, `alone`, `same`, `mixed`, `unsettled`;
+    /// `absent` where the plan does not name it); `None` without an isolation plan (validate,
+    /// or a choice phase run without it).
+    pub isolation: Option<String>,
 }
 
 /// What the rational program made of a case's size ([`Case::predict`]).
@@ -827,6 +841,19 @@ pub struct MethodSummary {
     pub whole_run_geomean: Option<f64>,
     pub whole_run_min: Option<f64>,
     pub drifting: usize,
+    /// settled only: issue 41's acceptance over whole runs ([`Case::whole_run_accept`]): the
+    /// cases with a figure, those with settled ≤ 1.03 × min(own, model), and how many of the
+    /// figures came from isolated whole runs and from all-at-once runs in which the key's
+    /// kernel alone changed shape (the rest: all-at-once runs in which other kernels changed
+    /// shape too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_accept_cases: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_accept_within: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_accept_isolated: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_accept_alone: Option<usize>,
     /// profiled_best only: the cases without a profile to pick from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_profile: Option<usize>,
@@ -855,6 +882,11 @@ pub fn summaries(cases: &[Case]) -> Vec<MethodSummary> {
                 .filter_map(|c| c.picks.get(&m).and_then(|p| p.whole_run_ratio))
                 .collect();
             let wx = stats(&wr);
+            let accept: Vec<(f64, &str)> =
+                cases.iter().filter_map(|c| c.whole_run_accept()).collect();
+            let settled = m == Method::Settled;
+            let accept_from =
+                |from: &str| settled.then(|| accept.iter().filter(|(_, f)| *f == from).count());
             MethodSummary {
                 method: m.as_str(),
                 cases: r.len(),
@@ -888,6 +920,15 @@ pub fn summaries(cases: &[Case]) -> Vec<MethodSummary> {
                             && c.picks.get(&m).and_then(|p| p.whole_run_ms).is_some()
                     })
                     .count(),
+                whole_run_accept_cases: settled.then_some(accept.len()),
+                whole_run_accept_within: settled.then(|| {
+                    accept
+                        .iter()
+                        .filter(|(r, _)| *r <= WHOLE_RUN_ACCEPT)
+                        .count()
+                }),
+                whole_run_accept_isolated: accept_from("isolated"),
+                whole_run_accept_alone: accept_from("alone"),
                 no_profile: (m == Method::ProfiledBest).then_some(no_block),
             }
         })
@@ -959,6 +1000,32 @@ pub struct Record {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift: Option<f64>,
     pub drifts: Option<bool>,
+    /// The isolated whole runs' figures of this method's shape ([`Pick::whole_run_iso_ms`]:
+    /// only this kernel's shape changed between the runs compared; absent without them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_iso_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_iso_launch_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_iso_runs: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_iso_spread: Option<f64>,
+    /// settled: settled / min(own, model) in whole-run time per launch, from the all-at-once
+    /// whole runs (`whole_run_vs_min`) and from the isolated ones (`whole_run_isolated`), the
+    /// figure issue 41's acceptance takes and where from (`isolated`, `alone`: all-at-once runs
+    /// in which this kernel alone changed shape, `all_at_once`; [`Case::whole_run_accept`]),
+    /// and how the isolated whole runs treated the kernel ([`Case::isolation`]). Present in
+    /// every settled record (null: not measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_vs_min: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_isolated: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_accept: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_run_accept_from: Option<Option<&'static str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Option<String>>,
     /// profiled_best: the profiled data size (parameter → value) its shape was taken at, and
     /// the profile's time of the shape there (null: no profile). Present in every
     /// profiled_best record, absent in the others.
@@ -1016,6 +1083,15 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
                 whole_run_launches: p.whole_run_launches,
                 drift: p.drift,
                 drifts: c.drifts,
+                whole_run_iso_ms: p.whole_run_iso_ms,
+                whole_run_iso_launch_ms: p.whole_run_iso_launch_ms,
+                whole_run_iso_runs: p.whole_run_iso_runs,
+                whole_run_iso_spread: p.whole_run_iso_spread,
+                whole_run_vs_min: settled.then(|| c.settled_vs_min(false)),
+                whole_run_isolated: settled.then(|| c.settled_vs_min(true)),
+                whole_run_accept: settled.then(|| c.whole_run_accept().map(|a| a.0)),
+                whole_run_accept_from: settled.then(|| c.whole_run_accept().map(|a| a.1)),
+                isolation: settled.then(|| c.isolation.clone()),
                 profiled_at: profiled.then_some(at),
                 profile_time_ms: profiled.then_some(p.profile_time_ms),
                 job: c.job.clone(),
@@ -1864,7 +1940,54 @@ impl Case {
         }
         self.drifts = any.then_some(drifts);
     }
+
+    /// settled's whole-run time per launch over the smaller of the program's own shape's
+    /// (default) and the model's first choice's (klaraptor): from the all-at-once whole runs
+    /// (`isolated` false: every kernel of the program with the method's shape) or from the
+    /// isolated ones ([`Pick::whole_run_iso_launch_ms`]). `None` unless all three are timed.
+    pub fn settled_vs_min(&self, isolated: bool) -> Option<f64> {
+        let t = |m: Method| {
+            let p = self.picks.get(&m)?;
+            if isolated {
+                p.whole_run_iso_launch_ms
+            } else {
+                p.whole_run_launch_ms
+            }
+        };
+        let (s, own, model) = (
+            t(Method::Settled)?,
+            t(Method::Default)?,
+            t(Method::Klaraptor)?,
+        );
+        let min = own.min(model);
+        (min > 0.0).then(|| s / min)
+    }
+
+    /// The figure issue 41's acceptance (settled ≤ [`WHOLE_RUN_ACCEPT`] × min(own, model))
+    /// takes for this key, and where it came from: the isolated whole runs where they timed all
+    /// three shapes (`isolated`); else the all-at-once ones, which are isolated already when
+    /// the key's kernel is the only one of the job whose shape differs between the methods
+    /// (`alone`), and are not otherwise (`all_at_once`: the other kernels changed shape with
+    /// it). `None` without a figure.
+    pub fn whole_run_accept(&self) -> Option<(f64, &'static str)> {
+        if let Some(r) = self.settled_vs_min(true) {
+            return Some((r, "isolated"));
+        }
+        let r = self.settled_vs_min(false)?;
+        Some((
+            r,
+            if self.isolation.as_deref() == Some("alone") {
+                "alone"
+            } else {
+                "all_at_once"
+            },
+        ))
+    }
 }
+
+/// Issue 41's acceptance of the settled shape over a whole run: settled ≤ this × min(the
+/// program's own, the model's first choice), in kernel time per launch of the key.
+pub const WHOLE_RUN_ACCEPT: f64 = 1.03;
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,8 @@
 //!                                                   KLARAPTOR_DISABLE=1
 //! <device>/choice/<p>/x<k>/wholerun/<stem>.times.jsonl   whole runs, every launch timed
 //!                                                   (WHOLE_RUN=1; [`read_whole_runs`])
+//! <device>/choice/<p>/x<k>/isolated/plan.tsv, <stem>.times.jsonl   the isolated whole runs
+//!                                                   (WHOLE_RUN_ISOLATE=1; [`read_isolated`])
 //! ```
 
 use std::path::Path;
@@ -300,6 +302,49 @@ mod tests {
     }
 
     #[test]
+    fn isolated_runs_by_kernel() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(read_isolated(tmp.path(), "choice/p/x1").unwrap(), None);
+        let d = tmp.path().join("isolated");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("plan.tsv"),
+            "# kernel\tstem\tkeys\town\tmodel\tsettled\tstatus\tnote\n\
+             a\tiso-a\t1\t256x1x1\t8x1x1\t8x1x1\tisolated\t\n\
+             a_b\tiso-a_b\t1\t256x1x1\t8x1x1\t64x1x1\tisolated\t\n\
+             c\t-\t2\t256x1x1\t8x1x1,16x1x1\t8x1x1,16x1x1\tmixed\tits keys settled on different shapes\n",
+        )
+        .unwrap();
+        for stem in [
+            "ref.r10",
+            "ref.r2",
+            "ref",
+            "iso-a-own",
+            "iso-a-own.r2",
+            "iso-a_b-model",
+        ] {
+            std::fs::write(d.join(format!("{stem}.times.jsonl")), "\n").unwrap();
+        }
+        let iso = read_isolated(tmp.path(), "choice/p/x1").unwrap().unwrap();
+        assert_eq!(iso.plan.len(), 3);
+        assert_eq!(iso.plan[2].stem, None);
+        assert_eq!(iso.plan[2].status, "mixed");
+        let stems = |v: Vec<&WholeRun>| v.iter().map(|r| r.stem.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            stems(iso.runs_of(&iso.plan[0])),
+            ["ref", "ref.r2", "ref.r10", "iso-a-own", "iso-a-own.r2"]
+        );
+        assert_eq!(
+            stems(iso.runs_of(&iso.plan[1])),
+            ["ref", "ref.r2", "ref.r10", "iso-a_b-model"]
+        );
+        assert!(iso.runs_of(&iso.plan[2]).is_empty());
+        assert_eq!(iso.reference[0].source, "choice/p/x1/isolated/ref");
+        std::fs::write(d.join("plan.tsv"), "a\tiso-a\n").unwrap();
+        assert!(read_isolated(tmp.path(), "choice/p/x1").is_err());
+    }
+
+    #[test]
     fn env_lines() {
         let e = parse_env(
             "NVIDIA H200, GPU-85849941-3ec6-b15c-b8d9-73421661c834, 9.0, 580.159.04\n\
@@ -421,6 +466,12 @@ pub fn read_whole_runs(job_dir: &Path, label: &str) -> Result<Vec<WholeRun>> {
         }
     };
     stems.sort_by_key(|s| order(s));
+    read_runs(&dir, &format!("{label}/wholerun"), stems)
+}
+
+/// The launch-times files `<stem>.times.jsonl` of `dir`, in the order of `stems`; `label`
+/// names `dir` in the sources.
+fn read_runs(dir: &Path, label: &str, stems: Vec<String>) -> Result<Vec<WholeRun>> {
     let mut out = Vec::new();
     for stem in stems {
         let p = dir.join(format!("{stem}.times.jsonl"));
@@ -429,10 +480,135 @@ pub fn read_whole_runs(job_dir: &Path, label: &str) -> Result<Vec<WholeRun>> {
         let times = klaraptor_program::validate::parse_launch_times(&text)
             .with_context(|| format!("{}", p.display()))?;
         out.push(WholeRun {
-            source: format!("{label}/wholerun/{stem}"),
+            source: format!("{label}/{stem}"),
             stem,
             times,
         });
     }
     Ok(out)
+}
+
+/// One kernel's line of a choice job's `isolated/plan.tsv` (device.sh's
+/// `WHOLE_RUN_ISOLATE`): how the isolated whole runs treat it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IsolationPlan {
+    /// The kernel as the log names it (what KLARAPTOR_FORCE takes).
+    pub kernel: String,
+    /// The stem of its isolated runs (`iso-<kernel>`, the runs `iso-<kernel>-own` and
+    /// `iso-<kernel>-model`, each with repeats `.r<k>`); `None` (`-`) when it has none.
+    pub stem: Option<String>,
+    /// How many keys (data sizes) of it the job's log has.
+    pub keys: u32,
+    /// Its own shape, the model's first choice and the settled shape over those keys (one
+    /// shape, several joined by commas, `-` for none), as the log says.
+    pub own: String,
+    pub model: String,
+    pub settled: String,
+    /// `isolated` (it has runs of its own), `alone` (the only kernel of the job whose shape
+    /// differs between the methods: the all-at-once whole runs vary it alone), `same` (its
+    /// three shapes are one), `mixed` (its keys settled on different shapes: KLARAPTOR_FORCE
+    /// is per kernel), `unsettled` (no key of it settled).
+    pub status: String,
+    /// Why, in words (for the report).
+    pub note: String,
+}
+
+/// A choice job's isolated whole runs (`isolated/`): the plan, the reference runs (`ref`,
+/// `ref.r<k>`: every kernel with one settled shape forced to it) and each isolated kernel's
+/// runs (`iso-<kernel>-own`, `iso-<kernel>-model`, repeats `.r<k>`: that kernel with the
+/// method's shape, every other one as in the reference).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Isolated {
+    pub plan: Vec<IsolationPlan>,
+    /// The reference runs.
+    pub reference: Vec<WholeRun>,
+    /// The other runs, in the order of their stems.
+    pub runs: Vec<WholeRun>,
+}
+
+impl Isolated {
+    /// The runs that measure kernel `plan`'s shapes like with like: the reference runs and
+    /// its own isolated runs; none unless it was isolated.
+    pub fn runs_of<'a>(&'a self, plan: &IsolationPlan) -> Vec<&'a WholeRun> {
+        let Some(stem) = &plan.stem else {
+            return Vec::new();
+        };
+        let prefix = format!("{stem}-");
+        self.reference
+            .iter()
+            .chain(self.runs.iter().filter(|r| r.stem.starts_with(&prefix)))
+            .collect()
+    }
+}
+
+/// Parses `isolated/plan.tsv`: `# kernel stem keys own model settled status note`, one
+/// kernel a line.
+pub fn parse_isolation_plan(text: &str) -> Result<Vec<IsolationPlan>> {
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = l.split('\t').collect();
+        if f.len() < 7 {
+            bail!(
+                "line {}: expected kernel, stem, keys, own, model, settled, status[, note] \
+                 separated by tabs, not {l:?}",
+                i + 1
+            );
+        }
+        out.push(IsolationPlan {
+            kernel: f[0].to_string(),
+            stem: (f[1] != "-").then(|| f[1].to_string()),
+            keys: f[2]
+                .parse()
+                .with_context(|| format!("line {}: keys {:?}", i + 1, f[2]))?,
+            own: f[3].to_string(),
+            model: f[4].to_string(),
+            settled: f[5].to_string(),
+            status: f[6].to_string(),
+            note: f.get(7).unwrap_or(&"").to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// A choice job's isolated whole runs; `None` without `isolated/plan.tsv` (a choice phase
+/// run with `WHOLE_RUN_ISOLATE=0` or `WHOLE_RUN=0`, or before the isolated runs). `label`
+/// names the job directory in the sources (`choice/<p>/x<k>`).
+pub fn read_isolated(job_dir: &Path, label: &str) -> Result<Option<Isolated>> {
+    let dir = job_dir.join("isolated");
+    let plan_path = dir.join("plan.tsv");
+    if !plan_path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&plan_path)
+        .with_context(|| format!("reading {}", plan_path.display()))?;
+    let plan = parse_isolation_plan(&text).with_context(|| format!("{}", plan_path.display()))?;
+    let mut stems = Vec::new();
+    for e in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(".times.jsonl") {
+            stems.push(stem.to_string());
+        }
+    }
+    // the repeats (<stem>.r<k>) in their order, after the first
+    let order = |s: &str| -> (String, u64) {
+        match s
+            .rsplit_once(".r")
+            .and_then(|(a, k)| Some((a, k.parse().ok()?)))
+        {
+            Some((a, k)) => (a.to_string(), k),
+            None => (s.to_string(), 1),
+        }
+    };
+    stems.sort_by_key(|s| order(s));
+    let (reference, runs): (Vec<String>, Vec<String>) =
+        stems.into_iter().partition(|s| order(s).0 == "ref");
+    let label = format!("{label}/isolated");
+    Ok(Some(Isolated {
+        plan,
+        reference: read_runs(&dir, &label, reference)?,
+        runs: read_runs(&dir, &label, runs)?,
+    }))
 }

@@ -34,7 +34,9 @@ pub const JOBS_HEADER: &str = "\
 #               KLARAPTOR_CHOICES=off at --time 20 (device.sh replaces the command's
 #               --time 5), once with KLARAPTOR_DISABLE=1 as written; with WHOLE_RUN=1
 #               (device.sh's default) again as written per distinct shape (own, model's
-#               first choice, settled's forced), every launch timed (KLARAPTOR_LAUNCH_TIMES)
+#               first choice, settled's forced), every launch timed (KLARAPTOR_LAUNCH_TIMES),
+#               and with WHOLE_RUN_ISOLATE=1 (its default) per kernel, only that kernel's
+#               shape changed, every other kernel at its settled shape
 # Commands run in <study>/<program>/; plans are relative to <study>.
 ";
 

@@ -199,6 +199,134 @@ fn whole_run_section(st: &Study) -> String {
          per method: those of its whole-run cases); on those the sweep's one launch per shape \
          does not stand for the run."
     );
+    s.push_str(&accept_section(st));
+    s
+}
+
+/// Issue 41's acceptance over whole runs, per key: settled ≤ 1.03 × min(the program's own
+/// shape, the model's first choice) in kernel time per launch ([`Case::whole_run_accept`]),
+/// saying which figure each case took: the isolated whole runs' (only the key's kernel changed
+/// shape between the runs compared) where they timed all three shapes, else the all-at-once
+/// runs' (like with like where the kernel alone changed shape in its job).
+fn accept_section(st: &Study) -> String {
+    use klaraptor_program::validate::WHOLE_RUN_ACCEPT;
+    let mut s = String::new();
+    let _ = writeln!(s, "\n#### Settled against min(own, model), per kernel\n");
+    let _ = writeln!(
+        s,
+        "Issue 41's acceptance: settled ≤ {WHOLE_RUN_ACCEPT:.2} × min(the program's own shape, \
+         the model's first choice) in the whole run's kernel time per launch of the key. In the \
+         all-at-once whole runs above every kernel of the program takes the method's shape \
+         together, so a kernel's time also moves with the caches its neighbours leave; the \
+         isolated whole runs (device.sh's `WHOLE_RUN_ISOLATE`, `isolated/`) change only the \
+         key's kernel, every other kernel at its settled shape. A case takes the isolated figure \
+         where those runs timed all three shapes (`isolated`); else the all-at-once one, which \
+         compares like with like where the key's kernel is the only one of its job whose shape \
+         differs between the methods (`alone`), and otherwise does not (`all at once`). \
+         Isolation plans in {} of {} choice jobs.\n",
+        st.isolated_jobs,
+        st.whole_run_jobs + st.no_whole_run_jobs
+    );
+    let acc: Vec<(&Case, f64, &str)> = st
+        .cases
+        .iter()
+        .filter_map(|c| c.whole_run_accept().map(|(r, f)| (c, r, f)))
+        .collect();
+    if acc.is_empty() {
+        let _ = writeln!(
+            s,
+            "No case has whole-run times of settled, the program's own shape and the model's \
+             first choice."
+        );
+        return s;
+    }
+    let within = acc
+        .iter()
+        .filter(|(_, r, _)| *r <= WHOLE_RUN_ACCEPT)
+        .count();
+    let from = |f: &str| acc.iter().filter(|(_, _, x)| *x == f).count();
+    let _ = writeln!(
+        s,
+        "settled ≤ {WHOLE_RUN_ACCEPT:.2} × min(own, model): **{within} of {} cases**; the figure \
+         used: isolated runs {}, all-at-once runs with the kernel alone changing {}, all-at-once \
+         runs with other kernels changing too {}.\n",
+        acc.len(),
+        from("isolated"),
+        from("alone"),
+        from("all_at_once")
+    );
+    let shown: Vec<&(&Case, f64, &str)> = acc
+        .iter()
+        .filter(|(c, r, f)| {
+            *f == "isolated"
+                || *r > WHOLE_RUN_ACCEPT
+                || c.settled_vs_min(false)
+                    .is_some_and(|x| x > WHOLE_RUN_ACCEPT)
+        })
+        .collect();
+    if !shown.is_empty() {
+        let _ = writeln!(
+            s,
+            "The cases with an isolated figure, and any above {WHOLE_RUN_ACCEPT:.2} by either \
+             figure (settled / min(own, model)):\n"
+        );
+        let _ = writeln!(
+            s,
+            "| program | kernel | sizes | all at once | isolated | figure used | ≤ {WHOLE_RUN_ACCEPT:.2} |"
+        );
+        let _ = writeln!(s, "| --- | --- | --- | ---: | ---: | --- | --- |");
+        let f = |x: Option<f64>| x.map_or_else(|| "–".to_string(), |v| format!("{v:.3}"));
+        for (c, r, from) in shown {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                c.program,
+                c.kernel,
+                sizes_cell(c),
+                f(c.settled_vs_min(false)),
+                f(c.settled_vs_min(true)),
+                from.replace('_', " "),
+                if *r <= WHOLE_RUN_ACCEPT {
+                    "yes"
+                } else {
+                    "**no**"
+                }
+            );
+        }
+    }
+    // Kernels the isolated runs left out, and why (one line per job and kernel).
+    let mut left: Vec<String> = Vec::new();
+    for c in &st.cases {
+        let Some(status) = c.isolation.as_deref() else {
+            continue;
+        };
+        let settled = c
+            .picks
+            .get(&Method::Settled)
+            .and_then(|p| p.block)
+            .is_some();
+        if settled
+            && (matches!(status, "mixed" | "absent")
+                || (status == "isolated" && c.settled_vs_min(true).is_none()))
+        {
+            let why = match status {
+                "mixed" => "its keys settled on different shapes (KLARAPTOR_FORCE is per kernel)",
+                "absent" => "not in the job's isolation plan",
+                _ => "the isolated runs did not time all three shapes of this key",
+            };
+            let line = format!("{} ({}, {}): {why}", c.kernel, c.job, c.sizes_text());
+            if !left.contains(&line) {
+                left.push(line);
+            }
+        }
+    }
+    if !left.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nNot isolated, the all-at-once figure used: {}.",
+            left.join("; ")
+        );
+    }
     s
 }
 

@@ -112,6 +112,9 @@ pub struct Study {
     /// run with `WHOLE_RUN=0`: their records' `whole_run_ms` and `drifts` are null).
     pub whole_run_jobs: usize,
     pub no_whole_run_jobs: usize,
+    /// The choice jobs with an isolation plan (`isolated/plan.tsv`, device.sh's
+    /// `WHOLE_RUN_ISOLATE=1`).
+    pub isolated_jobs: usize,
 }
 
 /// Where the inputs are.
@@ -227,11 +230,15 @@ impl Study {
             let default_out = read_opt_timing(&cdir.join("default.out"))?;
             let variant_out = read_opt_timing(&xdir.join("stdout.txt"))?;
             let whole_runs = inputs::read_whole_runs(&cdir, &format!("choice/{p}/{}", nj.stem))?;
+            let isolated = inputs::read_isolated(&cdir, &format!("choice/{p}/{}", nj.stem))?;
             if cdir.is_dir() {
                 if whole_runs.is_empty() {
                     st.no_whole_run_jobs += 1;
                 } else {
                     st.whole_run_jobs += 1;
+                }
+                if isolated.is_some() {
+                    st.isolated_jobs += 1;
                 }
             }
             // The program's kernels; a sweep is a kernel's by its mangled name (the records
@@ -311,6 +318,7 @@ impl Study {
                             [&model_out, &default_out, &variant_out],
                         );
                         time_whole_run(&mut case, &whole_runs);
+                        time_isolated(&mut case, isolated.as_ref(), &log_name);
                         if !case.complete() {
                             st.warnings.push(format!(
                                 "{}: the sweep of {k} at {} is incomplete: {} of {} shapes \
@@ -606,26 +614,14 @@ pub fn time_whole_run(case: &mut Case, runs: &[inputs::WholeRun]) {
     if runs.is_empty() {
         return;
     }
-    let mut forced = Vec::new();
-    for mixed in [false, true] {
-        for r in runs {
-            for t in &r.times {
-                if t.kernel == case.mangled && t.sizes == case.sizes && (t.blocks_seen > 1) == mixed
-                {
-                    forced.push(kv::ForcedRun {
-                        forced: [(case.mangled.clone(), t.block)].into_iter().collect(),
-                        times: vec![t.clone()],
-                        // a repeat (WHOLE_RUN_REPEATS) is <stem>.r<k>
-                        source: match r.stem.split('.').next().unwrap_or_default() {
-                            "default" => format!("{}, KLARAPTOR_DISABLE=1", r.source),
-                            "model" => format!("{}, refinement off", r.source),
-                            _ => format!("{}, KLARAPTOR_FORCE", r.source),
-                        },
-                    });
-                }
-            }
+    let forced = forced_runs(case, runs.iter(), |r| {
+        // a repeat (WHOLE_RUN_REPEATS) is <stem>.r<k>
+        match r.stem.split('.').next().unwrap_or_default() {
+            "default" => format!("{}, KLARAPTOR_DISABLE=1", r.source),
+            "model" => format!("{}, refinement off", r.source),
+            _ => format!("{}, KLARAPTOR_FORCE", r.source),
         }
-    }
+    });
     if forced.is_empty() {
         for m in Method::COMPARED {
             if let Some(p) = case.picks.get_mut(&m).filter(|p| p.block.is_some()) {
@@ -641,6 +637,101 @@ pub fn time_whole_run(case: &mut Case, runs: &[inputs::WholeRun]) {
         }
     }
     case.time_whole_run();
+}
+
+/// The lines of `case`'s key in `runs`, each as a run that forced the shape it launched (a
+/// line launched with one shape first; a line of several shapes after them, so that it only
+/// explains why a shape has no time); `source` says where a run came from.
+fn forced_runs<'a>(
+    case: &Case,
+    runs: impl Iterator<Item = &'a inputs::WholeRun> + Clone,
+    source: impl Fn(&inputs::WholeRun) -> String,
+) -> Vec<kv::ForcedRun> {
+    let mut forced = Vec::new();
+    for mixed in [false, true] {
+        for r in runs.clone() {
+            for t in &r.times {
+                if t.kernel == case.mangled && t.sizes == case.sizes && (t.blocks_seen > 1) == mixed
+                {
+                    forced.push(kv::ForcedRun {
+                        forced: [(case.mangled.clone(), t.block)].into_iter().collect(),
+                        times: vec![t.clone()],
+                        source: source(r),
+                    });
+                }
+            }
+        }
+    }
+    forced
+}
+
+/// The isolated whole-run figures of `case` (after [`time_whole_run`]), from the job's
+/// isolated runs (device.sh's `WHOLE_RUN_ISOLATE`): where the plan isolated the case's kernel
+/// (`log_name`), each compared method's whole-run time of the key from the reference runs
+/// (every kernel with one settled shape forced to it) and the kernel's own isolated runs (it
+/// alone with the program's own shape, or left to the model's first choice): only this
+/// kernel's shape differs between them, so the caches it starts from do not depend on the
+/// method ([`Pick::whole_run_iso_ms`] and the rest, [`Case::settled_vs_min`]). The case
+/// records the plan's status of its kernel ([`Case::isolation`]); its `how` texts say what
+/// the isolated runs gave.
+pub fn time_isolated(case: &mut Case, iso: Option<&inputs::Isolated>, log_name: &kv::KernelName) {
+    let Some(iso) = iso else { return };
+    let Some(plan) = iso.plan.iter().find(|p| log_name.matches(&p.kernel)) else {
+        case.isolation = Some("absent".into());
+        if let Some(p) = case.picks.get_mut(&Method::Settled) {
+            p.how
+                .push_str("; the job's isolation plan does not name this kernel: not isolated");
+        }
+        return;
+    };
+    case.isolation = Some(plan.status.clone());
+    if plan.status != "isolated" {
+        if let Some(p) = case.picks.get_mut(&Method::Settled) {
+            p.how.push_str(&format!(
+                "; isolated whole runs: none of this kernel ({}: {})",
+                plan.status, plan.note
+            ));
+        }
+        return;
+    }
+    let runs = iso.runs_of(plan);
+    let forced = forced_runs(case, runs.into_iter(), |r| {
+        let what = match r.stem.split('.').next().unwrap_or_default() {
+            "ref" => "every kernel at its settled shape".to_string(),
+            s if s.ends_with("-own") => format!("{} at its own shape", plan.kernel),
+            s if s.ends_with("-model") => format!("{} at the model's first choice", plan.kernel),
+            _ => "KLARAPTOR_FORCE".to_string(),
+        };
+        format!("{}, {what}", r.source)
+    });
+    for m in Method::COMPARED {
+        let Some(p) = case.picks.get_mut(&m) else {
+            continue;
+        };
+        if p.block.is_none() {
+            continue;
+        }
+        let mut scratch = Pick {
+            block: p.block,
+            ..Pick::default()
+        };
+        if forced.is_empty() {
+            scratch.how = "; the isolated runs did not launch this key".into();
+        } else {
+            kv::whole_run_pick(&mut scratch, &forced, &case.mangled, &case.sizes);
+        }
+        p.whole_run_iso_ms = scratch.whole_run_ms;
+        p.whole_run_iso_launch_ms = scratch.whole_run_launch_ms;
+        p.whole_run_iso_runs = scratch.whole_run_runs;
+        p.whole_run_iso_spread = scratch.whole_run_spread;
+        if matches!(m, Method::Settled | Method::Default | Method::Klaraptor) {
+            let text = scratch.how.strip_prefix("; ").unwrap_or(&scratch.how);
+            p.how.push_str(&format!(
+                "; isolated (only {} changes shape between the runs): {text}",
+                plan.kernel
+            ));
+        }
+    }
 }
 
 /// The labels a kernel's grid formulas mention.
