@@ -1,9 +1,10 @@
 //! `klaraptor choices list|show|prune`, run as a user runs them, against a scratch choices
 //! cache holding files the runtime wrote (tests/fixtures/choices-cache-2026-11-28, written by
 //! runtime-shim/tests/test_refine.c: its README says which case wrote each): choices decided
-//! by paired comparisons, undecided and unmeasurable, a key still being measured, files of
-//! the old format (version 1), a damaged file, temporary files and a file that is not the
-//! runtime's.
+//! by paired comparisons, undecided and unmeasurable, keys still being measured (with and
+//! without pairs of their open comparison), files of older rules (version 1, unpaired
+//! medians; version 2, paired comparisons that could decide on a run's start alone), a damaged
+//! file, temporary files and a file that is not the runtime's.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,8 @@ macro_rules! fixture {
     };
 }
 
-/// stencil at n=4096 on an H200: model#1 won against the program's 64, model#2 against
-/// model#1, the others fell off cliffs.
+/// stencil at n=4096 on an H200 (version 3): model#1 won against the program's 64, model#2
+/// against model#1, the others fell off cliffs.
 const STENCIL_4096: &str = fixture!("paired-stencil-n4096.choice");
 const STENCIL_8192: &str = fixture!("paired-stencil-n8192.choice");
 const MULTI_H100: &str = fixture!("paired-multi-h100.choice");
@@ -26,33 +27,40 @@ const PROGRAM_KEPT: &str = fixture!("paired-program-kept.choice");
 const UNDECIDED: &str = fixture!("undecided.choice");
 const UNMEASURABLE: &str = fixture!("unmeasurable.choice");
 const MEASURING: &str = fixture!("measuring.progress");
+/// A key still being measured, its open comparison with three pairs.
+const MEASURING_PAIRS: &str = fixture!("measuring-pairs.progress");
 const OLD: &str = fixture!("version1.choice");
 const OLD_PROGRESS: &str = fixture!("version1.progress");
+/// The same key as STENCIL_4096, decided by version 2's rule.
+const V2: &str = fixture!("version2-paired.choice");
+const V2_PROGRESS: &str = fixture!("version2-measuring.progress");
 /// What the runtime's own test of a damaged file writes (test_refine.c, case cache).
-const DAMAGED: &str = "version = 2\nkernel = _Z7stencilPfi\nblock = 12";
+const DAMAGED: &str = "version = 3\nkernel = _Z7stencilPfi\nblock = 12";
 
 // File names as the runtime forms them (<name>-<hash of the key>); the files of one key
 // (the fixtures of stencil at n=4096) get made-up hashes, one each.
-const F_4096: &str = "stencil-5153e7b747be5e24.choice";
-const F_8192: &str = "stencil-9f35e451fee2d843.choice";
-const F_H100: &str = "multi-8d693f8de2226bdb.choice";
+const F_4096: &str = "stencil-00c0be5a22c05d2a.choice";
+const F_8192: &str = "stencil-8d2c5b3961d8ce91.choice";
+const F_H100: &str = "multi-c045599f90a0ad65.choice";
 const F_OLD: &str = "stencil-0000000000000001.choice";
+const F_V2: &str = "stencil-0000000000000002.choice";
 const F_BAD: &str = "stencil-2222222222222222.choice";
-const F_STALE: &str = ".stencil-5153e7b747be5e24.choice.1234.tmp";
-const F_FRESH: &str = ".stencil-9f35e451fee2d843.choice.5678.tmp";
+const F_STALE: &str = ".stencil-00c0be5a22c05d2a.choice.1234.tmp";
+const F_FRESH: &str = ".stencil-8d2c5b3961d8ce91.choice.5678.tmp";
 const F_OTHER: &str = "notes.txt";
 
-const L_4096: &str = "stencil n=4096 block=128x1x1 candidate=model#2 confidence=paired pairs=6 \
-                      (0.30x the program's time) launches=26 device=NVIDIA H200";
-const L_8192: &str = "stencil n=8192 block=128x1x1 candidate=model#2 confidence=paired pairs=6 \
-                      (0.30x the program's time) launches=26 device=NVIDIA H200";
-const L_H100: &str = "multi n=4096 block=1024x1x1 candidate=model#2 confidence=paired pairs=5 \
-                      (0.43x the program's time) launches=22 device=NVIDIA H100 80GB HBM3";
+const L_4096: &str = "stencil n=4096 block=128x1x1 candidate=model#2 confidence=paired \
+                      pairs=10 (0.30x the program's time) launches=44 device=NVIDIA H200";
+const L_8192: &str = "stencil n=8192 block=128x1x1 candidate=model#2 confidence=paired \
+                      pairs=10 (0.30x the program's time) launches=44 device=NVIDIA H200";
+const L_H100: &str = "multi n=4096 block=1024x1x1 candidate=model#2 confidence=paired \
+                      pairs=11 (0.43x the program's time) launches=50 device=NVIDIA H100 80GB HBM3";
 const MISSING: &str = "missing keys name, code_hash, device, device_id, data, program_block, \
                        candidate, confidence, launches, pairs, vs_program, extra_us";
 
-/// A cache directory with three choices, one of the old format, a damaged one, a stale and a
-/// fresh temporary file, and a file the runtime did not write.
+/// A cache directory with three choices, one of version 1 and one of version 2 (older
+/// rules), a damaged one, a stale and a fresh temporary file, and a file the runtime did not
+/// write.
 fn cache() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
@@ -60,6 +68,7 @@ fn cache() -> tempfile::TempDir {
     std::fs::write(p.join(F_8192), STENCIL_8192).unwrap();
     std::fs::write(p.join(F_H100), MULTI_H100).unwrap();
     std::fs::write(p.join(F_OLD), OLD).unwrap();
+    std::fs::write(p.join(F_V2), V2).unwrap();
     std::fs::write(p.join(F_BAD), DAMAGED).unwrap();
     std::fs::write(p.join(F_STALE), "half").unwrap();
     File::options()
@@ -130,9 +139,10 @@ fn list_prints_one_line_per_choice_then_the_old_and_invalid_files() {
             "{L_H100} {F_H100}\n\
              {L_4096} {F_4096}\n\
              {L_8192} {F_8192}\n\
-             {F_OLD}: old format (measured again by the next run)\n\
+             {F_OLD}: old format (version 1, measured again by the next run)\n\
+             {F_V2}: old format (version 2, measured again by the next run)\n\
              {F_BAD}: invalid: {MISSING}\n\
-             3 choices in {d}, 1 of the old format, 1 invalid\n"
+             3 choices in {d}, 2 of an old format, 1 invalid\n"
         )
     );
     assert_eq!(stderr(&o), "");
@@ -176,24 +186,24 @@ fn list_json_has_every_field_and_the_evidence() {
     let stencil = |file: &str, data: &str| {
         serde_json::json!({
             "file": file,
-            "version": 2,
+            "version": 3,
             "kernel": "_Z7stencilPfi",
             "name": "stencil",
             "code_hash": "00c0ffee00c0ffee",
             "device": "NVIDIA H200",
-            "device_id": "NVIDIA H200|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|bus_bits=0",
+            "device_id": "NVIDIA H200|sm=132|cc=9.0|bus_bits=0",
             "data": data,
             "block": "128x1x1",
             "program_block": "64x1x1",
             "candidate": "model#2",
             "confidence": "paired",
-            "launches": 26,
-            "pairs": 6,
+            "launches": 44,
+            "pairs": 10,
             "vs_program": 0.3,
-            "extra_us": 360.0,
+            "extra_us": 540.0,
             "comparisons": [
-                cmp("model#1", "256x1x1", "program", "64x1x1", 1, -0.6, "win"),
-                cmp("model#2", "128x1x1", "model#1", "256x1x1", 3, -0.25, "win"),
+                cmp("model#1", "256x1x1", "program", "64x1x1", 2, -0.6, "win"),
+                cmp("model#2", "128x1x1", "model#1", "256x1x1", 6, -0.25, "win"),
                 cmp("model#3", "512x1x1", "model#2", "128x1x1", 1, 0.66667, "cliff"),
                 cmp("program", "64x1x1", "model#2", "128x1x1", 1, 2.33333, "cliff"),
             ],
@@ -203,25 +213,24 @@ fn list_json_has_every_field_and_the_evidence() {
     let expected = serde_json::json!([
         {
             "file": F_H100,
-            "version": 2,
+            "version": 3,
             "kernel": "_Z5multiPfi",
             "name": "multi",
             "code_hash": "0a0a0a0a0a0a0a0a",
             "device": "NVIDIA H100 80GB HBM3",
-            "device_id":
-                "NVIDIA H100 80GB HBM3|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|bus_bits=0",
+            "device_id": "NVIDIA H100 80GB HBM3|sm=132|cc=9.0|bus_bits=0",
             "data": "n=4096",
             "block": "1024x1x1",
             "program_block": "64x1x1",
             "candidate": "model#2",
             "confidence": "paired",
-            "launches": 22,
-            "pairs": 5,
+            "launches": 50,
+            "pairs": 11,
             "vs_program": 0.4286,
-            "extra_us": 150.0,
+            "extra_us": 310.0,
             "comparisons": [
-                cmp("model#1", "512x1x1", "program", "64x1x1", 1, -0.42857, "win"),
-                cmp("model#2", "1024x1x1", "model#1", "512x1x1", 3, -0.25, "win"),
+                cmp("model#1", "512x1x1", "program", "64x1x1", 2, -0.42857, "win"),
+                cmp("model#2", "1024x1x1", "model#1", "512x1x1", 8, -0.25, "win"),
                 cmp("model#3", "256x1x1", "model#2", "1024x1x1", 1, 0.5, "cliff"),
             ],
             "other": {}
@@ -229,6 +238,7 @@ fn list_json_has_every_field_and_the_evidence() {
         stencil(F_4096, "n=4096"),
         stencil(F_8192, "n=8192"),
         {"file": F_OLD, "version": 1, "old_format": "measured again by the next run"},
+        {"file": F_V2, "version": 2, "old_format": "measured again by the next run"},
         {"file": F_BAD, "invalid": MISSING}
     ]);
     assert_eq!(v, expected);
@@ -246,16 +256,16 @@ fn show_a_kernel_a_file_name_and_a_path() {
          kernel      stencil (_Z7stencilPfi)\n\
          code hash   00c0ffee00c0ffee\n\
          device      NVIDIA H200\n\
-         device id   NVIDIA H200|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|bus_bits=0\n\
+         device id   NVIDIA H200|sm=132|cc=9.0|bus_bits=0\n\
          data        n=4096\n\
          block       128x1x1 (the program's own: 64x1x1)\n\
          candidate   model#2 (the model's 2nd ranked shape)\n\
-         decision    by paired comparisons (6 pairs): 0.30x the program's time (-70.0 %)\n\
-         launches    26\n\
-         extra time  360.0 µs (what the timed launches cost)\n\
-         compared    model#1 256x1x1 vs program 64x1x1: 1 pair, -60.00 % time (sd 0.00 %): \
+         decision    by paired comparisons (10 pairs): 0.30x the program's time (-70.0 %)\n\
+         launches    44\n\
+         extra time  540.0 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 2 pairs, -60.00 % time (sd 0.00 %): \
          win (faster, it became the incumbent)\n\
-         \x20           model#2 128x1x1 vs model#1 256x1x1: 3 pairs, -25.00 % time (sd 0.00 %): \
+         \x20           model#2 128x1x1 vs model#1 256x1x1: 6 pairs, -25.00 % time (sd 0.00 %): \
          win (faster, it became the incumbent)\n\
          \x20           model#3 512x1x1 vs model#2 128x1x1: 1 pair, +66.67 % time (sd 0.00 %): \
          cliff (far slower in every launch of its first quadruple)\n\
@@ -295,11 +305,11 @@ fn show_says_how_each_key_was_decided() {
         stdout(&o),
         format!(
             "stencil n=4096 block=program(64x1x1) candidate=program confidence=paired pairs=3 \
-             (no challenger was faster) launches=26 device=NVIDIA H200 \
+             (no challenger was faster) launches=16 device=NVIDIA H200 \
              stencil-000000000000000a.choice\n\
              stencil n=4096 block=program(64x1x1) candidate=program confidence=undecided \
-             pairs=24 (no verdict: the program's own shape kept) launches=98 device=NVIDIA H200 \
-             stencil-000000000000000b.choice\n\
+             pairs=24 (no verdict: the program's own shape kept) launches=822 device=NVIDIA \
+             H200 stencil-000000000000000b.choice\n\
              stencil n=4096 block=256x1x1 candidate=model#1 confidence=unmeasurable pairs=3 \
              (not timed cleanly: the model's first choice kept) launches=14 device=NVIDIA H200 \
              stencil-000000000000000c.choice\n\
@@ -320,9 +330,9 @@ fn show_says_how_each_key_was_decided() {
          candidate   program (the program's own shape)\n\
          decision    by paired comparisons (3 pairs): no challenger was faster than the \
          program's own shape\n\
-         launches    26\n\
-         extra time  22.2 µs (what the timed launches cost)\n\
-         compared    model#1 256x1x1 vs program 64x1x1: 3 pairs, +3.72 % time (sd 0.75 %): \
+         launches    16\n\
+         extra time  21.7 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 3 pairs, +3.63 % time (sd 0.49 %): \
          lose (not faster)\n"
     );
     let undecided = show("stencil-000000000000000b.choice");
@@ -332,9 +342,9 @@ fn show_says_how_each_key_was_decided() {
          candidate   program (the program's own shape)\n\
          decision    undecided (24 pairs): no comparison reached a verdict, so the program's \
          own shape is kept; nothing showed it or another shape to be faster\n\
-         launches    98\n\
-         extra time  30.3 µs (what the timed launches cost)\n\
-         compared    model#1 256x1x1 vs program 64x1x1: 24 pairs, -2.04 % time (sd 8.01 %): \
+         launches    822\n\
+         extra time  417.0 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 24 pairs, -0.92 % time (sd 7.42 %): \
          undecided (no verdict, the incumbent stays)\n"
     );
     assert!(!undecided.contains("settled"));
@@ -388,19 +398,34 @@ fn show_nothing_matched_is_an_error() {
 }
 
 #[test]
-fn show_a_file_of_the_old_format_says_it_is_measured_again() {
+fn show_a_file_of_an_older_rule_says_it_is_measured_again() {
     let dir = cache();
     let o = in_dir(dir.path(), &["show", F_OLD]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
         format!(
-            "{}: old format (version 1, of the rule before paired comparisons): the \
-             program's runtime does not use it; its next run measures the launch again and \
-             replaces the file\n",
+            "{}: old format (version 1, of an older rule: unpaired medians): the program's \
+             runtime does not use it; its next run measures the launch again and replaces the \
+             file\n",
             dir.path().join(F_OLD).display()
         )
     );
+    // Version 2: a file the previous klaraptor read as valid, an older rule's now.
+    let o = in_dir(dir.path(), &["show", F_V2]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "{}: old format (version 2, of an older rule: paired comparisons that could \
+             decide on a run's start alone): the program's runtime does not use it; its next \
+             run measures the launch again and replaces the file\n",
+            dir.path().join(F_V2).display()
+        )
+    );
+    // `show <kernel>` shows the valid choices only.
+    let o = in_dir(dir.path(), &["show", "stencil"]);
+    assert!(!stdout(&o).contains(F_V2), "{}", stdout(&o));
 }
 
 #[test]
@@ -439,7 +464,7 @@ fn prune_a_kernel() {
     );
     assert_eq!(
         files(dir.path()),
-        sorted(&[F_4096, F_8192, F_OLD, F_BAD, F_STALE, F_FRESH, F_OTHER])
+        sorted(&[F_4096, F_8192, F_OLD, F_V2, F_BAD, F_STALE, F_FRESH, F_OTHER])
     );
 
     // --kernel and --device together: both must match.
@@ -455,7 +480,7 @@ fn prune_a_kernel() {
     );
     assert_eq!(
         files(dir.path()),
-        sorted(&[F_OLD, F_BAD, F_STALE, F_FRESH, F_OTHER])
+        sorted(&[F_OLD, F_V2, F_BAD, F_STALE, F_FRESH, F_OTHER])
     );
 }
 
@@ -468,10 +493,11 @@ fn prune_invalid_removes_old_and_invalid_files_and_stale_temporary_files() {
     assert_eq!(
         stdout(&o),
         format!(
-            "removed {F_OLD} (old format: measured again by the next run)\n\
+            "removed {F_OLD} (old format, version 1: measured again by the next run)\n\
+             removed {F_V2} (old format, version 2: measured again by the next run)\n\
              removed {F_BAD} (invalid: {MISSING})\n\
              removed {F_STALE} (a temporary file older than an hour)\n\
-             3 files removed from {d}\n"
+             4 files removed from {d}\n"
         )
     );
     assert_eq!(
@@ -485,7 +511,7 @@ fn prune_all_removes_what_the_runtime_wrote_only() {
     let dir = cache();
     let o = in_dir(dir.path(), &["prune", "--all"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).ends_with(&format!("7 files removed from {}\n", dir.path().display())));
+    assert!(stdout(&o).ends_with(&format!("8 files removed from {}\n", dir.path().display())));
     assert_eq!(files(dir.path()), sorted(&[F_OTHER]));
 }
 
@@ -494,7 +520,7 @@ fn a_file_that_is_not_utf8_is_invalid() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("x-0000000000000000.choice"),
-        b"version = 2\n\xff\n",
+        b"version = 3\n\xff\n",
     )
     .unwrap();
     let o = in_dir(dir.path(), &["list"]);
@@ -541,13 +567,13 @@ fn klaraptor_choices_off_disables_the_cache() {
     let mut args = vec!["--dir", dir.path().to_str().unwrap(), "list"];
     let o = choices(off, &args);
     assert!(
-        stdout(&o).ends_with(", 1 of the old format, 1 invalid\n"),
+        stdout(&o).ends_with(", 2 of an old format, 1 invalid\n"),
         "{}",
         stdout(&o)
     );
     args.push("--json");
     assert!(choices(off, &args).status.success());
-    assert_eq!(files(dir.path()).len(), 8);
+    assert_eq!(files(dir.path()).len(), 9);
 }
 
 #[test]
@@ -596,17 +622,21 @@ fn the_directory_from_the_environment_and_a_missing_one() {
 }
 
 /// Keys not decided yet (`*.progress`, as a run's exit leaves them) are listed with what they
-/// have measured and pruned with their kernel's choices; a progress file of the old format is
-/// listed as such, a damaged one as invalid.
+/// have measured and pruned with their kernel's choices; progress files of older rules
+/// (versions 1 and 2) are listed as such, a damaged one as invalid.
 #[test]
 fn keys_still_being_measured_are_listed_and_pruned() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
     let f = "stencil-3333333333333333.progress";
+    let f_pairs = "stencil-6666666666666666.progress";
     let f_old = "stencil-5555555555555555.progress";
+    let f_v2 = "stencil-7777777777777777.progress";
     let f_bad = "stencil-4444444444444444.progress";
     std::fs::write(p.join(f), MEASURING).unwrap();
+    std::fs::write(p.join(f_pairs), MEASURING_PAIRS).unwrap();
     std::fs::write(p.join(f_old), OLD_PROGRESS).unwrap();
+    std::fs::write(p.join(f_v2), V2_PROGRESS).unwrap();
     // What the runtime's own test of a damaged progress file writes (test_refine.c, case
     // progress).
     std::fs::write(p.join(f_bad), MEASURING.replacen("sum_us=", "sum_us=x", 1)).unwrap();
@@ -619,10 +649,13 @@ fn keys_still_being_measured_are_listed_and_pruned() {
             "{L_H100} {F_H100}\n\
              stencil n=4096 measuring: not decided after launches=150 (1 comparison decided, \
              2 shapes timed, incumbent 256x1x1) device=NVIDIA H200 {f}\n\
-             {f_old}: old format (measured again by the next run)\n\
+             stencil n=4096 measuring: not decided after launches=1050 (1 comparison decided, \
+             3 shapes timed, incumbent 256x1x1) device=NVIDIA H200 {f_pairs}\n\
+             {f_old}: old format (version 1, measured again by the next run)\n\
+             {f_v2}: old format (version 2, measured again by the next run)\n\
              {f_bad}: invalid: cand `model#1 256x1x1 16x1x1 program=0 walked=0 verdict=win \
-             sum_us=x80.0000 n_us=2` cannot be read\n\
-             1 choice in {}, 1 still being measured, 1 of the old format, 1 invalid\n",
+             sum_us=x160.0000 n_us=4` cannot be read\n\
+             1 choice in {}, 2 still being measured, 2 of an old format, 1 invalid\n",
             p.display()
         )
     );
@@ -640,14 +673,23 @@ fn keys_still_being_measured_are_listed_and_pruned() {
             "launches": 150,
             "timed": 2,
             "incumbent": "256x1x1",
-            "spent_us": 120.0,
+            "spent_us": 240.0,
             "comparisons": [{
                 "challenger": "model#1", "challenger_block": "256x1x1",
                 "incumbent": "program", "incumbent_block": "64x1x1",
-                "pairs": 1, "mean": -0.6, "sd": 0.0, "verdict": "win"
+                "pairs": 2, "mean": -0.6, "sd": 0.0, "verdict": "win"
             }]
         })
     );
+    assert_eq!(v[2]["file"], f_pairs);
+    assert_eq!(v[2]["launches"], 1050);
+    let old = |file: &str, version: u32| {
+        serde_json::json!({
+            "file": file, "version": version, "old_format": "measured again by the next run"
+        })
+    };
+    assert_eq!(v[3], old(f_old, 1));
+    assert_eq!(v[4], old(f_v2, 2));
     // `show` of a progress file: what the key has measured so far.
     let o = in_dir(p, &["show", f]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -661,11 +703,21 @@ fn keys_still_being_measured_are_listed_and_pruned() {
              decision    not yet, after launches=150 (2 shapes timed): the next run goes on \
              comparing\n\
              incumbent   256x1x1\n\
-             extra time  120.0 µs (what the timed launches cost)\n\
-             compared    model#1 256x1x1 vs program 64x1x1: 1 pair, -60.00 % time (sd 0.00 %): \
+             extra time  240.0 µs (what the timed launches cost)\n\
+             compared    model#1 256x1x1 vs program 64x1x1: 2 pairs, -60.00 % time (sd 0.00 %): \
              win (faster, it became the incumbent)\n",
             p.join(f).display()
         )
+    );
+    let o = in_dir(p, &["show", f_pairs]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(
+            "\ndecision    not yet, after launches=1050 (3 shapes timed): the next run goes on \
+             comparing\n"
+        ),
+        "{}",
+        stdout(&o)
     );
     let o = in_dir(p, &["show", f_old]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -674,6 +726,42 @@ fn keys_still_being_measured_are_listed_and_pruned() {
         "{}",
         stdout(&o)
     );
+    let o = in_dir(p, &["show", f_v2]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(": old format (version 2, of an older rule: paired comparisons "),
+        "{}",
+        stdout(&o)
+    );
+    // The open comparison's pairs, damaged: invalid, with the reason.
+    let f_bad_pair = "stencil-8888888888888888.progress";
+    let bad_pair = MEASURING_PAIRS.replacen("pair = at=100 run=150", "pair = at=100 run=0", 1);
+    std::fs::write(p.join(f_bad_pair), bad_pair).unwrap();
+    let o = in_dir(p, &["show", f_bad_pair]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(
+            ": invalid: pair `at=100 run=0 r=-0.250000 im=40.0000 d2=0.0000` cannot be read: \
+             run `0` is not a run's launches (1 or more)\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let f_miscount = "stencil-9999999999999999.progress";
+    let miscount = MEASURING_PAIRS.replacen("pairs=3 ", "pairs=2 ", 1);
+    std::fs::write(p.join(f_miscount), miscount).unwrap();
+    let o = in_dir(p, &["show", f_miscount]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(
+            ": invalid: open `128x1x1 32x1x1 pairs=2 nonstationary=0 clear=0` has pairs=2 but \
+             the file has 3 pair lines\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_file(p.join(f_bad_pair)).unwrap();
+    std::fs::remove_file(p.join(f_miscount)).unwrap();
     let o = in_dir(p, &["show", f_bad]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -684,7 +772,7 @@ fn keys_still_being_measured_are_listed_and_pruned() {
     // --kernel takes the keys still being measured with the decided ones.
     let o = in_dir(p, &["prune", "--kernel", "stencil"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(files(p), sorted(&[F_H100, f_old, f_bad]));
+    assert_eq!(files(p), sorted(&[F_H100, f_old, f_v2, f_bad]));
     let o = in_dir(p, &["prune", "--invalid"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(files(p), sorted(&[F_H100]));
@@ -716,8 +804,8 @@ fn template_instances_are_listed_by_their_names() {
         choice("_Z9stencil1dILi16EEvPKfPfi", "stencil1d<16>"),
     )
     .unwrap();
-    let rest = "block=128x1x1 candidate=model#2 confidence=paired pairs=6 (0.30x the program's \
-                time) launches=26 device=NVIDIA H200";
+    let rest = "block=128x1x1 candidate=model#2 confidence=paired pairs=10 (0.30x the \
+                program's time) launches=44 device=NVIDIA H200";
     let l3 = format!("stencil1d<3> N=1048576 {rest} {f3}\n");
     let l16 = format!("stencil1d<16> N=1048576 {rest} {f16}\n");
     let d = p.display();

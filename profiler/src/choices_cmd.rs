@@ -16,9 +16,10 @@
 //! `$XDG_CACHE_HOME/klaraptor/choices`, else `~/.cache/klaraptor/choices` ([`choices_dir`]).
 //! A decided key is `<name>-<16 hex>.choice` ([`ChoiceFile`] parses one), a key not decided
 //! yet `<name>-<16 hex>.progress` ([`Progress`]); the runtime writes each through a hidden
-//! `.<something>.tmp` file that it renames into place. Files of the rule before paired
-//! comparisons (version 1) are not used by the runtime: it measures their keys again and
-//! overwrites them.
+//! `.<something>.tmp` file that it renames into place. Files of an older rule ([`OLD_VERSIONS`]:
+//! version 1, unpaired medians; version 2, paired comparisons that could decide on a run's
+//! start alone) are not used by the runtime: it measures their keys again and overwrites
+//! them.
 
 use std::cmp::Ordering;
 use std::ffi::OsString;
@@ -38,12 +39,27 @@ use serde::{Serialize, Serializer};
 pub const ENV_VAR: &str = "KLARAPTOR_CHOICES";
 
 /// The file format version this module reads (the runtime's `CHOICES_VERSION`: decisions by
-/// paired comparisons).
-pub const FORMAT_VERSION: u32 = 2;
+/// paired comparisons judged over the whole run).
+pub const FORMAT_VERSION: u32 = 3;
 
-/// The version of the rule before paired comparisons (unpaired medians): the runtime
-/// measures such keys again and overwrites their files.
-pub const OLD_VERSION: u32 = 1;
+/// The versions of the older rules, each with what it decided by (the runtime's
+/// `choices_older_rule`): the runtime does not use their files, measures their keys again
+/// and overwrites them.
+pub const OLD_VERSIONS: [(u32, &str); 2] = [
+    (1, "unpaired medians"),
+    (
+        2,
+        "paired comparisons that could decide on a run's start alone",
+    ),
+];
+
+/// What an older rule's version decided by (`None`: `version` is not an older rule's).
+pub fn old_rule(version: u32) -> Option<&'static str> {
+    OLD_VERSIONS
+        .iter()
+        .find(|(v, _)| *v == version)
+        .map(|(_, rule)| *rule)
+}
 
 /// The most `compared` lines a choice file may have (the runtime's `CHOICE_MAX_CMP`).
 pub const MAX_COMPARISONS: usize = 24;
@@ -72,7 +88,7 @@ const REQUIRED: [&str; 15] = [
 ];
 
 /// The keys a progress file must have.
-const PROGRESS_REQUIRED: [&str; 12] = [
+const PROGRESS_REQUIRED: [&str; 13] = [
     "version",
     "kernel",
     "name",
@@ -82,6 +98,7 @@ const PROGRESS_REQUIRED: [&str; 12] = [
     "data",
     "launches",
     "last_run_launches",
+    "phase_drift",
     "spent_us",
     "incumbent",
     "walk",
@@ -89,6 +106,10 @@ const PROGRESS_REQUIRED: [&str; 12] = [
 
 /// The most pairs (quadruples) a count may claim, as the runtime reads them.
 const MAX_PAIRS: u64 = 1_000_000;
+
+/// The most `pair` lines a progress file's open comparison may have (the runtime's
+/// `RF_QUADS_MAX`).
+pub const MAX_OPEN_PAIRS: usize = 24;
 
 /// The longest candidate label the runtime writes (`char label[24]`).
 const MAX_LABEL: usize = 23;
@@ -328,7 +349,7 @@ impl Comparison {
     }
 }
 
-/// A parsed choice file (version 2): a decided launch and the evidence it was decided on.
+/// A parsed choice file (version 3): a decided launch and the evidence it was decided on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChoiceFile {
     pub version: u32,
@@ -385,10 +406,20 @@ fn version_of(text: &str) -> Option<&str> {
     })
 }
 
-/// 1 when a file of the cache is of the rule before paired comparisons (`version = 1`):
-/// the runtime does not use it, measures its key again and overwrites it.
+/// The version of a file of the cache when it is an older rule's (`version = 1` or `2`, as
+/// the runtime compares it: the text exactly): the runtime does not use it, measures its key
+/// again and overwrites it.
+pub fn old_version(text: &str) -> Option<u32> {
+    let v = version_of(text)?;
+    OLD_VERSIONS
+        .iter()
+        .map(|(old, _)| *old)
+        .find(|old| old.to_string() == v)
+}
+
+/// 1 when a file of the cache is of an older rule ([`old_version`]).
 pub fn is_old_format(text: &str) -> bool {
-    version_of(text) == Some("1")
+    old_version(text).is_some()
 }
 
 /// A file's `key = value` lines, in order (comments and blank lines left out). Only the
@@ -439,14 +470,18 @@ fn get<'a>(fields: &'a [(String, String)], key: &str) -> Option<&'a str> {
 /// the key fields every file of the cache has.
 fn check_common(fields: &[(String, String)], required: &[&str]) -> Result<(), String> {
     // The version first: another version may have other keys.
-    match get(fields, "version").map(|v| (v.parse::<u32>(), v)) {
+    let version = get(fields, "version");
+    // An older rule's, as the runtime tells it (the text exactly).
+    if let Some((v, rule)) = OLD_VERSIONS
+        .iter()
+        .find(|(old, _)| version == Some(old.to_string().as_str()))
+    {
+        return Err(format!(
+            "old format (version {v}, decided by {rule}): measured again by the next run"
+        ));
+    }
+    match version.map(|v| (v.parse::<u32>(), v)) {
         None | Some((Ok(FORMAT_VERSION), _)) => {}
-        Some((Ok(OLD_VERSION), _)) => {
-            return Err(format!(
-                "old format (version {OLD_VERSION}, decided before paired comparisons): \
-                 measured again by the next run"
-            ))
-        }
         Some((Ok(v), _)) => {
             return Err(format!(
                 "format version {v} (this klaraptor reads version {FORMAT_VERSION})"
@@ -498,7 +533,7 @@ fn microseconds(fields: &[(String, String)], key: &str) -> Result<f64, String> {
 
 impl ChoiceFile {
     /// Parses a choice file's text; the error says why the file is invalid (for a file of
-    /// the old format, [`is_old_format`], that it is one).
+    /// an older rule, [`is_old_format`], that it is one).
     pub fn parse(text: &str) -> Result<ChoiceFile, String> {
         let fields = fields(text, &["compared"])?;
         check_common(&fields, &REQUIRED)?;
@@ -661,7 +696,7 @@ pub struct ChoicesArgs {
 pub enum ChoicesCommand {
     /// One line per decided choice: kernel, data values, block, candidate, confidence,
     /// pairs, time against the program's shape, launches, device and file; then keys still
-    /// being measured; files of the old format and invalid files after them (when no filter
+    /// being measured; files of an old format and invalid files after them (when no filter
     /// is given).
     List {
         /// Only choices of this kernel (its name in the source or mangled name, or a part
@@ -696,7 +731,7 @@ pub enum ChoicesCommand {
         /// being measured.
         #[arg(long)]
         device: Option<String>,
-        /// Invalid files, files of the old format (the runtime measures their keys again
+        /// Invalid files, files of an old format (the runtime measures their keys again
         /// anyway), and temporary files older than an hour.
         #[arg(long)]
         invalid: bool,
@@ -777,9 +812,9 @@ enum Kind {
     Valid(Box<ChoiceFile>),
     /// A `*.progress` file: a launch key the runtime has not decided yet.
     Measuring(Box<Progress>),
-    /// A `*.choice` or `*.progress` file of the rule before paired comparisons: the runtime
-    /// does not use it, measures its key again and overwrites it.
-    Old,
+    /// A `*.choice` or `*.progress` file of an older rule (its version, [`OLD_VERSIONS`]):
+    /// the runtime does not use it, measures its key again and overwrites it.
+    Old(u32),
     Invalid(String),
     /// A runtime's temporary file, stale when older than [`STALE_TMP_AGE`].
     Tmp {
@@ -788,7 +823,14 @@ enum Kind {
 }
 
 /// What a runtime measured of a launch key before its run ended undecided (a `*.progress`
-/// file; the next run goes on from it).
+/// file; the next run goes on from it). Besides the key's fields: `launches`,
+/// `last_run_launches`, `phase_drift` (-1, 0 or 1: whether the key's cost drifts over a run,
+/// not known yet, steady, drifting), `spent_us`, `incumbent` and `walk`; one `cand` line per
+/// candidate and one `compared` line per comparison decided; for the comparison in progress,
+/// `open = <block> <grid> pairs=<n> nonstationary=<n> clear=<n>` and its `n` pairs, one
+/// `pair = at=<launch> run=<launches> r=<x> im=<µs> d2=<x>` line each (where in its run the
+/// quadruple was timed, of a run how long, its relative paired difference, the incumbent's
+/// mean time, the squared difference of the incumbent's two times).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Progress {
     pub kernel: String,
@@ -811,11 +853,15 @@ pub struct Progress {
 impl Progress {
     /// Parses a progress file's text; the error says why it is invalid.
     pub fn parse(text: &str) -> Result<Progress, String> {
-        let fields = fields(text, &["cand", "compared"])?;
+        let fields = fields(text, &["cand", "compared", "pair"])?;
         check_common(&fields, &PROGRESS_REQUIRED)?;
         let req = |key: &str| get(&fields, key).expect("required keys are present");
         let launches = count(&fields, "launches", i32::MAX as u64 / 2)?;
         count(&fields, "last_run_launches", launches)?;
+        let drift = req("phase_drift");
+        if !matches!(drift, "-1" | "0" | "1") {
+            return Err(format!("phase_drift `{drift}` is none of -1, 0, 1"));
+        }
         let spent_us = microseconds(&fields, "spent_us")?;
         let block_pair = |s: &str| -> Option<[u32; 3]> {
             let t: Vec<&str> = s.split_whitespace().collect();
@@ -841,25 +887,54 @@ impl Progress {
             .filter(|(k, _)| k == "compared")
             .map(|(_, v)| Comparison::parse(v))
             .collect::<Result<Vec<_>, _>>()?;
-        if let Some(open) = get(&fields, "open") {
-            let t: Vec<&str> = open.split_whitespace().collect();
-            const OPEN: [&str; 9] = [
-                "pairs",
-                "sum_r",
-                "sum_r2",
-                "inc_lo",
-                "inc_hi",
-                "sum_m",
-                "sum_m2",
-                "sum_d2",
-                "nonstationary",
-            ];
-            if t.len() != 2 + OPEN.len()
-                || block_pair(&t[..2].join(" ")).is_none()
-                || !named_numbers(&t[2..], &OPEN)
-            {
-                return Err(format!("open `{open}` cannot be read"));
+        // The open comparison's pairs: as many as its `open` line says, none without one.
+        let pairs: Vec<&str> = fields
+            .iter()
+            .filter(|(k, _)| k == "pair")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if pairs.len() > MAX_OPEN_PAIRS {
+            return Err(format!(
+                "{} pair lines (the runtime keeps {MAX_OPEN_PAIRS} at most)",
+                pairs.len()
+            ));
+        }
+        for pair in &pairs {
+            check_pair(pair)?;
+        }
+        match get(&fields, "open") {
+            Some(open) => {
+                let t: Vec<&str> = open.split_whitespace().collect();
+                let n = match t[..] {
+                    [block, grid, pairs, nonstationary, clear]
+                        if block_pair(&format!("{block} {grid}")).is_some()
+                            && named_value::<i32>(nonstationary, "nonstationary").is_some()
+                            && named_value::<i32>(clear, "clear").is_some() =>
+                    {
+                        named_value::<usize>(pairs, "pairs")
+                    }
+                    _ => None,
+                };
+                let Some(n) = n else {
+                    return Err(format!(
+                        "open `{open}` cannot be read: not `<block> <grid> pairs=<n> \
+                         nonstationary=<n> clear=<n>`"
+                    ));
+                };
+                if n != pairs.len() {
+                    return Err(format!(
+                        "open `{open}` has pairs={n} but the file has {}",
+                        plural(pairs.len(), "pair line", "pair lines")
+                    ));
+                }
             }
+            None if !pairs.is_empty() => {
+                return Err(format!(
+                    "{} without an open comparison",
+                    plural(pairs.len(), "pair line", "pair lines")
+                ))
+            }
+            None => {}
         }
         Ok(Progress {
             kernel: req("kernel").to_string(),
@@ -878,6 +953,58 @@ impl Progress {
         kernel.is_none_or(|k| self.name == k || self.kernel == k || self.name.contains(k))
             && device.is_none_or(|d| self.device.to_lowercase().contains(&d.to_lowercase()))
     }
+}
+
+/// The value of a `name=<value>` token.
+fn named_value<T: std::str::FromStr>(token: &str, name: &str) -> Option<T> {
+    token.strip_prefix(name)?.strip_prefix('=')?.parse().ok()
+}
+
+/// A progress file's `pair` line, as the runtime reads it: `at=<launch> run=<launches>
+/// r=<x> im=<µs> d2=<x>`, a quadruple begun at launch `at` (≥ 0) of its run, of a run of
+/// `run` launches (≥ 1), its relative paired difference `r` (> −1), the incumbent's mean
+/// time `im` (> 0) and the squared difference of the incumbent's two times `d2` (≥ 0).
+fn check_pair(s: &str) -> Result<(), String> {
+    let bad = |why: String| format!("pair `{s}` cannot be read: {why}");
+    let t: Vec<&str> = s.split_whitespace().collect();
+    let [at, run, r, im, d2] = t[..] else {
+        return Err(bad(
+            "not `at=<launch> run=<launches> r=<x> im=<µs> d2=<x>`".to_string()
+        ));
+    };
+    fn named<'a>(tok: &'a str, name: &str) -> Option<&'a str> {
+        tok.strip_prefix(name)?.strip_prefix('=')
+    }
+    let value =
+        |tok, name| named(tok, name).ok_or_else(|| bad(format!("`{tok}` is not `{name}=…`")));
+    let (at, run, r, im, d2) = (
+        value(at, "at")?,
+        value(run, "run")?,
+        value(r, "r")?,
+        value(im, "im")?,
+        value(d2, "d2")?,
+    );
+    if !at.parse::<i32>().is_ok_and(|a| a >= 0) {
+        return Err(bad(format!(
+            "at `{at}` is not a launch of the run (0 or more)"
+        )));
+    }
+    if !run.parse::<i32>().is_ok_and(|n| n >= 1) {
+        return Err(bad(format!(
+            "run `{run}` is not a run's launches (1 or more)"
+        )));
+    }
+    let real = |v: &str, ok: fn(f64) -> bool| v.parse::<f64>().is_ok_and(ok);
+    if !real(r, |r| r > -1.0 && r < 1e6) {
+        return Err(bad(format!("r `{r}` is not a relative difference")));
+    }
+    if !real(im, |m| m > 0.0 && m < 1e12) {
+        return Err(bad(format!("im `{im}` is not a time in µs")));
+    }
+    if !real(d2, |d| (0.0..1e24).contains(&d)) {
+        return Err(bad(format!("d2 `{d2}` is not a squared difference")));
+    }
+    Ok(())
 }
 
 /// `name=<number>` tokens, one per name, in order.
@@ -909,7 +1036,7 @@ fn parse_cand(s: &str) -> Option<u64> {
         .filter(|&n| n <= MAX_PAIRS)
 }
 
-/// Reads one file of the cache as `parse` reads its text: a file of the old format is
+/// Reads one file of the cache as `parse` reads its text: a file of an older rule is
 /// [`Kind::Old`], whatever else it holds.
 fn read_kind<T>(path: &Path, parse: fn(&str) -> Result<T, String>, wrap: fn(T) -> Kind) -> Kind {
     let text = match std::fs::read(path) {
@@ -919,8 +1046,8 @@ fn read_kind<T>(path: &Path, parse: fn(&str) -> Result<T, String>, wrap: fn(T) -
             Ok(t) => t,
         },
     };
-    if is_old_format(&text) {
-        return Kind::Old;
+    if let Some(version) = old_version(&text) {
+        return Kind::Old(version);
     }
     match parse(&text) {
         Ok(v) => wrap(v),
@@ -930,7 +1057,7 @@ fn read_kind<T>(path: &Path, parse: fn(&str) -> Result<T, String>, wrap: fn(T) -
 
 /// Every `*.choice`, `*.progress` and `.*.tmp` file in `dir` (none when it does not exist):
 /// valid choices sorted by name, data, device and file, then keys still being measured,
-/// files of the old format, invalid files and temporary files by file name.
+/// files of an old format, invalid files and temporary files by file name.
 fn scan(dir: &Path) -> Result<Vec<Found>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -974,7 +1101,7 @@ fn scan(dir: &Path) -> Result<Vec<Found>> {
     let rank = |f: &Found| match f.kind {
         Kind::Valid(_) => 0,
         Kind::Measuring(_) => 1,
-        Kind::Old => 2,
+        Kind::Old(_) => 2,
         Kind::Invalid(_) => 3,
         Kind::Tmp { .. } => 4,
     };
@@ -1025,9 +1152,6 @@ fn natural_cmp(a: &str, b: &str) -> Ordering {
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
-
-/// What `list` says of a file of the old format.
-const OLD_FORMAT: &str = "old format (measured again by the next run)";
 
 /// A choice in `list --json`.
 #[derive(Serialize)]
@@ -1161,16 +1285,20 @@ fn list(
                     );
                 }
             }
-            Kind::Old if !filtered => {
+            Kind::Old(version) if !filtered => {
                 old += 1;
                 if json {
                     items.push(JsonItem::Old {
                         file: &f.file,
-                        version: OLD_VERSION,
+                        version: *version,
                         old_format: "measured again by the next run",
                     });
                 } else {
-                    let _ = writeln!(out, "{}: {OLD_FORMAT}", f.file);
+                    let _ = writeln!(
+                        out,
+                        "{}: old format (version {version}, measured again by the next run)",
+                        f.file
+                    );
                 }
             }
             Kind::Invalid(why) if !filtered => {
@@ -1201,7 +1329,7 @@ fn list(
             let _ = write!(out, ", {measuring} still being measured");
         }
         if old > 0 {
-            let _ = write!(out, ", {old} of the old format");
+            let _ = write!(out, ", {old} of an old format");
         }
         if invalid > 0 {
             let _ = write!(out, ", {invalid} invalid");
@@ -1265,13 +1393,14 @@ fn show_file(path: &Path, out: &mut String) -> Result<ExitCode> {
             render(&c, path, out);
             Ok(ExitCode::SUCCESS)
         }
-        Kind::Old => {
+        Kind::Old(version) => {
             let _ = writeln!(
                 out,
-                "{}: old format (version {OLD_VERSION}, of the rule before paired \
-                 comparisons): the program's runtime does not use it; its next run measures \
-                 the launch again and replaces the file",
-                path.display()
+                "{}: old format (version {version}, of an older rule: {}): the program's \
+                 runtime does not use it; its next run measures the launch again and replaces \
+                 the file",
+                path.display(),
+                old_rule(version).unwrap_or("unknown")
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -1390,7 +1519,7 @@ fn prune(
     if kernel.is_none() && device.is_none() && !invalid && !all {
         bail!(
             "say what to remove: --kernel <K> and/or --device <D> (their valid choices), \
-             --invalid (invalid files, files of the old format and stale temporary files) or \
+             --invalid (invalid files, files of an old format and stale temporary files) or \
              --all (everything the runtime wrote in {})",
             dir.display()
         );
@@ -1408,7 +1537,9 @@ fn prune(
                 None
             }
             Kind::Measuring(p) if filtered && p.matches(kernel, device) => None,
-            Kind::Old if invalid => Some("old format: measured again by the next run".to_string()),
+            Kind::Old(v) if invalid => Some(format!(
+                "old format, version {v}: measured again by the next run"
+            )),
             Kind::Invalid(why) if invalid => Some(format!("invalid: {why}")),
             Kind::Tmp { stale: true } if invalid => {
                 Some("a temporary file older than an hour".to_string())
@@ -1465,8 +1596,16 @@ mod tests {
     const OLD: &str = include_str!("../../tests/fixtures/choices-cache-2026-11-28/version1.choice");
     const PROGRESS: &str =
         include_str!("../../tests/fixtures/choices-cache-2026-11-28/measuring.progress");
+    /// A key still being measured with three pairs of its open comparison.
+    const PROGRESS_PAIRS: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/measuring-pairs.progress");
     const OLD_PROGRESS: &str =
         include_str!("../../tests/fixtures/choices-cache-2026-11-28/version1.progress");
+    /// Files of version 2 (paired comparisons that could decide on a run's start alone).
+    const V2: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/version2-paired.choice");
+    const V2_PROGRESS: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/version2-measuring.progress");
 
     fn without(text: &str, key: &str) -> String {
         text.lines()
@@ -1494,25 +1633,24 @@ mod tests {
         assert_eq!(
             c,
             ChoiceFile {
-                version: 2,
+                version: 3,
                 kernel: "_Z7stencilPfi".into(),
                 name: "stencil".into(),
                 code_hash: "00c0ffee00c0ffee".into(),
                 device: "NVIDIA H200".into(),
-                device_id: "NVIDIA H200|sm=132|cc=9.0|clock_khz=0|mem_clock_khz=0|bus_bits=0"
-                    .into(),
+                device_id: "NVIDIA H200|sm=132|cc=9.0|bus_bits=0".into(),
                 data: "n=4096".into(),
                 block: Block::Shape([128, 1, 1]),
                 program_block: [64, 1, 1],
                 candidate: "model#2".into(),
                 confidence: Confidence::Paired,
-                launches: 26,
-                pairs: 6,
+                launches: 44,
+                pairs: 10,
                 vs_program: 0.3,
-                extra_us: 360.0,
+                extra_us: 540.0,
                 comparisons: vec![
-                    cmp("model#1", 256, "program", 64, 1, -0.6, Verdict::Win),
-                    cmp("model#2", 128, "model#1", 256, 3, -0.25, Verdict::Win),
+                    cmp("model#1", 256, "program", 64, 2, -0.6, Verdict::Win),
+                    cmp("model#2", 128, "model#1", 256, 6, -0.25, Verdict::Win),
                     cmp("model#3", 512, "model#2", 128, 1, 0.66667, Verdict::Cliff),
                     cmp("program", 64, "model#2", 128, 1, 2.33333, Verdict::Cliff),
                 ],
@@ -1523,11 +1661,11 @@ mod tests {
         assert_eq!(c.decision_brief(), "(0.30x the program's time)");
         assert_eq!(
             c.decision_text(),
-            "by paired comparisons (6 pairs): 0.30x the program's time (-70.0 %)"
+            "by paired comparisons (10 pairs): 0.30x the program's time (-70.0 %)"
         );
         assert_eq!(
             c.comparisons[1].describe(),
-            "model#2 128x1x1 vs model#1 256x1x1: 3 pairs, -25.00 % time (sd 0.00 %): win \
+            "model#2 128x1x1 vs model#1 256x1x1: 6 pairs, -25.00 % time (sd 0.00 %): win \
              (faster, it became the incumbent)"
         );
     }
@@ -1577,13 +1715,34 @@ mod tests {
     }
 
     #[test]
-    fn files_of_the_old_rule_are_told_apart() {
-        assert!(is_old_format(OLD) && is_old_format(OLD_PROGRESS));
-        assert!(!is_old_format(PAIRED) && !is_old_format(PROGRESS));
-        let old = "old format (version 1, decided before paired comparisons): measured again \
-                   by the next run";
+    fn files_of_the_old_rules_are_told_apart() {
+        assert_eq!(old_version(OLD), Some(1));
+        assert_eq!(old_version(OLD_PROGRESS), Some(1));
+        assert_eq!(old_version(V2), Some(2));
+        assert_eq!(old_version(V2_PROGRESS), Some(2));
+        for text in [PAIRED, PROGRESS, PROGRESS_PAIRS] {
+            assert!(!is_old_format(text));
+        }
+        let old = "old format (version 1, decided by unpaired medians): measured again by the \
+                   next run";
         assert_eq!(ChoiceFile::parse(OLD).unwrap_err(), old);
         assert_eq!(Progress::parse(OLD_PROGRESS).unwrap_err(), old);
+        // Version 2: valid then, an older rule now, whatever it holds.
+        let old = "old format (version 2, decided by paired comparisons that could decide on a \
+                   run's start alone): measured again by the next run";
+        assert_eq!(ChoiceFile::parse(V2).unwrap_err(), old);
+        assert_eq!(Progress::parse(V2_PROGRESS).unwrap_err(), old);
+        let v2 = PAIRED.replace("version = 3", "version = 2");
+        assert_eq!(ChoiceFile::parse(&v2).unwrap_err(), old);
+        assert_eq!(
+            old_rule(2),
+            Some("paired comparisons that could decide on a run's start alone")
+        );
+        assert_eq!(old_rule(3), None);
+        // As the runtime compares it: the text exactly.
+        assert!(!is_old_format(
+            &PAIRED.replace("version = 3", "version = 02")
+        ));
     }
 
     #[test]
@@ -1592,7 +1751,7 @@ mod tests {
             let err = ChoiceFile::parse(&without(PAIRED, key)).unwrap_err();
             assert_eq!(err, format!("missing key {key}"), "{key}");
         }
-        let err = ChoiceFile::parse("version = 2\nkernel = k\n").unwrap_err();
+        let err = ChoiceFile::parse("version = 3\nkernel = k\n").unwrap_err();
         assert_eq!(
             err,
             "missing keys name, code_hash, device, device_id, data, block, program_block, \
@@ -1606,15 +1765,18 @@ mod tests {
 
     #[test]
     fn another_version_is_invalid() {
-        let err = ChoiceFile::parse(&PAIRED.replace("version = 2", "version = 3")).unwrap_err();
-        assert_eq!(err, "format version 3 (this klaraptor reads version 2)");
-        let err = ChoiceFile::parse(&PAIRED.replace("version = 2", "version = two")).unwrap_err();
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 3", "version = 4")).unwrap_err();
+        assert_eq!(err, "format version 4 (this klaraptor reads version 3)");
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 3", "version = two")).unwrap_err();
         assert_eq!(err, "version `two` is not a number");
         // Said before any missing key: another version may have other keys.
-        let err = ChoiceFile::parse("version = 3\nkernel = k\n").unwrap_err();
-        assert_eq!(err, "format version 3 (this klaraptor reads version 2)");
-        let err = Progress::parse(&PROGRESS.replace("version = 2", "version = 3")).unwrap_err();
-        assert_eq!(err, "format version 3 (this klaraptor reads version 2)");
+        let err = ChoiceFile::parse("version = 4\nkernel = k\n").unwrap_err();
+        assert_eq!(err, "format version 4 (this klaraptor reads version 3)");
+        let err = Progress::parse(&PROGRESS.replace("version = 3", "version = 4")).unwrap_err();
+        assert_eq!(err, "format version 4 (this klaraptor reads version 3)");
+        // Not an older rule's version either, as the runtime reads it: another version.
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 3", "version = 02")).unwrap_err();
+        assert_eq!(err, "format version 2 (this klaraptor reads version 3)");
     }
 
     #[test]
@@ -1640,11 +1802,11 @@ mod tests {
             "confidence `settled` is none of paired, undecided, unmeasurable"
         );
         assert_eq!(
-            bad("launches = 26", "launches = -1"),
+            bad("launches = 44", "launches = -1"),
             "launches `-1` is not a count"
         );
         assert_eq!(
-            bad("pairs = 6", "pairs = 1000001"),
+            bad("pairs = 10", "pairs = 1000001"),
             "pairs `1000001` is not a count"
         );
         for ratio in ["0", "-0.3", "nan", "1e6", "x"] {
@@ -1654,22 +1816,22 @@ mod tests {
             );
         }
         assert_eq!(
-            bad("extra_us = 360.0", "extra_us = -1"),
+            bad("extra_us = 540.0", "extra_us = -1"),
             "extra_us `-1` is not a time in µs"
         );
         assert_eq!(
-            bad("launches = 26", "launches = 26\nlaunches = 27"),
+            bad("launches = 44", "launches = 44\nlaunches = 45"),
             "line 14: `launches` given twice"
         );
         assert_eq!(
-            bad("launches = 26", "launches 26"),
+            bad("launches = 44", "launches 44"),
             "line 13: not `key = value`"
         );
     }
 
     #[test]
     fn bad_compared_lines_are_invalid() {
-        let line = "model#2 128x1x1 vs model#1 256x1x1 pairs=3 mean=-0.25000 sd=0.00000 \
+        let line = "model#2 128x1x1 vs model#1 256x1x1 pairs=6 mean=-0.25000 sd=0.00000 \
                     verdict=win";
         assert!(PAIRED.contains(line));
         let bad = |to: &str| {
@@ -1755,8 +1917,8 @@ mod tests {
         assert_eq!(ChoiceFile::parse(&text).unwrap_err(), claim);
         // Its win without a gain, and no gain over the program's shape.
         let text = PAIRED.replace(
-            "pairs=3 mean=-0.25000 sd=0.00000 verdict=win",
-            "pairs=3 mean=0.01000 sd=0.00000 verdict=win",
+            "pairs=6 mean=-0.25000 sd=0.00000 verdict=win",
+            "pairs=6 mean=0.01000 sd=0.00000 verdict=win",
         );
         assert!(ChoiceFile::parse(&text).is_err());
         let text = PAIRED.replace("vs_program = 0.3000", "vs_program = 1.0000");
@@ -1812,8 +1974,8 @@ mod tests {
                 launches: 150,
                 timed: 2,
                 incumbent: [256, 1, 1],
-                spent_us: 120.0,
-                comparisons: vec![cmp("model#1", 256, "program", 64, 1, -0.6, Verdict::Win)],
+                spent_us: 240.0,
+                comparisons: vec![cmp("model#1", 256, "program", 64, 2, -0.6, Verdict::Win)],
             }
         );
         // What the runtime's own test damages (test_refine.c, progress) it refuses too.
@@ -1832,9 +1994,147 @@ mod tests {
             Progress::parse(&PROGRESS.replace("walk = 0 0 0 1 0", "walk = 0 0 0 1")).unwrap_err();
         assert_eq!(err, "walk `0 0 0 1` is not five numbers");
         let err = Progress::parse(&PROGRESS.replace(" nonstationary=0", "")).unwrap_err();
-        assert!(err.starts_with("open `128x1x1 32x1x1 pairs=0 "), "{err}");
+        assert_eq!(
+            err,
+            "open `128x1x1 32x1x1 pairs=0 clear=0` cannot be read: not `<block> <grid> \
+             pairs=<n> nonstationary=<n> clear=<n>`"
+        );
+        // Version 2's open line, with the sums version 3 no longer keeps.
+        let v2_open = "open = 128x1x1 32x1x1 pairs=0 sum_r=0.000000 sum_r2=0.000000 \
+                       inc_lo=100.0000 inc_hi=100.0000 sum_m=0.0000 sum_m2=0.0000 \
+                       sum_d2=0.0000 nonstationary=0 clear=0";
+        let text = PROGRESS.replace(
+            "open = 128x1x1 32x1x1 pairs=0 nonstationary=0 clear=0",
+            v2_open,
+        );
+        assert!(Progress::parse(&text)
+            .unwrap_err()
+            .starts_with("open `128x1x1 32x1x1 pairs=0 sum_r="));
+        // phase_drift: -1, 0 or 1, and required.
+        for drift in ["0", "1"] {
+            let text = PROGRESS.replace("phase_drift = -1", &format!("phase_drift = {drift}"));
+            assert!(Progress::parse(&text).is_ok(), "{drift}");
+        }
+        for drift in ["2", "-2", "x", "1.0"] {
+            let text = PROGRESS.replace("phase_drift = -1", &format!("phase_drift = {drift}"));
+            assert_eq!(
+                Progress::parse(&text).unwrap_err(),
+                format!("phase_drift `{drift}` is none of -1, 0, 1")
+            );
+        }
+        assert_eq!(
+            Progress::parse(&without(PROGRESS, "phase_drift")).unwrap_err(),
+            "missing key phase_drift"
+        );
         // Without a comparison in progress.
         assert!(Progress::parse(&without(PROGRESS, "open")).is_ok());
+    }
+
+    #[test]
+    fn progress_files_with_the_open_comparisons_pairs() {
+        let p = Progress::parse(PROGRESS_PAIRS).unwrap();
+        assert_eq!(p.launches, 1050);
+        assert_eq!(p.timed, 3);
+        assert_eq!(p.incumbent, [256, 1, 1]);
+        assert_eq!(p.spent_us, 300.0);
+        assert_eq!(
+            p.comparisons,
+            vec![cmp("model#1", 256, "program", 64, 2, -0.6, Verdict::Win)]
+        );
+        let open = "open = 128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0";
+        let first = "pair = at=100 run=150 r=-0.250000 im=40.0000 d2=0.0000";
+        assert!(PROGRESS_PAIRS.contains(open) && PROGRESS_PAIRS.contains(first));
+        let pair_lines = PROGRESS_PAIRS
+            .lines()
+            .filter(|l| l.starts_with("pair = "))
+            .count();
+        assert_eq!(pair_lines, 3);
+
+        // The count of pair lines is the open line's pairs=N.
+        let err = Progress::parse(&PROGRESS_PAIRS.replace("pairs=3 ", "pairs=4 ")).unwrap_err();
+        assert_eq!(
+            err,
+            "open `128x1x1 32x1x1 pairs=4 nonstationary=0 clear=0` has pairs=4 but the file has \
+             3 pair lines"
+        );
+        let err =
+            Progress::parse(&PROGRESS_PAIRS.replacen(&format!("{first}\n"), "", 1)).unwrap_err();
+        assert_eq!(
+            err,
+            "open `128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0` has pairs=3 but the file has \
+             2 pair lines"
+        );
+        let err = Progress::parse(&without(PROGRESS_PAIRS, "open")).unwrap_err();
+        assert_eq!(err, "3 pair lines without an open comparison");
+        let err = Progress::parse(&format!("{PROGRESS}{first}\n")).unwrap_err();
+        assert_eq!(
+            err,
+            "open `128x1x1 32x1x1 pairs=0 nonstationary=0 clear=0` has pairs=0 but the file has \
+             1 pair line"
+        );
+        // At most as many as the runtime keeps.
+        let many = |n: usize| {
+            PROGRESS_PAIRS
+                .replace("pairs=3 ", &format!("pairs={n} "))
+                .replace(&format!("{first}\n"), &format!("{first}\n").repeat(n - 2))
+        };
+        assert!(Progress::parse(&many(MAX_OPEN_PAIRS)).is_ok());
+        assert_eq!(
+            Progress::parse(&many(MAX_OPEN_PAIRS + 1)).unwrap_err(),
+            "25 pair lines (the runtime keeps 24 at most)"
+        );
+
+        // Malformed pair lines, refused as the runtime refuses them.
+        for (to, why) in [
+            (
+                "at=100 run=150 r=-0.25 im=40",
+                "not `at=<launch> run=<launches> r=<x> im=<µs> d2=<x>`",
+            ),
+            (
+                "at=100 run=150 r=-0.25 im=40 d2=0 x=1",
+                "not `at=<launch> run=<launches> r=<x> im=<µs> d2=<x>`",
+            ),
+            ("at=100 n=150 r=-0.25 im=40 d2=0", "`n=150` is not `run=…`"),
+            (
+                "at=-1 run=150 r=-0.25 im=40 d2=0",
+                "at `-1` is not a launch of the run (0 or more)",
+            ),
+            (
+                "at=1.5 run=150 r=-0.25 im=40 d2=0",
+                "at `1.5` is not a launch of the run (0 or more)",
+            ),
+            (
+                "at=100 run=0 r=-0.25 im=40 d2=0",
+                "run `0` is not a run's launches (1 or more)",
+            ),
+            (
+                "at=100 run=-1 r=-0.25 im=40 d2=0",
+                "run `-1` is not a run's launches (1 or more)",
+            ),
+            (
+                "at=100 run=150 r=-1 im=40 d2=0",
+                "r `-1` is not a relative difference",
+            ),
+            (
+                "at=100 run=150 r=nan im=40 d2=0",
+                "r `nan` is not a relative difference",
+            ),
+            (
+                "at=100 run=150 r=-0.25 im=0 d2=0",
+                "im `0` is not a time in µs",
+            ),
+            (
+                "at=100 run=150 r=-0.25 im=40 d2=-1",
+                "d2 `-1` is not a squared difference",
+            ),
+        ] {
+            let text = PROGRESS_PAIRS.replacen(first, &format!("pair = {to}"), 1);
+            assert_eq!(
+                Progress::parse(&text).unwrap_err(),
+                format!("pair `{to}` cannot be read: {why}"),
+                "{to}"
+            );
+        }
     }
 
     #[test]
