@@ -312,6 +312,28 @@ const FORCE_STDOUT: &[&str] = &[
     "memo=9 queries=1,1",
 ];
 
+/// The log of `test_rt launch` under KLARAPTOR_FORCE=[`FORCE`].
+const FORCE_LOG: &[&str] = &[
+    "klaraptor: mm n=2048 block=64x2x1 grid=32x1024x1 source=forced device=0:NVIDIA H200",
+    "klaraptor: mm n=100 block=64x2x1 grid=2x50x1 source=forced device=0:NVIDIA H200",
+    "klaraptor: mm n=7 block=64x2x1 grid=1x4x1 source=forced device=0:NVIDIA H200",
+    "klaraptor: saxpy n=1000000 block=128x1x1 grid=7813x1x1 source=forced \
+     device=0:NVIDIA H200",
+    "klaraptor: nomodel n=100 m=50 block=32x16x1 grid=4x4x4 source=fallback: forced \
+     block 2048x1x1 rejected: block x 2048 exceeds the device's limit of 1024 \
+     device=0:NVIDIA H200",
+    "klaraptor: ns::tmpl<float, 2> len=1000 d1=5 block=32x1x1 grid=32x1x1 \
+     source=forced device=0:NVIDIA H200",
+    "klaraptor: other n=100 block=64x1x1 grid=2x1x1 source=forced device=0:NVIDIA H200",
+    "klaraptor: unknown kernel id _Z7unknownv: the launch keeps its dims",
+    "klaraptor: mm: the launch passes 2 data values, the descriptor declares 1: the \
+     launch keeps its dims",
+    "klaraptor: mm n=2048 block=64x2x1 grid=32x1024x1 source=forced \
+     device=1:NVIDIA A100-SXM4-80GB",
+    "klaraptor: other n=100 block=64x1x1 grid=2x1x1 source=forced \
+     device=1:NVIDIA A100-SXM4-80GB",
+];
+
 #[test]
 fn launch_forced() {
     // Without a log: the malformed entries and the illegal forced shape are still reported.
@@ -340,26 +362,7 @@ fn launch_forced() {
     assert_eq!(text(&o.stderr), lines(FORCE_WARNINGS));
     assert_eq!(
         without_program_block(&std::fs::read_to_string(&log).unwrap()),
-        lines(&[
-            "klaraptor: mm n=2048 block=64x2x1 grid=32x1024x1 source=forced device=0:NVIDIA H200",
-            "klaraptor: mm n=100 block=64x2x1 grid=2x50x1 source=forced device=0:NVIDIA H200",
-            "klaraptor: mm n=7 block=64x2x1 grid=1x4x1 source=forced device=0:NVIDIA H200",
-            "klaraptor: saxpy n=1000000 block=128x1x1 grid=7813x1x1 source=forced \
-             device=0:NVIDIA H200",
-            "klaraptor: nomodel n=100 m=50 block=32x16x1 grid=4x4x4 source=fallback: forced \
-             block 2048x1x1 rejected: block x 2048 exceeds the device's limit of 1024 \
-             device=0:NVIDIA H200",
-            "klaraptor: ns::tmpl<float, 2> len=1000 d1=5 block=32x1x1 grid=32x1x1 \
-             source=forced device=0:NVIDIA H200",
-            "klaraptor: other n=100 block=64x1x1 grid=2x1x1 source=forced device=0:NVIDIA H200",
-            "klaraptor: unknown kernel id _Z7unknownv: the launch keeps its dims",
-            "klaraptor: mm: the launch passes 2 data values, the descriptor declares 1: the \
-             launch keeps its dims",
-            "klaraptor: mm n=2048 block=64x2x1 grid=32x1024x1 source=forced \
-             device=1:NVIDIA A100-SXM4-80GB",
-            "klaraptor: other n=100 block=64x1x1 grid=2x1x1 source=forced \
-             device=1:NVIDIA A100-SXM4-80GB",
-        ])
+        lines(FORCE_LOG)
     );
 }
 
@@ -402,6 +405,104 @@ fn launch_disabled() {
     let o = run(test_rt(), "launch", &[("KLARAPTOR_DISABLE", "0")]);
     assert_ok(&o);
     assert_eq!(text(&o.stdout), lines(LAUNCH_DEFAULT));
+}
+
+/// The environment is read at the first launch (a program may set it in main), and the
+/// first registration, a constructor, warms that read and the first decision's code with the
+/// environment the process started with (klaraptor_rt.c: warm_up): what main sets, or
+/// unsets, before the first launch is what the runtime obeys.
+#[test]
+fn environment_set_in_main_is_obeyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("main.log");
+    let stale = dir.path().join("stale.log");
+    // Other values when the process starts; main sets the log and FORCE.
+    let o = run(
+        test_rt(),
+        "env_in_main",
+        &[
+            ("KLARAPTOR_LOG", stale.to_str().unwrap()),
+            ("KLARAPTOR_FORCE", "mm:16x16,bogus start"),
+            ("TEST_RT_MAIN_LOG", log.to_str().unwrap()),
+            ("TEST_RT_MAIN_FORCE", FORCE),
+        ],
+    );
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stdout),
+        format!("warmed=1\n{}", lines(FORCE_STDOUT))
+    );
+    assert_eq!(text(&o.stderr), lines(FORCE_WARNINGS));
+    assert_eq!(
+        without_program_block(&std::fs::read_to_string(&log).unwrap()),
+        lines(FORCE_LOG)
+    );
+    assert!(!stale.exists(), "{} was created", stale.display());
+
+    // Set when the process starts, unset by main: none of them counts.
+    let o = run(
+        test_rt(),
+        "env_in_main",
+        &[
+            ("KLARAPTOR_LOG", stale.to_str().unwrap()),
+            ("KLARAPTOR_FORCE", "mm:64x2,bogus"),
+            ("KLARAPTOR_DISABLE", "1"),
+            ("KLARAPTOR_REFINE", "bogus"),
+            ("KLARAPTOR_REFINE_BUDGET", "bogus"),
+        ],
+    );
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stdout),
+        format!("warmed=1\n{}", lines(LAUNCH_DEFAULT))
+    );
+    assert_eq!(text(&o.stderr), "");
+    assert!(!stale.exists(), "{} was created", stale.display());
+}
+
+/// A program that never launches leaves no trace of the warm-up at registration, whatever
+/// its environment: no log file created or opened, no warning, no choices directory.
+#[test]
+fn warm_up_at_registration_leaves_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("never.log");
+    let unopenable = dir.path().join("no/such/dir/never.log");
+    let choices = dir.path().join("choices");
+    let (log, unopenable, choices_s) = (
+        log.to_str().unwrap(),
+        unopenable.to_str().unwrap(),
+        choices.to_str().unwrap(),
+    );
+    let settings: [&[(&str, &str)]; 4] = [
+        &[
+            ("KLARAPTOR_LOG", log),
+            ("KLARAPTOR_FORCE", "bogus,mm:0x1,mm:64x2"),
+            ("KLARAPTOR_REFINE", "bogus"),
+            ("KLARAPTOR_REFINE_BUDGET", "bogus"),
+            ("KLARAPTOR_CHOICES", choices_s),
+        ],
+        &[("KLARAPTOR_LOG", log), ("KLARAPTOR_DISABLE", "1")],
+        &[
+            ("KLARAPTOR_LOG", "1"),
+            ("KLARAPTOR_DISABLE", "1"),
+            ("KLARAPTOR_FORCE", "bogus"),
+        ],
+        &[("KLARAPTOR_LOG", unopenable), ("KLARAPTOR_FORCE", "bogus")],
+    ];
+    for env in settings {
+        let o = run(test_rt(), "no_launch", env);
+        assert_ok(&o);
+        assert_eq!(text(&o.stdout), "warmed=1\n", "{env:?}");
+        assert_eq!(text(&o.stderr), "", "{env:?}");
+        assert!(
+            !Path::new(log).exists(),
+            "{env:?}: the log file was created"
+        );
+        assert!(
+            !choices.exists(),
+            "{env:?}: the choices directory was created"
+        );
+    }
 }
 
 #[test]

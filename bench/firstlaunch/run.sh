@@ -11,16 +11,37 @@
 #                                                   runs (default 7) of each build and mode,
 #                                                   modules loaded eagerly (CUDA_MODULE_LOADING
 #                                                   =EAGER) so that loading is in no figure,
-#                                                   then summary.txt
+#                                                   then summary.txt (each run's stdout in
+#                                                   <mode>.<run>.txt, its stderr in .err)
+#   bench/firstlaunch/run.sh cpu <out dir>          here, no GPU: cpu.c, the runtime's host
+#                                                   side of the same launches on the fake CUDA
+#                                                   runtime of the shim's tests, with saxpy's
+#                                                   rational program of `build` (run it first),
+#                                                   built with and without the warm-up at load
+#                                                   (klaraptor_rt.c: warm_up), RUNS processes
+#                                                   (default 200) of each build and mode, then
+#                                                   summary.txt; BASE=<commit> adds that
+#                                                   commit's runtime as a third build
 # Modes of the klaraptor build: shipped (refinement on, an empty choices cache each run),
 # model (KLARAPTOR_REFINE=off, no cache), own (KLARAPTOR_DISABLE=1); none of them logs (one
 # more shipped run writes shipped.log, untimed).
+#
+# BUILD=<name> builds into (and runs from) .dev/firstlaunch-<name> instead, for a variant of
+# the runtime: klaraptor-cc embeds the runtime that cargo built, with CFLAGS (the cc crate's)
+# -DKLARAPTOR_NO_WARMUP (the runtime without the warm-up at load: the baseline) or
+# -DKLARAPTOR_PROBE (each step of the first launches timed: "probe <step> <us>" lines on
+# stderr, whose medians summary.txt adds), in a target directory of its own, e.g.
+#
+#   CFLAGS=-DKLARAPTOR_PROBE cargo build --release --target-dir target/probe
+#   BUILD=probe bench/firstlaunch/run.sh build target/probe/release/klaraptor-cc
+#   BUILD=probe RUNS=5 bench/firstlaunch/run.sh device <out dir>   (.dev/firstlaunch-probe)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-dev=$repo/.dev/firstlaunch
+dev=$repo/.dev/firstlaunch${BUILD:+-$BUILD}
 case "${1:-}" in
 build)
   kcc=${2:-$repo/target/release/klaraptor-cc}
+  case $kcc in /*) ;; *) kcc=$PWD/$kcc ;; esac
   nvcc=${KLARAPTOR_NVCC:-$repo/.toolchain/cuda/bin/nvcc}
   arch=(-gencode arch=compute_90,code=sm_90)
   rm -rf "$dev" && mkdir -p "$dev/plain" "$dev/kl"
@@ -41,11 +62,11 @@ device)
   export CUDA_MODULE_LOADING=EAGER
   runs=${RUNS:-7}
   for r in $(seq "$runs"); do
-    "$dev/plain/firstlaunch" 16 >"$out/plain.$r.txt"
+    "$dev/plain/firstlaunch" 16 >"$out/plain.$r.txt" 2>"$out/plain.$r.err"
     rm -rf "$out/cache"
-    KLARAPTOR_CHOICES=$out/cache "$dev/kl/firstlaunch" 16 >"$out/shipped.$r.txt"
-    KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off "$dev/kl/firstlaunch" 16 >"$out/model.$r.txt"
-    KLARAPTOR_DISABLE=1 "$dev/kl/firstlaunch" 16 >"$out/own.$r.txt"
+    KLARAPTOR_CHOICES=$out/cache "$dev/kl/firstlaunch" 16 >"$out/shipped.$r.txt" 2>"$out/shipped.$r.err"
+    KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off "$dev/kl/firstlaunch" 16 >"$out/model.$r.txt" 2>"$out/model.$r.err"
+    KLARAPTOR_DISABLE=1 "$dev/kl/firstlaunch" 16 >"$out/own.$r.txt" 2>"$out/own.$r.err"
   done
   # One more shipped run with the log (not timed: writing the log is not what users pay).
   rm -rf "$out/cache"
@@ -79,7 +100,120 @@ for m in ["shipped", "model", "own"]:
     a, b, c, _, _ = rows[m]
     print(f"{m}: first key +{a - p[0]:.1f} us, each later key +{b - p[1]:.1f} us, a memo hit +{c - p[2]:.1f} us over plain nvcc")
 print(f"cudaGetDeviceProperties: {rows['plain'][3]:.1f} us; cuDeviceGetName: {rows['plain'][4]:.1f} us (medians, {runs} runs)")
+# A build with -DKLARAPTOR_PROBE: the first key's first launch step by step (the lines before
+# the second "probe entry"), medians over the runs.
+for mode in ["shipped", "model", "own"]:
+    steps, order = {}, []
+    for r in range(1, runs + 1):
+        for line in open(f"{out}/{mode}.{r}.err"):
+            w = line.split()
+            if len(w) != 3 or w[0] != "probe": continue
+            if w[1] == "entry": break
+            steps.setdefault(w[1], []).append(float(w[2]))
+            if w[1] not in order: order.append(w[1])
+    if order:
+        print(f"probe, {mode}, the first key's first launch (us since the step before): " +
+              ", ".join(f"{s} {st.median(steps[s]):.1f}" for s in order))
 PY
   ;;
-*) echo "usage: bench/firstlaunch/run.sh build [klaraptor-cc] | device <out dir>" >&2; exit 2 ;;
+cpu)
+  out=${2:?out dir}
+  model=$dev/kl/firstlaunch.klaraptor/saxpy.nvidia-h200.c
+  [ -f "$model" ] || { echo "run.sh cpu: no $model: run bench/firstlaunch/run.sh build first" >&2; exit 1; }
+  inc=${KLARAPTOR_CUDA_INCLUDE:-$repo/.toolchain/cuda/include}
+  cc=${CC:-cc}
+  rm -rf "$out/bin" && mkdir -p "$out/bin"
+  # cpu-<name>: cpu.c and saxpy's program with the runtime of the shim in $2 (its src/,
+  # include/ and tests/fake_cudart.c), compiled as the object klaraptor-cc embeds is
+  # (-O2 -fPIC -fvisibility=hidden), linked as nvcc links a program (PIE, -lm -ldl -lpthread).
+  build_cpu() {
+    local name=$1 shim=$2 o=$out/bin/$1
+    shift 2
+    mkdir -p "$o"
+    local flags=(-std=c11 -O2 -fPIC -I"$shim/include" -I"$shim/src" -I"$inc")
+    "$cc" "${flags[@]}" -fvisibility=hidden "$@" -c "$shim/src/klaraptor_rt.c" -o "$o/rt.o"
+    "$cc" "${flags[@]}" -fvisibility=hidden -c "$shim/src/klaraptor_prof.c" -o "$o/prof.o"
+    "$cc" "${flags[@]}" -c "$shim/tests/fake_cudart.c" -o "$o/fake.o"
+    "$cc" -O2 -fPIC -I"$shim/include" -c "$model" -o "$o/model.o"
+    "$cc" "${flags[@]}" -Wall -Wextra -c "$repo/bench/firstlaunch/cpu.c" -o "$o/cpu.o"
+    "$cc" -pie "$o/cpu.o" "$o/model.o" "$o/rt.o" "$o/prof.o" "$o/fake.o" -lm -ldl -lpthread \
+      -o "$out/bin/cpu-$name"
+  }
+  builds=(warm nowarm)
+  build_cpu warm "$repo/runtime-shim"
+  build_cpu nowarm "$repo/runtime-shim" -DKLARAPTOR_NO_WARMUP
+  build_cpu warm-probe "$repo/runtime-shim" -DKLARAPTOR_PROBE
+  build_cpu nowarm-probe "$repo/runtime-shim" -DKLARAPTOR_NO_WARMUP -DKLARAPTOR_PROBE
+  if [ -n "${BASE:-}" ]; then
+    mkdir -p "$out/bin/base-src"
+    git -C "$repo" archive "$BASE" runtime-shim | tar -x -C "$out/bin/base-src"
+    build_cpu base "$out/bin/base-src/runtime-shim"
+    build_cpu base-probe "$out/bin/base-src/runtime-shim" -DKLARAPTOR_PROBE
+    builds+=(base)
+    git -C "$repo" rev-parse "$BASE" >"$out/base-commit.txt"
+  fi
+  git -C "$repo" rev-parse HEAD >"$out/commit.txt"
+  { uname -srm; grep -m1 "model name" /proc/cpuinfo; "$cc" --version | head -1; } >"$out/machine.txt"
+  python3 - "$out" "${RUNS:-200}" "${PROBE_RUNS:-50}" "${builds[@]}" <<'PY' | tee "$out/summary.txt"
+import os, shutil, statistics as st, subprocess, sys
+out, runs, probe_runs, builds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+modes = {"shipped": {"KLARAPTOR_CHOICES": f"{out}/cache"},
+         "model": {"KLARAPTOR_REFINE": "off", "KLARAPTOR_CHOICES": "off"},
+         "own": {"KLARAPTOR_DISABLE": "1"}}
+def run(exe, mode):
+    shutil.rmtree(f"{out}/cache", ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KLARAPTOR_")}
+    env.update(modes[mode])
+    p = subprocess.run([f"{out}/bin/cpu-{exe}", "4"], env=env, capture_output=True, text=True,
+                       check=True)
+    return p.stdout, p.stderr
+# Fresh processes, the builds and modes interleaved; per run: the first key's first launch
+# (before it is handed on, and klaraptor_launch_end after it), the median over the later
+# keys' first launches, the median memo hit.
+cols = ["first_before_us", "first_end_us", "later_before_us", "later_end_us", "hit_us",
+        "register_us"]
+res = {}
+with open(f"{out}/runs.tsv", "w") as raw:
+    raw.write("build\tmode\trun\t" + "\t".join(cols) + "\n")
+    for r in range(runs):
+        for b in builds:
+            for m in modes:
+                lines = [l.split() for l in run(b, m)[0].splitlines()]
+                first = [l for l in lines if l[0] == "first"]
+                second = [l for l in lines if l[0] == "second"]
+                v = [float(first[0][2]), float(first[0][3]),
+                     st.median(float(l[2]) for l in first[1:]),
+                     st.median(float(l[3]) for l in first[1:]),
+                     st.median(float(l[2]) for l in second),
+                     float(next(l[1] for l in lines if l[0] == "register"))]
+                res.setdefault((b, m), []).append(v)
+                raw.write(f"{b}\t{m}\t{r}\t" + "\t".join(f"{x:.2f}" for x in v) + "\n")
+print(f"the fake CUDA runtime on this CPU, {runs} processes per build and mode, medians (us)")
+print(f"{'build':8} {'mode':8} {'first key: before':>18} {'after (end)':>12} "
+      f"{'later keys: before':>19} {'after':>6} {'memo hit':>9} {'registration':>13}")
+med = {}
+for (b, m), vs in res.items():
+    med[(b, m)] = [st.median(v[i] for v in vs) for i in range(len(cols))]
+    a = med[(b, m)]
+    print(f"{b:8} {m:8} {a[0]:18.1f} {a[1]:12.1f} {a[2]:19.1f} {a[3]:6.1f} {a[4]:9.2f} "
+          f"{a[5]:13.1f}")
+for ref in [b for b in builds if b != "warm"]:
+    for m in modes:
+        print(f"{m}: the first key before its launch {med[(ref, m)][0]:.1f} us ({ref}) -> "
+              f"{med[('warm', m)][0]:.1f} us (warm)")
+# The first key's first launch step by step (klaraptor_rt.c's PROBE), shipped, medians.
+for b in builds:
+    steps, order = {}, []
+    for r in range(probe_runs):
+        for line in run(f"{b}-probe", "shipped")[1].splitlines():
+            w = line.split()
+            if len(w) != 3 or w[0] != "probe": continue
+            if w[1] == "entry": break
+            steps.setdefault(w[1], []).append(float(w[2]))
+            if w[1] not in order: order.append(w[1])
+    print(f"probe, {b}, shipped, the first key's first launch ({probe_runs} runs; us since the "
+          "step before): " + ", ".join(f"{s} {st.median(steps[s]):.1f}" for s in order))
+PY
+  ;;
+*) echo "usage: bench/firstlaunch/run.sh build [klaraptor-cc] | device <out dir> | cpu <out dir>" >&2; exit 2 ;;
 esac

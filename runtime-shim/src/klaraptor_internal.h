@@ -56,6 +56,10 @@ void klaraptor__launch_stops(void *stream, int rc, uint32_t gate);
 uint32_t klaraptor__gate_close(void *stream);
 void klaraptor__gate_open(uint32_t value);
 
+/* 1 when the first registration warmed the first launch's paths (klaraptor_rt.c: warm_up),
+ * which must leave no trace: tests check that it ran. */
+int klaraptor__warmed_up(void);
+
 /* Number of memoized decisions. */
 size_t klaraptor__memo_size(void);
 

@@ -15,7 +15,8 @@
  *   still be probing them. Their sizes sum to less than the current one.
  * - Environment: KLARAPTOR_DISABLE, KLARAPTOR_FORCE, KLARAPTOR_LOG, KLARAPTOR_REFINE and
  *   KLARAPTOR_CHOICES are read once, at the first launch (not at registration: constructors
- *   run before main, and a program may set them in main).
+ *   run before main, and a program may set them in main). The first registration only warms
+ *   that read and the first decision's code up, silently (warm_up).
  * - Refinement (klaraptor_refine.inc): a memo node whose model choice is not yet confirmed is
  *   *unsettled*; its launches take the lock, and some of them are timed, launch by launch,
  *   in paired comparisons of the program's own shape with the model's best, the profile's
@@ -52,6 +53,7 @@
 /* Small helpers                                                                            */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_inited; /* 1 once the environment is read (the first launch) */
 /* Built with -DKLARAPTOR_PROBE (a measurement, never shipped), the first launches' steps are
  * timed and printed to stderr at exit, "probe <step> <us since the step before>": where the
  * first launch of a key spends its time (bench/firstlaunch). */
@@ -227,6 +229,9 @@ static int descriptors_differ(const klaraptor_kernel *a, const klaraptor_kernel 
   return 0;
 }
 
+static void warm_up(const kentry *e);
+static atomic_int g_warmed_up; /* for tests: the warm-up ran */
+
 void klaraptor_register(const klaraptor_kernel *k) {
   if (!k) return;
   if (k->abi_version < 1 || k->abi_version > KLARAPTOR_ABI_VERSION) {
@@ -240,6 +245,10 @@ void klaraptor_register(const klaraptor_kernel *k) {
     return;
   }
   pthread_mutex_lock(&g_lock);
+  /* The first registration warms the first launch's paths (warm_up), unless a launch has
+   * been made already (a library loaded later). */
+  static int warmed;
+  kentry *warm = NULL;
   kentry *prev = registry_find(k->id);
   if (prev) {
     /* Another object's descriptor of the kernel (a template instance or a kernel in a header,
@@ -261,10 +270,21 @@ void klaraptor_register(const klaraptor_kernel *k) {
                             atomic_load_explicit(&g_reg[h % REG_BUCKETS], memory_order_relaxed),
                             memory_order_relaxed);
       atomic_store_explicit(&g_reg[h % REG_BUCKETS], e, memory_order_release);
+      if (!warmed && !atomic_load_explicit(&g_inited, memory_order_relaxed)) warm = e;
+      warmed = 1;
     }
   }
   pthread_mutex_unlock(&g_lock);
+#ifdef KLARAPTOR_NO_WARMUP /* a measurement's baseline (bench/firstlaunch), never shipped */
+  warm = NULL;
+#endif
+  if (warm) {
+    warm_up(warm);
+    atomic_store(&g_warmed_up, 1);
+  }
 }
+
+int klaraptor__warmed_up(void) { return atomic_load(&g_warmed_up); }
 
 /* Models: a list, newest first, published like the registry buckets. There are a handful
  * per program and the list is walked once per decision (a memo miss), never on a hit. */
@@ -394,7 +414,6 @@ typedef struct config {
 #define REFINE_DEFAULT_BUDGET 0.01
 
 static config g_cfg = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, 1, 1, REFINE_DEFAULT_BUDGET, NULL};
-static atomic_int g_inited;
 
 /* Parses "<bx>[x<by>[x<bz>]]"; returns 0 on success. */
 static int parse_shape(const char *s, size_t n, unsigned out[3]) {
@@ -502,77 +521,77 @@ static char *choices_dir_from_env(void) {
   return strdup(buf);
 }
 
-static void read_env_locked(void) {
+/* Parses the environment into c. quiet (the warm-up at load, below): nothing is seen, so that
+ * the real read at the first launch is the one that speaks: no warning, no log file opened
+ * (nor created), nothing written; c keeps what it parsed, for the caller to free. */
+static void read_env(config *c, int quiet) {
   const char *d = getenv("KLARAPTOR_DISABLE");
-  g_cfg.disabled = d && *d && strcmp(d, "0") != 0;
+  c->disabled = d && *d && strcmp(d, "0") != 0;
   const char *f = getenv("KLARAPTOR_FORCE");
-  if (f && *f) parse_force_spec(f, cfg_add_force, cfg_bad_force, &g_cfg);
+  if (f && *f) parse_force_spec(f, cfg_add_force, quiet ? NULL : cfg_bad_force, c);
   const char *l = getenv("KLARAPTOR_LOG");
-  g_cfg.log_fd = -1;
-  g_cfg.log_fd_owned = 0;
-  if (l && *l && strcmp(l, "0") != 0) {
+  c->log_fd = -1;
+  c->log_fd_owned = 0;
+  if (l && *l && strcmp(l, "0") != 0 && !quiet) {
     if (strcmp(l, "1") == 0) {
-      g_cfg.log_fd = 2;
+      c->log_fd = 2;
     } else {
       int fd = open(l, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (fd < 0) {
         warn("KLARAPTOR_LOG: cannot open %s (%s); logging to stderr", l, strerror(errno));
-        g_cfg.log_fd = 2;
+        c->log_fd = 2;
       } else {
-        g_cfg.log_fd = fd;
-        g_cfg.log_fd_owned = 1;
+        c->log_fd = fd;
+        c->log_fd_owned = 1;
       }
     }
   }
-  g_cfg.refine_k = REFINE_DEFAULT_K;
+  c->refine_k = REFINE_DEFAULT_K;
   const char *r = getenv("KLARAPTOR_REFINE");
   if (r && *r && strcmp(r, "on") != 0) {
     char *end = NULL;
     long v = strtol(r, &end, 10);
     if (strcmp(r, "off") == 0)
-      g_cfg.refine_k = 0;
+      c->refine_k = 0;
     else if (end && *end == 0 && end != r && v >= 0 && v <= REFINE_MAX_K)
-      g_cfg.refine_k = (int)v;
-    else
+      c->refine_k = (int)v;
+    else if (!quiet)
       warn("KLARAPTOR_REFINE=%s: expected off, on or a number of shapes from 0 to %d; "
            "using %d",
            r, REFINE_MAX_K, REFINE_DEFAULT_K);
   }
   const char *w = getenv("KLARAPTOR_REFINE_WALK");
-  g_cfg.refine_walk = !(w && (strcmp(w, "off") == 0 || strcmp(w, "0") == 0));
+  c->refine_walk = !(w && (strcmp(w, "off") == 0 || strcmp(w, "0") == 0));
   const char *sp = getenv("KLARAPTOR_REFINE_SPAN");
-  g_cfg.refine_span = !(sp && (strcmp(sp, "off") == 0 || strcmp(sp, "0") == 0));
-  g_cfg.refine_budget = REFINE_DEFAULT_BUDGET;
+  c->refine_span = !(sp && (strcmp(sp, "off") == 0 || strcmp(sp, "0") == 0));
+  c->refine_budget = REFINE_DEFAULT_BUDGET;
   const char *bu = getenv("KLARAPTOR_REFINE_BUDGET");
   if (bu && *bu) {
     char *end = NULL;
     double v = strtod(bu, &end);
     if (strcmp(bu, "off") == 0)
-      g_cfg.refine_budget = -1;
+      c->refine_budget = -1;
     else if (end && end != bu && (*end == 0 || strcmp(end, "%") == 0) && v > 0 && v <= 100)
-      g_cfg.refine_budget = v / 100;
-    else
+      c->refine_budget = v / 100;
+    else if (!quiet)
       warn("KLARAPTOR_REFINE_BUDGET=%s: expected a percentage above 0 and at most 100, or off; "
            "using %g",
            bu, REFINE_DEFAULT_BUDGET * 100);
   }
-  free(g_cfg.choices_dir);
-  g_cfg.choices_dir = choices_dir_from_env();
-  if (g_cfg.disabled && g_cfg.log_fd >= 0) {
+  free(c->choices_dir);
+  c->choices_dir = choices_dir_from_env();
+  if (c->disabled && c->log_fd >= 0) {
     static const char msg[] =
         "klaraptor: KLARAPTOR_DISABLE is set: every launch keeps the program's dims\n";
-    write_all(g_cfg.log_fd, msg, sizeof msg - 1);
+    write_all(c->log_fd, msg, sizeof msg - 1);
   }
 }
-
-static int choices_dir_exists(void);
 
 static inline void ensure_init(void) {
   if (atomic_load_explicit(&g_inited, memory_order_acquire)) return;
   pthread_mutex_lock(&g_lock);
   if (!atomic_load_explicit(&g_inited, memory_order_relaxed)) {
-    read_env_locked();
-    (void)choices_dir_exists(); /* looked at once, with the environment */
+    read_env(&g_cfg, 0);
     atomic_store_explicit(&g_inited, 1, memory_order_release);
   }
   pthread_mutex_unlock(&g_lock);
@@ -590,6 +609,12 @@ static const force_entry *forced_for(const klaraptor_kernel *k) {
 /* Devices                                                                                  */
 
 #ifndef KLARAPTOR_NO_CUDART
+/* What cudaGetDeviceProperties fills (cudart_query); under g_lock. */
+static union {
+  struct cudaDeviceProp p;
+  char pad[16384];
+} g_props;
+
 static int cudart_current(int *ordinal) {
   cudaError_t e = cudaGetDevice(ordinal);
   if (e != cudaSuccess) {
@@ -647,20 +672,18 @@ static int cudart_query(int ordinal, klaraptor_device *dev, char *err, size_t er
   dev->mem_bus_bits = bus;
   /* Only the name is read from cudaDeviceProp. It is the first member in every CUDA
    * version, but the struct's size is not: the cudart this is linked with may be older or
-   * newer than the headers it was compiled with, so the buffer is far larger than needed. */
-  static union {
-    struct cudaDeviceProp p;
-    char pad[16384];
-  } props; /* under g_lock */
-  memset(&props, 0, sizeof props);
-  cudaError_t e = cudaGetDeviceProperties(&props.p, ordinal);
+   * newer than the headers it was compiled with, so the buffer is far larger than needed.
+   * It is not cleared first: cudaGetDeviceProperties fills what it has, and only the name,
+   * which it always fills, is read (clearing it touched four pages, four page faults at
+   * the first launch; warm_up touches the part these headers know). */
+  cudaError_t e = cudaGetDeviceProperties(&g_props.p, ordinal);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     snprintf(err, errlen, "cudaGetDeviceProperties on device %d: %s", ordinal,
              cudaGetErrorString(e));
     return -1;
   }
-  memcpy(dev->name, props.p.name, sizeof dev->name);
+  memcpy(dev->name, g_props.p.name, sizeof dev->name);
   dev->name[sizeof dev->name - 1] = 0;
   return 0;
 }
@@ -1030,7 +1053,9 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
   d->keep = 0;
   memcpy(d->block, b, sizeof b);
   *modelp = model;
-  if (predicted >= 0)
+  /* The prediction is for the log line only: without one, a double's formatting (the C
+   * library's slowest, cold at the process's first decision) is not on the launch's way. */
+  if (predicted >= 0 && g_cfg.log_fd >= 0)
     sb_printf(src, "model predicted_us=%.3g", predicted);
   else
     sb_printf(src, "model");
@@ -1127,6 +1152,72 @@ static int rf_shape_ok(const klaraptor_kernel *k, const klaraptor_device *dev,
 
 #include "klaraptor_choices.inc"
 #include "klaraptor_refine.inc"
+
+/* ---------------------------------------------------------------------------------------- */
+/* The warm-up at load                                                                      */
+
+/* The process's first launch pays, on its way to the GPU, for what a process pays the first
+ * time it runs anything: page faults on code and data not touched yet, the dynamic linker
+ * binding each C library function at its first call, the C library's first formatting and
+ * first file-system call. On an H200 that was most of the 21 us the first launch spent
+ * reading the environment (bench/results/refine-paired-h200-2026-11-28.md: read at
+ * registration instead, it cost nothing). The environment must still be read at the first
+ * launch, as documented (a program may set the variables in main), so the first registration
+ * (a constructor, before main) runs the same paths once, with nothing kept and nothing seen:
+ * the environment parsed into a scratch configuration without a warning and without opening
+ * (or creating) the log file; a file-system call on the root; the pages the first decision
+ * writes; the kernel's shape checks and grid formula evaluated on a made-up device, as
+ * registration evaluates them for a kernel registered twice; a decision's log line formatted
+ * into a scratch buffer. Never a CUDA call (a constructor must not initialise CUDA), nothing
+ * written outside this process's memory, no thread. The first launch still reads the
+ * environment itself, warm by then. */
+static void warm_up(const kentry *e) {
+  config c = {0, -1, 0, NULL, 0, REFINE_DEFAULT_K, 1, 1, REFINE_DEFAULT_BUDGET, NULL};
+  read_env(&c, 1);
+  /* The first decision's file-system call, the look at the choices cache's directory, made
+   * on the root (always there, never mounted on demand): the directory itself is not looked
+   * at before the first launch, which may find it created, or another named, by main. */
+  struct stat st;
+  (void)stat("/", &st);
+  for (size_t i = 0; i < c.n_force; i++) free(c.force[i].kernel);
+  free(c.force);
+  free(c.choices_dir);
+#ifndef KLARAPTOR_NO_CUDART
+  /* the pages the device's description is written into */
+  pthread_mutex_lock(&g_lock);
+  memset(&g_props.p, 0, sizeof g_props.p);
+  pthread_mutex_unlock(&g_lock);
+#endif
+  /* The id cache's pages, written at the first launch of each call site: a compare-and-swap
+   * of an empty slot with an empty slot changes nothing, whoever races it. */
+  for (size_t i = 0; i < IDCACHE_SLOTS; i += 4096 / sizeof g_idcache[0]) {
+    idnode *none = NULL;
+    (void)atomic_compare_exchange_strong(&g_idcache[i], &none, NULL);
+  }
+  /* The decision's code: the lookup, the shape checks, the grid (on a device without limits,
+   * at made-up data values), the source and the log line (into a scratch buffer; a double's
+   * first formatting is the C library's slowest). */
+  const klaraptor_kernel *k = e->k;
+  (void)registry_find(k->id);
+  klaraptor_device dev;
+  memset(&dev, 0, sizeof dev);
+  int64_t data[64];
+  for (int i = 0; i < 64; i++) data[i] = 1024;
+  uint32_t b[3] = {32, 1, 1}, g[3] = {1, 1, 1};
+  char *buf = malloc(1024);
+  if (!buf) return;
+  sbuf s = {buf, 1024, 0};
+  if (check_block(k, &dev, data, b, &s) == 0 && (!k->allowed || k->allowed(data, b)))
+    (void)compute_grid(k, &dev, data, b, g, &s);
+  s.len = 0;
+  sb_printf(&s, "klaraptor: %s", kname(k));
+  if (k->n_data <= 64) sb_data(&s, k, data);
+  sb_printf(&s, " block=%ux%ux%u grid=%ux%ux%u source=model predicted_us=%.3g device=%d:%s",
+            b[0], b[1], b[2], g[0], g[1], g[2], 1.5, 0, "unknown");
+  /* the launch's test for a forced shape's fallback (its result used, so that it is made) */
+  if (strncmp(buf, "fallback: forced", 16) == 0) sb_printf(&s, " (forced)");
+  free(buf);
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* The launch path                                                                          */

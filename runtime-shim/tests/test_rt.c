@@ -10,6 +10,9 @@
  *   test_rt threads   concurrent launches from 8 threads; checks every result against a
  *                     single-threaded reference, the memo size and the number of log lines
  *   test_rt cudart    the default device query, through the fake CUDA runtime
+ *   test_rt env_in_main   the variables set (or unset) by main, after the warm-up at
+ *                     registration saw the process's own, then the launches of `launch`
+ *   test_rt no_launch registration only: the warm-up must leave no trace
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -848,6 +851,35 @@ static int scenario_cudart(void) {
   return 0;
 }
 
+/* The first registration (the constructor above, before main) warms the first launch's paths
+ * with the environment the process started with, and must leave no trace: the runtime obeys
+ * what the environment says at the first launch. main sets each KLARAPTOR_<X> to the value of
+ * TEST_RT_MAIN_<X>, or unsets it when that is not set, then makes the launches of `launch`. */
+static int scenario_env_in_main(void) {
+  static const char *const vars[] = {"LOG", "FORCE", "DISABLE", "REFINE", "REFINE_BUDGET",
+                                     "CHOICES"};
+  printf("warmed=%d\n", klaraptor__warmed_up());
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    char from[64], to[64];
+    snprintf(from, sizeof from, "TEST_RT_MAIN_%s", vars[i]);
+    snprintf(to, sizeof to, "KLARAPTOR_%s", vars[i]);
+    const char *v = getenv(from);
+    if (v)
+      setenv(to, v, 1);
+    else
+      unsetenv(to);
+  }
+  return scenario_launch();
+}
+
+/* A program that registers its kernels and never launches: whatever the environment says,
+ * nothing is written, opened or printed (the warm-up at registration is silent). */
+static int scenario_no_launch(void) {
+  register_rest();
+  printf("warmed=%d\n", klaraptor__warmed_up());
+  return 0;
+}
+
 /* A rational program of a newer model ABI than this runtime's: refused with a warning. */
 static int never_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
                         double *predicted_us) {
@@ -894,13 +926,15 @@ static int scenario_unit(void) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc != 2) {
-    fprintf(stderr, "usage: test_rt unit|launch|threads|cudart\n");
+    fprintf(stderr, "usage: test_rt unit|launch|threads|cudart|env_in_main|no_launch\n");
     return 2;
   }
   if (strcmp(argv[1], "unit") == 0) return scenario_unit();
   if (strcmp(argv[1], "launch") == 0) return scenario_launch();
   if (strcmp(argv[1], "threads") == 0) return scenario_threads();
   if (strcmp(argv[1], "cudart") == 0) return scenario_cudart();
+  if (strcmp(argv[1], "env_in_main") == 0) return scenario_env_in_main();
+  if (strcmp(argv[1], "no_launch") == 0) return scenario_no_launch();
   fprintf(stderr, "unknown scenario %s\n", argv[1]);
   return 2;
 }
