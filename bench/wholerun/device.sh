@@ -36,6 +36,13 @@ repo=$(pwd)
 bundle=${WHOLERUN_BUNDLE:-$repo/.dev/wholerun/bundle.tar.xz}
 nvcc=${WHOLERUN_NVCC:-/usr/local/cuda/bin/nvcc}
 deadline=${WHOLERUN_DEADLINE_S:-450}
+# Runs for the keys to settle: with the choices cache a key's first run decides nothing but
+# cliffs, and a key whose cost drifts over the run compares one shape a run or so.
+settle_runs=${WHOLERUN_SETTLE_RUNS:-12}
+# Whole runs per forced configuration (validate --whole-runs) and, optionally, a subset of the
+# programs (space-separated names).
+whole_runs=${WHOLERUN_WHOLE_RUNS:-3}
+only=${WHOLERUN_ONLY:-}
 mkdir -p "$OUT"
 summary=$OUT/summary.txt
 : > "$summary"
@@ -57,6 +64,7 @@ nvidia-smi --query-gpu=name,uuid,compute_cap,driver_version --format=csv,noheade
 for entry in "${PLAN[@]}"; do
   p=${entry%%|*}
   sizes=${entry#*|}
+  if [ -n "$only" ] && [[ " $only " != *" $p "* ]]; then continue; fi
   now_s=$(date +%s)
   if [ $((now_s - start)) -gt "$deadline" ]; then
     say "$p: skipped (past ${deadline} s)"
@@ -75,7 +83,7 @@ for entry in "${PLAN[@]}"; do
   IFS=';' read -ra runs <<< "$sizes"
   for r in "${runs[@]}"; do args+=(--sizes "$r"); done
   t0=$(date +%s)
-  "$klaraptor" validate "$d/$p" "${args[@]}" --settle-runs 4 --timeout 90 \
+  "$klaraptor" validate "$d/$p" "${args[@]}" --settle-runs "$settle_runs" --whole-runs "$whole_runs" --timeout 90 \
     --collector "$KLARAPTOR_COLLECTOR" --out "$WORK/runs/$p" --json "$OUT/$p.json" \
     > "$OUT/$p.validate.txt" 2> "$OUT/$p.validate.err.txt"
   rc=$?
