@@ -994,7 +994,8 @@ fn test_refine() -> &'static Path {
 /// under drift (kept), a short kernel between drifting host gaps (never 3 % slower than the
 /// program's shape), Gaussian elimination's two kernels with synchronisations and shrinking
 /// work, a key launched ten times a run, a key whose faster shape changes over the run (judged
-/// by thirds of the run with the cache; by the run's start without), short kernels timed
+/// over the run with the cache; by the run's start without), a key whose run's first launches
+/// are not its run, short kernels timed
 /// behind the gate (and without it, where the driver refuses it), and unmeasurable and
 /// undecided keys.
 #[test]
@@ -1026,6 +1027,7 @@ fn refinement_cases() {
             "ok elimination",
             "ok ten",
             "ok crossover",
+            "ok run_start",
             "ok short_gated",
             "ok undecided",
             "all refinement cases passed",

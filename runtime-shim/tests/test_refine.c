@@ -772,7 +772,7 @@ static void t_cache(void) {
   int tmps = 0;
   CHECK(choice_files(dir, path, sizeof path, &tmps) == 1 && tmps == 0);
   CHECK(strstr(path, "/stencil-") && read_file(path, text, sizeof text) > 0);
-  CHECK(strstr(text, "version = 3\nkernel = _Z7stencilPfi\nname = stencil\n"
+  CHECK(strstr(text, "version = 4\nkernel = _Z7stencilPfi\nname = stencil\n"
                      "code_hash = 00c0ffee00c0ffee\ndevice = NVIDIA H200\n"
                      "device_id = NVIDIA H200|sm=132|cc=9.0|bus_bits=0\ndata = n=4096\nblock = 128x1x1\nprogram_block = 64x1x1\n"
                      "candidate = model#2\nconfidence = paired\nlaunches = 44\npairs = 10\n"
@@ -805,7 +805,7 @@ static void t_cache(void) {
   fresh("1", dir);
   for (int i = 0; i < 30; i++) run(NULL, 4096, 0);
   CHECK(choice_files(dir, path, sizeof path, &tmps) == 1);
-  CHECK(write_text(path, "version = 3\nkernel = _Z7stencilPfi\nblock = 12") == 0);
+  CHECK(write_text(path, "version = 4\nkernel = _Z7stencilPfi\nblock = 12") == 0);
   fresh("1", dir);
   fprintf(stderr, "--- expect one warning:\n");
   for (int i = 0; i < 30; i++) run(NULL, 4096, 0);
@@ -850,16 +850,20 @@ static void t_old_rule(void) {
   for (int i = 0; i < 29; i++) run(NULL, 4096, 0);
   klaraptor__save_progress_for_tests();
   CHECK(cache_runs(NULL, dir, 30, 4, NULL, NULL) == 1);
-  CHECK(read_file(path, text, sizeof text) > 0 && strstr(text, "version = 3\n") &&
+  CHECK(read_file(path, text, sizeof text) > 0 && strstr(text, "version = 4\n") &&
         strstr(text, "block = 128x1x1\n"));
-  /* version 2 (paired comparisons that could decide on a run's start alone): measured again */
-  char v2[8192];
-  snprintf(v2, sizeof v2, "version = 2%s", strstr(text, "version = 3") + strlen("version = 3"));
-  CHECK(write_text(path, v2) == 0);
-  fresh(NULL, dir);
-  CHECK(run(NULL, 4096, 0) == 256);
-  CHECK(strstr(log_text(), "refine: the choices cache holds a decision of an older rule: "
-                           "measured again"));
+  /* versions 2 and 3 (paired comparisons that could decide on a run's start): measured
+   * again */
+  for (int v = 2; v <= 3; v++) {
+    char older[8192];
+    snprintf(older, sizeof older, "version = %d%s", v,
+             strstr(text, "version = 4") + strlen("version = 4"));
+    CHECK(write_text(path, older) == 0);
+    fresh(NULL, dir);
+    CHECK(run(NULL, 4096, 0) == 256);
+    CHECK(strstr(log_text(), "refine: the choices cache holds a decision of an older rule: "
+                             "measured again"));
+  }
   /* a claimed gain without evidence: 512 (the slowest of the model's) with no comparison */
   char *cmp = strstr(text, "compared = ");
   CHECK(cmp);
@@ -961,7 +965,7 @@ static void t_progress(void) {
   int tmps;
   CHECK(progress_file(dir, path, sizeof path) == 1 && choice_files(dir, text, 100, &tmps) == 0);
   CHECK(tmps == 0);
-  CHECK(read_file(path, text, sizeof text) > 0 && strstr(text, "version = 3\n") &&
+  CHECK(read_file(path, text, sizeof text) > 0 && strstr(text, "version = 4\n") &&
         strstr(text, "compared = model#1 256x1x1 vs program 64x1x1 pairs=2 "));
   int runs = 1;
   while (!strstr(log_text(), "settled on") && runs < 200) {
@@ -1341,7 +1345,7 @@ static void t_crossover(void) {
     if (fin == 256) won++;
     else fprintf(stderr, "crossover seed %d: ended on %u after %d runs\n", seed, fin, runs);
     most_runs = runs > most_runs ? runs : most_runs;
-    CHECK(strstr(log_text(), "by thirds of the run"));
+    CHECK(strstr(log_text(), ", over the run)"));
     /* no cache: the run's start decides (the program's shape kept) */
     g_rng = 4242ull + 7919ull * (uint64_t)seed;
     early += cross_runs(NULL, 1, &runs) == 64;
@@ -1376,6 +1380,55 @@ static void t_crossover(void) {
   CHECK(kept == 20);
   unsetenv("KLARAPTOR_REFINE_WALK");
   printf("ok crossover\n");
+}
+
+/* A kernel whose first launches of a run are not its run (lu_tri's chol_column on an
+ * H200, whose comparison read 8 faster than 256 by 4-5 % in each third of the run and then,
+ * its later quadruples timed from a run's start, +1.5 %): the model's 256 is 5 % faster than
+ * the program's 64 except over each run's first twentieth, where it is 15 % slower (caches
+ * and clocks still settling); 4 % faster over the run. A comparison whose quadruples cover
+ * the run finds it; one timed from a run's start does not. With the cache, the key ends on
+ * 256 in every seed. */
+static double start_us(uint32_t bx) {
+  double f = (double)g_launch_t / g_cross_n, x = 20;
+  if (bx == 64)
+    x = 40; /* (windows of 40 us: the short-kernel rule for windows not held is not at play) */
+  else if (bx == 256)
+    x = f < 0.05 ? 46 : 38;
+  x *= 1 + g_sigma * nrand();
+  return x > 0.01 ? x : 0.01;
+}
+
+static void t_run_start(void) {
+  g_case = "run_start";
+  g_cross_n = 400;
+  int won = 0, seeds = 20, most = 0;
+  setenv("KLARAPTOR_REFINE_WALK", "off", 1);
+  for (int seed = 0; seed < seeds; seed++) {
+    char dir[2300];
+    snprintf(dir, sizeof dir, "%s/choices-run-start-%d", g_dir, seed);
+    g_rng = 31337ull + 7919ull * (uint64_t)seed;
+    uint32_t last = 0;
+    int runs = 0;
+    for (; runs < 12; runs++) {
+      fresh("1", dir);
+      g_sigma = 0.01;
+      g_time = start_us;
+      for (g_launch_t = 0; g_launch_t < g_cross_n; g_launch_t++) last = run(NULL, 4096, 0);
+      klaraptor__save_progress_for_tests();
+      const char *log = log_text();
+      if (strstr(log, "settled on") || strstr(log, "kept block=")) break;
+    }
+    uint32_t fin = final_block(log_text(), "stencil n=4096", last);
+    if (fin == 256) won++;
+    else fprintf(stderr, "run_start seed %d: ended on %u after %d runs\n", seed, fin, runs + 1);
+    most = runs + 1 > most ? runs + 1 : most;
+  }
+  unsetenv("KLARAPTOR_REFINE_WALK");
+  fprintf(stderr, "run_start: the run's faster shape in %d of %d seeds within %d runs\n", won,
+          seeds, most);
+  CHECK(won == seeds);
+  printf("ok run_start\n");
 }
 
 /* Gaussian elimination's short kernels on an H200, through the launch entry point: a 2 us
@@ -1512,6 +1565,7 @@ static int scenario_unit(void) {
   t_elimination();
   t_ten();
   t_crossover();
+  t_run_start();
   t_short_gated();
   t_undecided();
   if (!g_failures) printf("all refinement cases passed\n");
