@@ -355,15 +355,19 @@ static const char *log_text(void);
 /* Runs of a program with the choices cache `dir` (each a fresh process: fresh(), `launches`
  * launches, exit), until a key is decided or `max_runs`; `setup` (may be NULL) sets the
  * launch pattern again after each fresh(). Returns the runs made; *last the last block. */
+static int g_launch_t; /* the step of the program's loop in its run (for drifting patterns) */
+static int g_paced;    /* cache_runs: with the default budget (1 %) instead of none */
+
 static int cache_runs(const char *refine, const char *dir, int launches, int max_runs,
                       void (*setup)(int run), uint32_t *last) {
   int runs = 0;
   uint32_t l = 0;
   while (runs < max_runs) {
     fresh(refine, dir);
+    if (g_paced) unsetenv("KLARAPTOR_REFINE_BUDGET");
     if (setup) setup(runs);
     runs++;
-    for (int i = 0; i < launches; i++) l = run(NULL, 4096, 0);
+    for (g_launch_t = 0; g_launch_t < launches; g_launch_t++) l = run(NULL, 4096, 0);
     klaraptor__save_progress_for_tests();
     if (strstr(log_text(), "settled on") || strstr(log_text(), "kept block=")) break;
   }
@@ -1032,7 +1036,6 @@ static void t_shmem(void) {
 /* g_base: per width, microseconds (0: 9x the program's) */
 static double g_sigma;          /* relative noise per launch */
 static double g_drift_n;        /* (N - t)^2 / N^2 drift over launches when nonzero */
-static int g_launch_t;          /* the step of the program's loop (for the drift) */
 static double pattern_us(uint32_t bx) {
   double b = bx <= 1024 && g_base[bx] > 0 ? g_base[bx] : 9 * g_base[64];
   double d = 1;
@@ -1314,21 +1317,26 @@ static double cross_us(uint32_t bx) {
   return x > 0.01 ? x : 0.01;
 }
 
+static void cross_setup(int run) {
+  (void)run;
+  g_sigma = 0.01;
+  g_time = cross_us;
+}
+
 static uint32_t cross_runs(const char *choices, int max_runs, int *runs_out) {
   uint32_t last = 0;
-  int runs = 0;
-  for (; runs < max_runs; runs++) {
-    fresh_paced(choices);
-    setenv("KLARAPTOR_REFINE", "1", 1);
-    g_sigma = 0.01;
-    g_time = cross_us;
-    for (g_launch_t = 0; g_launch_t < g_cross_n; g_launch_t++) last = run(NULL, 4096, 0);
-    klaraptor__save_progress_for_tests();
-    const char *log = log_text();
-    if (strstr(log, "settled on") || strstr(log, "kept block=")) break;
-  }
-  *runs_out = runs + 1;
+  g_paced = 1;
+  *runs_out = cache_runs("1", choices, g_cross_n, max_runs, cross_setup, &last);
+  g_paced = 0;
   return final_block(log_text(), "stencil n=4096", last);
+}
+
+static int g_seed;
+static void crossdrift_setup(int run) {
+  g_rng = 1234567ull + 7919ull * (uint64_t)g_seed + (uint64_t)run;
+  double gap = 1.03 + 0.02 * (g_seed % 3) / 2.0;
+  pattern(100, 100 * gap, 100 * (gap + 0.01), 100 * (gap + 0.2), 0.02);
+  g_drift_n = 300;
 }
 
 static void t_crossover(void) {
@@ -1356,27 +1364,17 @@ static void t_crossover(void) {
   CHECK(early * 2 > seeds);
   /* the program's shape best by 3 to 5 % under drift, with the cache: kept */
   int kept = 0;
-  for (int seed = 0; seed < 20; seed++) {
+  g_paced = 1;
+  for (g_seed = 0; g_seed < 20; g_seed++) {
     char dir[2300];
-    snprintf(dir, sizeof dir, "%s/choices-crossdrift-%d", g_dir, seed);
+    snprintf(dir, sizeof dir, "%s/choices-crossdrift-%d", g_dir, g_seed);
     uint32_t last = 0;
-    int runs = 0;
-    for (; runs < 8; runs++) {
-      fresh_paced(dir);
-      setenv("KLARAPTOR_REFINE", "1", 1);
-      g_rng = 1234567ull + 7919ull * (uint64_t)seed + (uint64_t)runs;
-      double gap = 1.03 + 0.02 * (seed % 3) / 2.0;
-      pattern(100, 100 * gap, 100 * (gap + 0.01), 100 * (gap + 0.2), 0.02);
-      g_drift_n = 300;
-      for (g_launch_t = 0; g_launch_t < 299; g_launch_t++) last = run(NULL, 4096, 0);
-      klaraptor__save_progress_for_tests();
-      const char *log = log_text();
-      if (strstr(log, "settled on") || strstr(log, "kept block=")) break;
-    }
+    cache_runs("1", dir, 299, 8, crossdrift_setup, &last);
     uint32_t fin = final_block(log_text(), "stencil n=4096", last);
     if (fin == 64) kept++;
-    else fprintf(stderr, "crossover drift seed %d: ended on %u\n", seed, fin);
+    else fprintf(stderr, "crossover drift seed %d: ended on %u\n", g_seed, fin);
   }
+  g_paced = 0;
   CHECK(kept == 20);
   unsetenv("KLARAPTOR_REFINE_WALK");
   printf("ok crossover\n");
@@ -1399,6 +1397,12 @@ static double start_us(uint32_t bx) {
   return x > 0.01 ? x : 0.01;
 }
 
+static void start_setup(int run) {
+  (void)run;
+  g_sigma = 0.01;
+  g_time = start_us;
+}
+
 static void t_run_start(void) {
   g_case = "run_start";
   g_cross_n = 400;
@@ -1409,20 +1413,11 @@ static void t_run_start(void) {
     snprintf(dir, sizeof dir, "%s/choices-run-start-%d", g_dir, seed);
     g_rng = 31337ull + 7919ull * (uint64_t)seed;
     uint32_t last = 0;
-    int runs = 0;
-    for (; runs < 12; runs++) {
-      fresh("1", dir);
-      g_sigma = 0.01;
-      g_time = start_us;
-      for (g_launch_t = 0; g_launch_t < g_cross_n; g_launch_t++) last = run(NULL, 4096, 0);
-      klaraptor__save_progress_for_tests();
-      const char *log = log_text();
-      if (strstr(log, "settled on") || strstr(log, "kept block=")) break;
-    }
+    int runs = cache_runs("1", dir, g_cross_n, 12, start_setup, &last);
     uint32_t fin = final_block(log_text(), "stencil n=4096", last);
     if (fin == 256) won++;
-    else fprintf(stderr, "run_start seed %d: ended on %u after %d runs\n", seed, fin, runs + 1);
-    most = runs + 1 > most ? runs + 1 : most;
+    else fprintf(stderr, "run_start seed %d: ended on %u after %d runs\n", seed, fin, runs);
+    most = runs > most ? runs : most;
   }
   unsetenv("KLARAPTOR_REFINE_WALK");
   fprintf(stderr, "run_start: the run's faster shape in %d of %d seeds within %d runs\n", won,
