@@ -3,8 +3,9 @@
 //! runtime-shim/tests/test_refine.c: its README says which case wrote each): choices decided
 //! by paired comparisons, undecided and unmeasurable, keys still being measured (with and
 //! without pairs of their open comparison), files of older rules (version 1, unpaired
-//! medians; version 2, paired comparisons that could decide on a run's start alone), a damaged
-//! file, temporary files and a file that is not the runtime's.
+//! medians; version 2, paired comparisons that could decide on a run's start alone; version 3,
+//! paired comparisons over the run, but a steady key's later ones could decide on a run's
+//! start alone), a damaged file, temporary files and a file that is not the runtime's.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ macro_rules! fixture {
     };
 }
 
-/// stencil at n=4096 on an H200 (version 3): model#1 won against the program's 64, model#2
+/// stencil at n=4096 on an H200 (version 4): model#1 won against the program's 64, model#2
 /// against model#1, the others fell off cliffs.
 const STENCIL_4096: &str = fixture!("paired-stencil-n4096.choice");
 const STENCIL_8192: &str = fixture!("paired-stencil-n8192.choice");
@@ -34,8 +35,12 @@ const OLD_PROGRESS: &str = fixture!("version1.progress");
 /// The same key as STENCIL_4096, decided by version 2's rule.
 const V2: &str = fixture!("version2-paired.choice");
 const V2_PROGRESS: &str = fixture!("version2-measuring.progress");
+/// The same key as STENCIL_4096, decided by version 3's rule.
+const V3: &str = fixture!("version3-paired.choice");
+/// The same key as MEASURING_PAIRS, measured by version 3's rule (with its phase_drift line).
+const V3_PROGRESS: &str = fixture!("version3-measuring-pairs.progress");
 /// What the runtime's own test of a damaged file writes (test_refine.c, case cache).
-const DAMAGED: &str = "version = 3\nkernel = _Z7stencilPfi\nblock = 12";
+const DAMAGED: &str = "version = 4\nkernel = _Z7stencilPfi\nblock = 12";
 
 // File names as the runtime forms them (<name>-<hash of the key>); the files of one key
 // (the fixtures of stencil at n=4096) get made-up hashes, one each.
@@ -44,6 +49,7 @@ const F_8192: &str = "stencil-8d2c5b3961d8ce91.choice";
 const F_H100: &str = "multi-c045599f90a0ad65.choice";
 const F_OLD: &str = "stencil-0000000000000001.choice";
 const F_V2: &str = "stencil-0000000000000002.choice";
+const F_V3: &str = "stencil-0000000000000003.choice";
 const F_BAD: &str = "stencil-2222222222222222.choice";
 const F_STALE: &str = ".stencil-00c0be5a22c05d2a.choice.1234.tmp";
 const F_FRESH: &str = ".stencil-8d2c5b3961d8ce91.choice.5678.tmp";
@@ -58,9 +64,8 @@ const L_H100: &str = "multi n=4096 block=1024x1x1 candidate=model#2 confidence=p
 const MISSING: &str = "missing keys name, code_hash, device, device_id, data, program_block, \
                        candidate, confidence, launches, pairs, vs_program, extra_us";
 
-/// A cache directory with three choices, one of version 1 and one of version 2 (older
-/// rules), a damaged one, a stale and a fresh temporary file, and a file the runtime did not
-/// write.
+/// A cache directory with three choices, one each of versions 1, 2 and 3 (older rules), a
+/// damaged one, a stale and a fresh temporary file, and a file the runtime did not write.
 fn cache() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
@@ -69,6 +74,7 @@ fn cache() -> tempfile::TempDir {
     std::fs::write(p.join(F_H100), MULTI_H100).unwrap();
     std::fs::write(p.join(F_OLD), OLD).unwrap();
     std::fs::write(p.join(F_V2), V2).unwrap();
+    std::fs::write(p.join(F_V3), V3).unwrap();
     std::fs::write(p.join(F_BAD), DAMAGED).unwrap();
     std::fs::write(p.join(F_STALE), "half").unwrap();
     File::options()
@@ -141,8 +147,9 @@ fn list_prints_one_line_per_choice_then_the_old_and_invalid_files() {
              {L_8192} {F_8192}\n\
              {F_OLD}: old format (version 1, measured again by the next run)\n\
              {F_V2}: old format (version 2, measured again by the next run)\n\
+             {F_V3}: old format (version 3, measured again by the next run)\n\
              {F_BAD}: invalid: {MISSING}\n\
-             3 choices in {d}, 2 of an old format, 1 invalid\n"
+             3 choices in {d}, 3 of an old format, 1 invalid\n"
         )
     );
     assert_eq!(stderr(&o), "");
@@ -186,7 +193,7 @@ fn list_json_has_every_field_and_the_evidence() {
     let stencil = |file: &str, data: &str| {
         serde_json::json!({
             "file": file,
-            "version": 3,
+            "version": 4,
             "kernel": "_Z7stencilPfi",
             "name": "stencil",
             "code_hash": "00c0ffee00c0ffee",
@@ -213,7 +220,7 @@ fn list_json_has_every_field_and_the_evidence() {
     let expected = serde_json::json!([
         {
             "file": F_H100,
-            "version": 3,
+            "version": 4,
             "kernel": "_Z5multiPfi",
             "name": "multi",
             "code_hash": "0a0a0a0a0a0a0a0a",
@@ -239,6 +246,7 @@ fn list_json_has_every_field_and_the_evidence() {
         stencil(F_8192, "n=8192"),
         {"file": F_OLD, "version": 1, "old_format": "measured again by the next run"},
         {"file": F_V2, "version": 2, "old_format": "measured again by the next run"},
+        {"file": F_V3, "version": 3, "old_format": "measured again by the next run"},
         {"file": F_BAD, "invalid": MISSING}
     ]);
     assert_eq!(v, expected);
@@ -308,7 +316,7 @@ fn show_says_how_each_key_was_decided() {
              (no challenger was faster) launches=16 device=NVIDIA H200 \
              stencil-000000000000000a.choice\n\
              stencil n=4096 block=program(64x1x1) candidate=program confidence=undecided \
-             pairs=24 (no verdict: the program's own shape kept) launches=822 device=NVIDIA \
+             pairs=24 (no verdict: the program's own shape kept) launches=1138 device=NVIDIA \
              H200 stencil-000000000000000b.choice\n\
              stencil n=4096 block=256x1x1 candidate=model#1 confidence=unmeasurable pairs=3 \
              (not timed cleanly: the model's first choice kept) launches=14 device=NVIDIA H200 \
@@ -342,9 +350,9 @@ fn show_says_how_each_key_was_decided() {
          candidate   program (the program's own shape)\n\
          decision    undecided (24 pairs): no comparison reached a verdict, so the program's \
          own shape is kept; nothing showed it or another shape to be faster\n\
-         launches    822\n\
-         extra time  417.0 µs (what the timed launches cost)\n\
-         compared    model#1 256x1x1 vs program 64x1x1: 24 pairs, -0.92 % time (sd 7.42 %): \
+         launches    1138\n\
+         extra time  466.7 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 24 pairs, -0.48 % time (sd 8.27 %): \
          undecided (no verdict, the incumbent stays)\n"
     );
     assert!(!undecided.contains("settled"));
@@ -423,9 +431,23 @@ fn show_a_file_of_an_older_rule_says_it_is_measured_again() {
             dir.path().join(F_V2).display()
         )
     );
+    // Version 3: a file the previous klaraptor read as valid, an older rule's now.
+    let o = in_dir(dir.path(), &["show", F_V3]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "{}: old format (version 3, of an older rule: paired comparisons over the run, \
+             but a steady key's later ones could decide on a run's start alone): the \
+             program's runtime does not use it; its next run measures the launch again and \
+             replaces the file\n",
+            dir.path().join(F_V3).display()
+        )
+    );
     // `show <kernel>` shows the valid choices only.
     let o = in_dir(dir.path(), &["show", "stencil"]);
-    assert!(!stdout(&o).contains(F_V2), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(!out.contains(F_V2) && !out.contains(F_V3), "{out}");
 }
 
 #[test]
@@ -464,7 +486,7 @@ fn prune_a_kernel() {
     );
     assert_eq!(
         files(dir.path()),
-        sorted(&[F_4096, F_8192, F_OLD, F_V2, F_BAD, F_STALE, F_FRESH, F_OTHER])
+        sorted(&[F_4096, F_8192, F_OLD, F_V2, F_V3, F_BAD, F_STALE, F_FRESH, F_OTHER])
     );
 
     // --kernel and --device together: both must match.
@@ -480,7 +502,7 @@ fn prune_a_kernel() {
     );
     assert_eq!(
         files(dir.path()),
-        sorted(&[F_OLD, F_V2, F_BAD, F_STALE, F_FRESH, F_OTHER])
+        sorted(&[F_OLD, F_V2, F_V3, F_BAD, F_STALE, F_FRESH, F_OTHER])
     );
 }
 
@@ -495,9 +517,10 @@ fn prune_invalid_removes_old_and_invalid_files_and_stale_temporary_files() {
         format!(
             "removed {F_OLD} (old format, version 1: measured again by the next run)\n\
              removed {F_V2} (old format, version 2: measured again by the next run)\n\
+             removed {F_V3} (old format, version 3: measured again by the next run)\n\
              removed {F_BAD} (invalid: {MISSING})\n\
              removed {F_STALE} (a temporary file older than an hour)\n\
-             4 files removed from {d}\n"
+             5 files removed from {d}\n"
         )
     );
     assert_eq!(
@@ -511,7 +534,7 @@ fn prune_all_removes_what_the_runtime_wrote_only() {
     let dir = cache();
     let o = in_dir(dir.path(), &["prune", "--all"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).ends_with(&format!("8 files removed from {}\n", dir.path().display())));
+    assert!(stdout(&o).ends_with(&format!("9 files removed from {}\n", dir.path().display())));
     assert_eq!(files(dir.path()), sorted(&[F_OTHER]));
 }
 
@@ -520,7 +543,7 @@ fn a_file_that_is_not_utf8_is_invalid() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("x-0000000000000000.choice"),
-        b"version = 3\n\xff\n",
+        b"version = 4\n\xff\n",
     )
     .unwrap();
     let o = in_dir(dir.path(), &["list"]);
@@ -567,13 +590,13 @@ fn klaraptor_choices_off_disables_the_cache() {
     let mut args = vec!["--dir", dir.path().to_str().unwrap(), "list"];
     let o = choices(off, &args);
     assert!(
-        stdout(&o).ends_with(", 2 of an old format, 1 invalid\n"),
+        stdout(&o).ends_with(", 3 of an old format, 1 invalid\n"),
         "{}",
         stdout(&o)
     );
     args.push("--json");
     assert!(choices(off, &args).status.success());
-    assert_eq!(files(dir.path()).len(), 9);
+    assert_eq!(files(dir.path()).len(), 10);
 }
 
 #[test]
@@ -623,7 +646,7 @@ fn the_directory_from_the_environment_and_a_missing_one() {
 
 /// Keys not decided yet (`*.progress`, as a run's exit leaves them) are listed with what they
 /// have measured and pruned with their kernel's choices; progress files of older rules
-/// (versions 1 and 2) are listed as such, a damaged one as invalid.
+/// (versions 1, 2 and 3) are listed as such, a damaged one as invalid.
 #[test]
 fn keys_still_being_measured_are_listed_and_pruned() {
     let dir = tempfile::tempdir().unwrap();
@@ -632,11 +655,13 @@ fn keys_still_being_measured_are_listed_and_pruned() {
     let f_pairs = "stencil-6666666666666666.progress";
     let f_old = "stencil-5555555555555555.progress";
     let f_v2 = "stencil-7777777777777777.progress";
+    let f_v3 = "stencil-aaaaaaaaaaaaaaaa.progress";
     let f_bad = "stencil-4444444444444444.progress";
     std::fs::write(p.join(f), MEASURING).unwrap();
     std::fs::write(p.join(f_pairs), MEASURING_PAIRS).unwrap();
     std::fs::write(p.join(f_old), OLD_PROGRESS).unwrap();
     std::fs::write(p.join(f_v2), V2_PROGRESS).unwrap();
+    std::fs::write(p.join(f_v3), V3_PROGRESS).unwrap();
     // What the runtime's own test of a damaged progress file writes (test_refine.c, case
     // progress).
     std::fs::write(p.join(f_bad), MEASURING.replacen("sum_us=", "sum_us=x", 1)).unwrap();
@@ -653,9 +678,10 @@ fn keys_still_being_measured_are_listed_and_pruned() {
              3 shapes timed, incumbent 256x1x1) device=NVIDIA H200 {f_pairs}\n\
              {f_old}: old format (version 1, measured again by the next run)\n\
              {f_v2}: old format (version 2, measured again by the next run)\n\
+             {f_v3}: old format (version 3, measured again by the next run)\n\
              {f_bad}: invalid: cand `model#1 256x1x1 16x1x1 program=0 walked=0 verdict=win \
              sum_us=x160.0000 n_us=4` cannot be read\n\
-             1 choice in {}, 2 still being measured, 2 of an old format, 1 invalid\n",
+             1 choice in {}, 2 still being measured, 3 of an old format, 1 invalid\n",
             p.display()
         )
     );
@@ -690,6 +716,7 @@ fn keys_still_being_measured_are_listed_and_pruned() {
     };
     assert_eq!(v[3], old(f_old, 1));
     assert_eq!(v[4], old(f_v2, 2));
+    assert_eq!(v[5], old(f_v3, 3));
     // `show` of a progress file: what the key has measured so far.
     let o = in_dir(p, &["show", f]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -733,6 +760,16 @@ fn keys_still_being_measured_are_listed_and_pruned() {
         "{}",
         stdout(&o)
     );
+    let o = in_dir(p, &["show", f_v3]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(
+            ": old format (version 3, of an older rule: paired comparisons over the run, but a \
+             steady key's later ones could decide on a run's start alone): "
+        ),
+        "{}",
+        stdout(&o)
+    );
     // The open comparison's pairs, damaged: invalid, with the reason.
     let f_bad_pair = "stencil-8888888888888888.progress";
     let bad_pair = MEASURING_PAIRS.replacen("pair = at=100 run=150", "pair = at=100 run=0", 1);
@@ -772,7 +809,7 @@ fn keys_still_being_measured_are_listed_and_pruned() {
     // --kernel takes the keys still being measured with the decided ones.
     let o = in_dir(p, &["prune", "--kernel", "stencil"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(files(p), sorted(&[F_H100, f_old, f_v2, f_bad]));
+    assert_eq!(files(p), sorted(&[F_H100, f_old, f_v2, f_v3, f_bad]));
     let o = in_dir(p, &["prune", "--invalid"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(files(p), sorted(&[F_H100]));

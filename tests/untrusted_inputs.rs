@@ -297,7 +297,7 @@ fn choice_files_refuse_names_out_of_format_and_control_characters() {
     use klaraptor_profiler::choices_cmd::ChoiceFile;
     // A file in the format the runtime writes (klaraptor_choices.inc's choices_write) and
     // believes: a shape other than the program's, with the paired comparison it won.
-    let valid = "version = 3\nkernel = _Z2mmPKfS0_Pfi\nname = mm\ncode_hash = 5f1c0e9a2b7d4c31\n\
+    let valid = "version = 4\nkernel = _Z2mmPKfS0_Pfi\nname = mm\ncode_hash = 5f1c0e9a2b7d4c31\n\
                  device = NVIDIA H200\n\
                  device_id = NVIDIA H200|sm=132|cc=9.0|bus_bits=6144\n\
                  data = n=2048\nblock = 128x2x1\nprogram_block = 32x8x1\n\

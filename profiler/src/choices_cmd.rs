@@ -18,8 +18,9 @@
 //! yet `<name>-<16 hex>.progress` ([`Progress`]); the runtime writes each through a hidden
 //! `.<something>.tmp` file that it renames into place. Files of an older rule ([`OLD_VERSIONS`]:
 //! version 1, unpaired medians; version 2, paired comparisons that could decide on a run's
-//! start alone) are not used by the runtime: it measures their keys again and overwrites
-//! them.
+//! start alone; version 3, paired comparisons over the run, but a key found steady had its
+//! later comparisons decided on a run's start alone) are not used by the runtime: it measures
+//! their keys again and overwrites them.
 
 use std::cmp::Ordering;
 use std::ffi::OsString;
@@ -39,17 +40,22 @@ use serde::{Serialize, Serializer};
 pub const ENV_VAR: &str = "KLARAPTOR_CHOICES";
 
 /// The file format version this module reads (the runtime's `CHOICES_VERSION`: decisions by
-/// paired comparisons judged over the whole run).
-pub const FORMAT_VERSION: u32 = 3;
+/// paired comparisons, each judged over the whole run).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The versions of the older rules, each with what it decided by (the runtime's
 /// `choices_older_rule`): the runtime does not use their files, measures their keys again
 /// and overwrites them.
-pub const OLD_VERSIONS: [(u32, &str); 2] = [
+pub const OLD_VERSIONS: [(u32, &str); 3] = [
     (1, "unpaired medians"),
     (
         2,
         "paired comparisons that could decide on a run's start alone",
+    ),
+    (
+        3,
+        "paired comparisons over the run, but a steady key's later ones could decide on a \
+         run's start alone",
     ),
 ];
 
@@ -88,7 +94,7 @@ const REQUIRED: [&str; 15] = [
 ];
 
 /// The keys a progress file must have.
-const PROGRESS_REQUIRED: [&str; 13] = [
+const PROGRESS_REQUIRED: [&str; 12] = [
     "version",
     "kernel",
     "name",
@@ -98,7 +104,6 @@ const PROGRESS_REQUIRED: [&str; 13] = [
     "data",
     "launches",
     "last_run_launches",
-    "phase_drift",
     "spent_us",
     "incumbent",
     "walk",
@@ -349,7 +354,7 @@ impl Comparison {
     }
 }
 
-/// A parsed choice file (version 3): a decided launch and the evidence it was decided on.
+/// A parsed choice file (version 4): a decided launch and the evidence it was decided on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChoiceFile {
     pub version: u32,
@@ -406,8 +411,8 @@ fn version_of(text: &str) -> Option<&str> {
     })
 }
 
-/// The version of a file of the cache when it is an older rule's (`version = 1` or `2`, as
-/// the runtime compares it: the text exactly): the runtime does not use it, measures its key
+/// The version of a file of the cache when it is an older rule's (`version = 1`, `2` or `3`,
+/// as the runtime compares it: the text exactly): the runtime does not use it, measures its key
 /// again and overwrites it.
 pub fn old_version(text: &str) -> Option<u32> {
     let v = version_of(text)?;
@@ -824,13 +829,13 @@ enum Kind {
 
 /// What a runtime measured of a launch key before its run ended undecided (a `*.progress`
 /// file; the next run goes on from it). Besides the key's fields: `launches`,
-/// `last_run_launches`, `phase_drift` (-1, 0 or 1: whether the key's cost drifts over a run,
-/// not known yet, steady, drifting), `spent_us`, `incumbent` and `walk`; one `cand` line per
-/// candidate and one `compared` line per comparison decided; for the comparison in progress,
-/// `open = <block> <grid> pairs=<n> nonstationary=<n> clear=<n>` and its `n` pairs, one
-/// `pair = at=<launch> run=<launches> r=<x> im=<µs> d2=<x>` line each (where in its run the
-/// quadruple was timed, of a run how long, its relative paired difference, the incumbent's
-/// mean time, the squared difference of the incumbent's two times).
+/// `last_run_launches`, `spent_us`, `incumbent` and `walk`; one `cand` line per candidate and
+/// one `compared` line per comparison decided; for the comparison in progress, `open =
+/// <block> <grid> pairs=<n> nonstationary=<n> clear=<n>` and its `n` pairs, one `pair =
+/// at=<launch> run=<launches> r=<x> im=<µs> d2=<x>` line each (where in its run the quadruple
+/// was timed, of a run how long, its relative paired difference, the incumbent's mean time,
+/// the squared difference of the incumbent's two times). Other keys are read past, as the
+/// runtime reads past them (version 3's `phase_drift` among them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Progress {
     pub kernel: String,
@@ -858,10 +863,6 @@ impl Progress {
         let req = |key: &str| get(&fields, key).expect("required keys are present");
         let launches = count(&fields, "launches", i32::MAX as u64 / 2)?;
         count(&fields, "last_run_launches", launches)?;
-        let drift = req("phase_drift");
-        if !matches!(drift, "-1" | "0" | "1") {
-            return Err(format!("phase_drift `{drift}` is none of -1, 0, 1"));
-        }
         let spent_us = microseconds(&fields, "spent_us")?;
         let block_pair = |s: &str| -> Option<[u32; 3]> {
             let t: Vec<&str> = s.split_whitespace().collect();
@@ -1606,6 +1607,13 @@ mod tests {
         include_str!("../../tests/fixtures/choices-cache-2026-11-28/version2-paired.choice");
     const V2_PROGRESS: &str =
         include_str!("../../tests/fixtures/choices-cache-2026-11-28/version2-measuring.progress");
+    /// Files of version 3 (paired comparisons over the run, but a steady key's later ones
+    /// could decide on a run's start alone).
+    const V3: &str =
+        include_str!("../../tests/fixtures/choices-cache-2026-11-28/version3-paired.choice");
+    const V3_PROGRESS: &str = include_str!(
+        "../../tests/fixtures/choices-cache-2026-11-28/version3-measuring-pairs.progress"
+    );
 
     fn without(text: &str, key: &str) -> String {
         text.lines()
@@ -1633,7 +1641,7 @@ mod tests {
         assert_eq!(
             c,
             ChoiceFile {
-                version: 3,
+                version: 4,
                 kernel: "_Z7stencilPfi".into(),
                 name: "stencil".into(),
                 code_hash: "00c0ffee00c0ffee".into(),
@@ -1720,6 +1728,8 @@ mod tests {
         assert_eq!(old_version(OLD_PROGRESS), Some(1));
         assert_eq!(old_version(V2), Some(2));
         assert_eq!(old_version(V2_PROGRESS), Some(2));
+        assert_eq!(old_version(V3), Some(3));
+        assert_eq!(old_version(V3_PROGRESS), Some(3));
         for text in [PAIRED, PROGRESS, PROGRESS_PAIRS] {
             assert!(!is_old_format(text));
         }
@@ -1732,16 +1742,37 @@ mod tests {
                    run's start alone): measured again by the next run";
         assert_eq!(ChoiceFile::parse(V2).unwrap_err(), old);
         assert_eq!(Progress::parse(V2_PROGRESS).unwrap_err(), old);
-        let v2 = PAIRED.replace("version = 3", "version = 2");
+        let v2 = PAIRED.replace("version = 4", "version = 2");
         assert_eq!(ChoiceFile::parse(&v2).unwrap_err(), old);
         assert_eq!(
             old_rule(2),
             Some("paired comparisons that could decide on a run's start alone")
         );
-        assert_eq!(old_rule(3), None);
+        // Version 3: valid then, an older rule now (its progress files with phase_drift).
+        let old = "old format (version 3, decided by paired comparisons over the run, but a \
+                   steady key's later ones could decide on a run's start alone): measured \
+                   again by the next run";
+        assert_eq!(ChoiceFile::parse(V3).unwrap_err(), old);
+        assert_eq!(Progress::parse(V3_PROGRESS).unwrap_err(), old);
+        assert!(V3_PROGRESS.contains("\nphase_drift = -1\n"));
+        let v3 = PAIRED.replace("version = 4", "version = 3");
+        assert_eq!(ChoiceFile::parse(&v3).unwrap_err(), old);
+        let v3 = PROGRESS_PAIRS.replace("version = 4", "version = 3");
+        assert_eq!(Progress::parse(&v3).unwrap_err(), old);
+        assert_eq!(
+            old_rule(3),
+            Some(
+                "paired comparisons over the run, but a steady key's later ones could decide \
+                 on a run's start alone"
+            )
+        );
+        assert_eq!(old_rule(4), None);
         // As the runtime compares it: the text exactly.
         assert!(!is_old_format(
-            &PAIRED.replace("version = 3", "version = 02")
+            &PAIRED.replace("version = 4", "version = 02")
+        ));
+        assert!(!is_old_format(
+            &PAIRED.replace("version = 4", "version = 03")
         ));
     }
 
@@ -1751,7 +1782,7 @@ mod tests {
             let err = ChoiceFile::parse(&without(PAIRED, key)).unwrap_err();
             assert_eq!(err, format!("missing key {key}"), "{key}");
         }
-        let err = ChoiceFile::parse("version = 3\nkernel = k\n").unwrap_err();
+        let err = ChoiceFile::parse("version = 4\nkernel = k\n").unwrap_err();
         assert_eq!(
             err,
             "missing keys name, code_hash, device, device_id, data, block, program_block, \
@@ -1765,18 +1796,20 @@ mod tests {
 
     #[test]
     fn another_version_is_invalid() {
-        let err = ChoiceFile::parse(&PAIRED.replace("version = 3", "version = 4")).unwrap_err();
-        assert_eq!(err, "format version 4 (this klaraptor reads version 3)");
-        let err = ChoiceFile::parse(&PAIRED.replace("version = 3", "version = two")).unwrap_err();
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 4", "version = 5")).unwrap_err();
+        assert_eq!(err, "format version 5 (this klaraptor reads version 4)");
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 4", "version = two")).unwrap_err();
         assert_eq!(err, "version `two` is not a number");
         // Said before any missing key: another version may have other keys.
-        let err = ChoiceFile::parse("version = 4\nkernel = k\n").unwrap_err();
-        assert_eq!(err, "format version 4 (this klaraptor reads version 3)");
-        let err = Progress::parse(&PROGRESS.replace("version = 3", "version = 4")).unwrap_err();
-        assert_eq!(err, "format version 4 (this klaraptor reads version 3)");
+        let err = ChoiceFile::parse("version = 5\nkernel = k\n").unwrap_err();
+        assert_eq!(err, "format version 5 (this klaraptor reads version 4)");
+        let err = Progress::parse(&PROGRESS.replace("version = 4", "version = 5")).unwrap_err();
+        assert_eq!(err, "format version 5 (this klaraptor reads version 4)");
         // Not an older rule's version either, as the runtime reads it: another version.
-        let err = ChoiceFile::parse(&PAIRED.replace("version = 3", "version = 02")).unwrap_err();
-        assert_eq!(err, "format version 2 (this klaraptor reads version 3)");
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 4", "version = 02")).unwrap_err();
+        assert_eq!(err, "format version 2 (this klaraptor reads version 4)");
+        let err = ChoiceFile::parse(&PAIRED.replace("version = 4", "version = 03")).unwrap_err();
+        assert_eq!(err, "format version 3 (this klaraptor reads version 4)");
     }
 
     #[test]
@@ -1999,7 +2032,7 @@ mod tests {
             "open `128x1x1 32x1x1 pairs=0 clear=0` cannot be read: not `<block> <grid> \
              pairs=<n> nonstationary=<n> clear=<n>`"
         );
-        // Version 2's open line, with the sums version 3 no longer keeps.
+        // Version 2's open line, with the sums versions 3 and 4 no longer keep.
         let v2_open = "open = 128x1x1 32x1x1 pairs=0 sum_r=0.000000 sum_r2=0.000000 \
                        inc_lo=100.0000 inc_hi=100.0000 sum_m=0.0000 sum_m2=0.0000 \
                        sum_d2=0.0000 nonstationary=0 clear=0";
@@ -2010,21 +2043,23 @@ mod tests {
         assert!(Progress::parse(&text)
             .unwrap_err()
             .starts_with("open `128x1x1 32x1x1 pairs=0 sum_r="));
-        // phase_drift: -1, 0 or 1, and required.
-        for drift in ["0", "1"] {
-            let text = PROGRESS.replace("phase_drift = -1", &format!("phase_drift = {drift}"));
-            assert!(Progress::parse(&text).is_ok(), "{drift}");
-        }
-        for drift in ["2", "-2", "x", "1.0"] {
-            let text = PROGRESS.replace("phase_drift = -1", &format!("phase_drift = {drift}"));
-            assert_eq!(
-                Progress::parse(&text).unwrap_err(),
-                format!("phase_drift `{drift}` is none of -1, 0, 1")
+        // Version 4 has no phase_drift; a key it does not know is read past, as the runtime
+        // reads past it, whatever its value (given once, as any key).
+        assert!(!PROGRESS.contains("phase_drift"));
+        for drift in ["-1", "0", "1", "2", "x"] {
+            let text = PROGRESS.replace(
+                "spent_us = ",
+                &format!("phase_drift = {drift}\nspent_us = "),
             );
+            assert_eq!(Progress::parse(&text).unwrap(), p, "{drift}");
         }
+        let text = PROGRESS.replace(
+            "spent_us = ",
+            "phase_drift = 0\nphase_drift = 1\nspent_us = ",
+        );
         assert_eq!(
-            Progress::parse(&without(PROGRESS, "phase_drift")).unwrap_err(),
-            "missing key phase_drift"
+            Progress::parse(&text).unwrap_err(),
+            "line 12: `phase_drift` given twice"
         );
         // Without a comparison in progress.
         assert!(Progress::parse(&without(PROGRESS, "open")).is_ok());
