@@ -995,7 +995,8 @@ fn test_refine() -> &'static Path {
 /// program's shape), Gaussian elimination's two kernels with synchronisations and shrinking
 /// work, a key launched ten times a run, a key whose faster shape changes over the run (judged
 /// over the run with the cache; by the run's start without), a key whose run's first launches
-/// are not its run, short kernels timed
+/// are not its run, runs longer than the last, a cache that cannot be written, a part of the
+/// run never timed, short kernels timed
 /// behind the gate (and without it, where the driver refuses it), and unmeasurable and
 /// undecided keys.
 #[test]
@@ -1028,18 +1029,20 @@ fn refinement_cases() {
             "ok ten",
             "ok crossover",
             "ok run_start",
+            "ok run_lengths",
             "ok short_gated",
             "ok undecided",
             "all refinement cases passed",
         ])
     );
     // Exactly one warning for the damaged file, one for the unwritable directory, one for the
-    // claimed gain without evidence and one for the damaged progress file.
+    // claimed gain without evidence, one for the damaged progress file and one for the
+    // directory below a regular file.
     let warnings: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("klaraptor: warning:"))
         .collect();
-    assert_eq!(warnings.len(), 4, "{err}");
+    assert_eq!(warnings.len(), 5, "{err}");
     assert!(
         warnings[0].contains("ignoring the damaged choices cache file")
             && warnings[0].contains("/choices-damaged/stencil-"),
@@ -1058,6 +1061,11 @@ fn refinement_cases() {
     assert!(
         warnings[3].contains("/choices-progress-damaged/stencil-")
             && warnings[3].contains(".progress (a candidate line cannot be read)"),
+        "{err}"
+    );
+    assert!(
+        warnings[4].contains("cannot write the choices cache in ")
+            && warnings[4].contains("/a-file/sub (Not a directory)"),
         "{err}"
     );
 }

@@ -1456,6 +1456,7 @@ void klaraptor__reset_for_tests(void) {
       e->mismatch_logged = 0;
   if (g_cfg.log_fd_owned) close(g_cfg.log_fd);
   g_choices_dir_state = 0;
+  g_choices_writable = 0;
   for (size_t i = 0; i < g_cfg.n_force; i++) free(g_cfg.force[i].kernel);
   free(g_cfg.force);
   g_cfg.force = NULL;
