@@ -313,10 +313,10 @@ fn show_says_how_each_key_was_decided() {
         stdout(&o),
         format!(
             "stencil n=4096 block=program(64x1x1) candidate=program confidence=paired pairs=3 \
-             (no challenger was faster) launches=16 device=NVIDIA H200 \
+             (no challenger was faster) launches=28 device=NVIDIA H200 \
              stencil-000000000000000a.choice\n\
              stencil n=4096 block=program(64x1x1) candidate=program confidence=undecided \
-             pairs=24 (no verdict: the program's own shape kept) launches=1138 device=NVIDIA \
+             pairs=24 (no verdict: the program's own shape kept) launches=1200 device=NVIDIA \
              H200 stencil-000000000000000b.choice\n\
              stencil n=4096 block=256x1x1 candidate=model#1 confidence=unmeasurable pairs=3 \
              (not timed cleanly: the model's first choice kept) launches=14 device=NVIDIA H200 \
@@ -338,9 +338,9 @@ fn show_says_how_each_key_was_decided() {
          candidate   program (the program's own shape)\n\
          decision    by paired comparisons (3 pairs): no challenger was faster than the \
          program's own shape\n\
-         launches    16\n\
-         extra time  21.7 µs (what the timed launches cost)\n\
-         compared    model#1 256x1x1 vs program 64x1x1: 3 pairs, +3.63 % time (sd 0.49 %): \
+         launches    28\n\
+         extra time  18.5 µs (what the timed launches cost)\n\
+         compared    model#1 256x1x1 vs program 64x1x1: 3 pairs, +3.09 % time (sd 1.36 %): \
          lose (not faster)\n"
     );
     let undecided = show("stencil-000000000000000b.choice");
@@ -350,7 +350,7 @@ fn show_says_how_each_key_was_decided() {
          candidate   program (the program's own shape)\n\
          decision    undecided (24 pairs): no comparison reached a verdict, so the program's \
          own shape is kept; nothing showed it or another shape to be faster\n\
-         launches    1138\n\
+         launches    1200\n\
          extra time  466.7 µs (what the timed launches cost)\n\
          compared    model#1 256x1x1 vs program 64x1x1: 24 pairs, -0.48 % time (sd 8.27 %): \
          undecided (no verdict, the incumbent stays)\n"
@@ -791,8 +791,8 @@ fn keys_still_being_measured_are_listed_and_pruned() {
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains(
-            ": invalid: open `128x1x1 32x1x1 pairs=2 nonstationary=0 clear=0` has pairs=2 but \
-             the file has 3 pair lines\n"
+            ": invalid: open `128x1x1 32x1x1 pairs=2 nonstationary=0 clear=0 stalled=0` has pairs=2 \
+             but the file has 3 pair lines\n"
         ),
         "{}",
         stderr(&o)

@@ -831,11 +831,13 @@ enum Kind {
 /// file; the next run goes on from it). Besides the key's fields: `launches`,
 /// `last_run_launches`, `spent_us`, `incumbent` and `walk`; one `cand` line per candidate and
 /// one `compared` line per comparison decided; for the comparison in progress, `open =
-/// <block> <grid> pairs=<n> nonstationary=<n> clear=<n>` and its `n` pairs, one `pair =
-/// at=<launch> run=<launches> r=<x> im=<µs> d2=<x>` line each (where in its run the quadruple
-/// was timed, of a run how long, its relative paired difference, the incumbent's mean time,
-/// the squared difference of the incumbent's two times). Other keys are read past, as the
-/// runtime reads past them (version 3's `phase_drift` among them).
+/// <block> <grid> pairs=<n> nonstationary=<n> clear=<n> stalled=<n>` (`stalled`: runs that
+/// timed no new part of the run, a count ≥ 0; the runtime refuses an open line without it, as
+/// this does) and its `n` pairs, one `pair = at=<launch> run=<launches> r=<x> im=<µs> d2=<x>`
+/// line each (where in its run the quadruple was timed, of a run how long, its relative paired
+/// difference, the incumbent's mean time, the squared difference of the incumbent's two
+/// times). Other keys are read past, as the runtime reads past them (version 3's
+/// `phase_drift` among them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Progress {
     pub kernel: String,
@@ -906,22 +908,35 @@ impl Progress {
         match get(&fields, "open") {
             Some(open) => {
                 let t: Vec<&str> = open.split_whitespace().collect();
+                let mut stalled = None;
                 let n = match t[..] {
-                    [block, grid, pairs, nonstationary, clear]
+                    [block, grid, pairs, nonstationary, clear, last]
                         if block_pair(&format!("{block} {grid}")).is_some()
                             && named_value::<i32>(nonstationary, "nonstationary").is_some()
                             && named_value::<i32>(clear, "clear").is_some() =>
                     {
-                        named_value::<usize>(pairs, "pairs")
+                        stalled = named_value::<i32>(last, "stalled");
+                        stalled.and(named_value::<usize>(pairs, "pairs"))
                     }
                     _ => None,
                 };
                 let Some(n) = n else {
+                    let why = if t.len() == 5 && !open.contains("stalled=") {
+                        " (no stalled=<n>: written before the runtime counted the runs that \
+                         timed no new part of the run)"
+                    } else {
+                        ""
+                    };
                     return Err(format!(
                         "open `{open}` cannot be read: not `<block> <grid> pairs=<n> \
-                         nonstationary=<n> clear=<n>`"
+                         nonstationary=<n> clear=<n> stalled=<n>`{why}"
                     ));
                 };
+                if let Some(s) = stalled.filter(|s| *s < 0) {
+                    return Err(format!(
+                        "open `{open}` has stalled={s}: a count of runs cannot be negative"
+                    ));
+                }
                 if n != pairs.len() {
                     return Err(format!(
                         "open `{open}` has pairs={n} but the file has {}",
@@ -2029,15 +2044,15 @@ mod tests {
         let err = Progress::parse(&PROGRESS.replace(" nonstationary=0", "")).unwrap_err();
         assert_eq!(
             err,
-            "open `128x1x1 32x1x1 pairs=0 clear=0` cannot be read: not `<block> <grid> \
-             pairs=<n> nonstationary=<n> clear=<n>`"
+            "open `128x1x1 32x1x1 pairs=0 clear=0 stalled=0` cannot be read: not `<block> <grid> \
+             pairs=<n> nonstationary=<n> clear=<n> stalled=<n>`"
         );
         // Version 2's open line, with the sums versions 3 and 4 no longer keep.
         let v2_open = "open = 128x1x1 32x1x1 pairs=0 sum_r=0.000000 sum_r2=0.000000 \
                        inc_lo=100.0000 inc_hi=100.0000 sum_m=0.0000 sum_m2=0.0000 \
                        sum_d2=0.0000 nonstationary=0 clear=0";
         let text = PROGRESS.replace(
-            "open = 128x1x1 32x1x1 pairs=0 nonstationary=0 clear=0",
+            "open = 128x1x1 32x1x1 pairs=0 nonstationary=0 clear=0 stalled=0",
             v2_open,
         );
         assert!(Progress::parse(&text)
@@ -2066,6 +2081,60 @@ mod tests {
     }
 
     #[test]
+    fn progress_open_line_needs_a_non_negative_stalled_count() {
+        // The runtime writes `stalled=N` (runs that timed no new part of the run) since
+        // 87fe758 and refuses an open line without it, or with a negative count; so does this.
+        let open = "open = 128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0 stalled=0";
+        assert!(PROGRESS_PAIRS.contains(open) && PROGRESS.contains(" stalled=0\n"));
+        let with = |stalled: &str| {
+            PROGRESS_PAIRS.replace(
+                open,
+                &format!("open = 128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0{stalled}"),
+            )
+        };
+        assert_eq!(
+            Progress::parse(&with(" stalled=1")).unwrap(),
+            Progress::parse(PROGRESS_PAIRS).unwrap()
+        );
+        // A version-4 file of the runtime before 87fe758: no stalled=.
+        assert_eq!(
+            Progress::parse(&with("")).unwrap_err(),
+            "open `128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0` cannot be read: not \
+             `<block> <grid> pairs=<n> nonstationary=<n> clear=<n> stalled=<n>` (no \
+             stalled=<n>: written before the runtime counted the runs that timed no new part of \
+             the run)"
+        );
+        assert_eq!(
+            Progress::parse(&with(" stalled=-1")).unwrap_err(),
+            "open `128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0 stalled=-1` has stalled=-1: a \
+             count of runs cannot be negative"
+        );
+        for bad in [
+            " stalled=x",
+            " stalled=",
+            " stalled=1.5",
+            " stalled=1 more=0",
+            " stall=1",
+        ] {
+            let err = Progress::parse(&with(bad)).unwrap_err();
+            assert!(
+                err.ends_with(
+                    "cannot be read: not `<block> <grid> pairs=<n> nonstationary=<n> \
+                               clear=<n> stalled=<n>`"
+                ),
+                "{bad}: {err}"
+            );
+        }
+        // In its place, after clear=, as the runtime reads it.
+        let err = Progress::parse(&PROGRESS_PAIRS.replace(
+            open,
+            "open = 128x1x1 32x1x1 pairs=3 stalled=0 nonstationary=0 clear=0",
+        ))
+        .unwrap_err();
+        assert!(err.contains("cannot be read"), "{err}");
+    }
+
+    #[test]
     fn progress_files_with_the_open_comparisons_pairs() {
         let p = Progress::parse(PROGRESS_PAIRS).unwrap();
         assert_eq!(p.launches, 1050);
@@ -2076,7 +2145,7 @@ mod tests {
             p.comparisons,
             vec![cmp("model#1", 256, "program", 64, 2, -0.6, Verdict::Win)]
         );
-        let open = "open = 128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0";
+        let open = "open = 128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0 stalled=0";
         let first = "pair = at=100 run=150 r=-0.250000 im=40.0000 d2=0.0000";
         assert!(PROGRESS_PAIRS.contains(open) && PROGRESS_PAIRS.contains(first));
         let pair_lines = PROGRESS_PAIRS
@@ -2089,23 +2158,23 @@ mod tests {
         let err = Progress::parse(&PROGRESS_PAIRS.replace("pairs=3 ", "pairs=4 ")).unwrap_err();
         assert_eq!(
             err,
-            "open `128x1x1 32x1x1 pairs=4 nonstationary=0 clear=0` has pairs=4 but the file has \
-             3 pair lines"
+            "open `128x1x1 32x1x1 pairs=4 nonstationary=0 clear=0 stalled=0` has pairs=4 but the \
+             file has 3 pair lines"
         );
         let err =
             Progress::parse(&PROGRESS_PAIRS.replacen(&format!("{first}\n"), "", 1)).unwrap_err();
         assert_eq!(
             err,
-            "open `128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0` has pairs=3 but the file has \
-             2 pair lines"
+            "open `128x1x1 32x1x1 pairs=3 nonstationary=0 clear=0 stalled=0` has pairs=3 but the \
+             file has 2 pair lines"
         );
         let err = Progress::parse(&without(PROGRESS_PAIRS, "open")).unwrap_err();
         assert_eq!(err, "3 pair lines without an open comparison");
         let err = Progress::parse(&format!("{PROGRESS}{first}\n")).unwrap_err();
         assert_eq!(
             err,
-            "open `128x1x1 32x1x1 pairs=0 nonstationary=0 clear=0` has pairs=0 but the file has \
-             1 pair line"
+            "open `128x1x1 32x1x1 pairs=0 nonstationary=0 clear=0 stalled=0` has pairs=0 but the \
+             file has 1 pair line"
         );
         // At most as many as the runtime keeps.
         let many = |n: usize| {
