@@ -45,8 +45,17 @@ fn suite_title(st: &Study) -> String {
     }
 }
 
+/// The median of the cases' Spearman ρ (predicted against measured time over the shapes) and
+/// how many cases have one; the upper median of an even count, as the summary has it.
+fn median_spearman<'a>(cases: impl Iterator<Item = &'a Case>) -> Option<(f64, usize)> {
+    let mut v: Vec<f64> = cases.filter_map(|c| c.spearman).collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    (!v.is_empty()).then(|| (v[v.len() / 2], v.len()))
+}
+
 /// Per half (tuning, test): each method's geometric mean and minimum over the half's cases,
-/// and the kernels whose klaraptor geometric mean falls below 0.95 × their profiled_best's.
+/// the model's median Spearman ρ beside klaraptor's geometric mean, and the kernels whose
+/// klaraptor geometric mean falls below 0.95 × their profiled_best's.
 fn halves_section(st: &Study) -> String {
     let mut s = String::new();
     let half_of = |c: &Case| st.split.of(&c.program).map(|(_, h)| h);
@@ -60,26 +69,34 @@ fn halves_section(st: &Study) -> String {
     );
     let _ = writeln!(
         s,
-        "| half | method | cases | geometric mean | minimum | cases < 0.80 |"
+        "| half | method | cases | geometric mean | minimum | cases < 0.80 | median Spearman ρ |"
     );
-    let _ = writeln!(s, "| --- | --- | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(s, "| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     for half in ["tuning", "test"] {
         let cases: Vec<&Case> = st
             .cases
             .iter()
             .filter(|c| half_of(c) == Some(half))
             .collect();
+        // ρ ranks the model's predictions: a column of klaraptor's row only
+        let rho = median_spearman(cases.iter().copied())
+            .map_or_else(|| "–".to_string(), |(m, n)| format!("{m:.2} ({n} cases)"));
         for m in Method::COMPARED {
             let r: Vec<f64> = cases.iter().filter_map(|c| c.ratio(m)).collect();
             if let Some(x) = study::stats(&r) {
                 let _ = writeln!(
                     s,
-                    "| {half} | {} | {} | {:.3} | {:.3} | {} |",
+                    "| {half} | {} | {} | {:.3} | {:.3} | {} | {} |",
                     m.as_str(),
                     x.n,
                     x.geomean,
                     x.min,
-                    x.below_080
+                    x.below_080,
+                    if m == Method::Klaraptor {
+                        rho.as_str()
+                    } else {
+                        ""
+                    }
                 );
             }
         }
@@ -667,18 +684,14 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
                 .to_string(),
         }
     );
-    let rhos: Vec<f64> = st.cases.iter().filter_map(|c| c.spearman).collect();
-    if !rhos.is_empty() {
-        let mut v = rhos.clone();
-        v.sort_by(|a, b| a.total_cmp(b));
+    if let Some((median, n)) = median_spearman(st.cases.iter()) {
+        let rhos: Vec<f64> = st.cases.iter().filter_map(|c| c.spearman).collect();
+        let min = rhos.iter().copied().fold(f64::INFINITY, f64::min);
         let _ = writeln!(
             s,
-            "\nSpearman's ρ between predicted and measured time over the shapes: median {:.2} \
-             over {} cases, {:.0} % of them ≥ 0.8, minimum {:.2}.",
-            v[v.len() / 2],
-            v.len(),
-            100.0 * v.iter().filter(|&&r| r >= 0.8).count() as f64 / v.len() as f64,
-            v[0]
+            "\nSpearman's ρ between predicted and measured time over the shapes: median {median:.2} \
+             over {n} cases, {:.0} % of them ≥ 0.8, minimum {min:.2}.",
+            100.0 * rhos.iter().filter(|&&r| r >= 0.8).count() as f64 / n as f64,
         );
     }
     if !charts.is_empty() {

@@ -1116,6 +1116,39 @@ fn whole_run_files_fill_the_records() {
     }
 }
 
+/// The halves table gives the model's median Spearman ρ per half beside klaraptor's geometric
+/// mean (issue 38), from the cases of that half only.
+#[test]
+fn halves_give_the_median_spearman() {
+    let f = fixture();
+    let st = Study::load(&f.paths, &f.sizes).unwrap();
+    let w = klaraptor_accuracy::report(&f.paths, &f.sizes, &f.out, None, &["gemm".into()], None)
+        .unwrap();
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    assert!(md.contains("| cases < 0.80 | median Spearman ρ |"), "{md}");
+    let mut rows = 0;
+    for half in ["tuning", "test"] {
+        let mut v: Vec<f64> = st
+            .cases
+            .iter()
+            .filter(|c| st.split.of(&c.program).map(|(_, h)| h) == Some(half))
+            .filter_map(|c| c.spearman)
+            .collect();
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let cell = format!("| {:.2} ({} cases) |", v[v.len() / 2], v.len());
+        let row = md
+            .lines()
+            .find(|l| l.starts_with(&format!("| {half} | klaraptor | ")) && l.ends_with(&cell))
+            .unwrap_or_else(|| panic!("no {half} klaraptor row ending in {cell}:\n{md}"));
+        assert!(row.matches('|').count() == 8, "{row}");
+        rows += 1;
+    }
+    assert!(rows > 0, "the fixture has no case with a half and a ρ");
+}
+
 /// The isolated whole runs (device.sh WHOLE_RUN_ISOLATE=1; CONSTRUCTED times) fill the
 /// records' whole_run_iso_* and settled's whole_run_isolated / whole_run_accept, the
 /// summary's acceptance counts and the report's acceptance section, which says which figure
