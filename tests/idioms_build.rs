@@ -6,7 +6,7 @@
 //! allowed are klaraptor-cc's "no profile" ones.
 //!
 //! `scripts/test` builds and emulates the representative subset [`SUBSET`];
-//! `scripts/test --full` (`KLARAPTOR_TEST_FULL=1`, as CI runs it) all 23 programs.
+//! `scripts/test --full` (`KLARAPTOR_TEST_FULL=1`, as CI runs it) all 31 programs.
 
 mod common;
 use common::*;

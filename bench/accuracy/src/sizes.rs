@@ -241,11 +241,31 @@ choice_est_s = 7
             let n = s.job.iter().filter(|j| j.program == p).count();
             assert!(n >= 3, "{p}: {n} jobs in sizes-idioms.toml");
         }
-        let total: f64 = s.job.iter().map(|j| j.est_s).sum();
-        assert!(
-            total < 360.0,
-            "the idioms' exhaustive phase is estimated at {total} s"
-        );
+        // The fourth batch (issue 38, split.toml's `fourth_batch`) is swept in a device call
+        // of its own; the rest together, as before. Each must fit in about 6 minutes.
+        let split: toml::Value = toml::from_str(
+            &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("split.toml"))
+                .unwrap(),
+        )
+        .unwrap();
+        let fourth: Vec<&str> = split["idioms"]["fourth_batch"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        for (name, in_fourth) in [("the fourth batch", true), ("the others", false)] {
+            let total: f64 = s
+                .job
+                .iter()
+                .filter(|j| fourth.contains(&j.program.as_str()) == in_fourth)
+                .map(|j| j.est_s)
+                .sum();
+            assert!(
+                total > 0.0 && total < 360.0,
+                "the idioms' exhaustive phase for {name} is estimated at {total} s"
+            );
+        }
     }
 
     #[test]

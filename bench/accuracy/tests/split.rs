@@ -17,6 +17,10 @@ struct Half {
     /// before any profiling or model work.
     #[serde(default)]
     third_batch: Vec<String>,
+    /// Programs added for issue 38: sorted by name, they alternate starting with test,
+    /// whatever their family.
+    #[serde(default)]
+    fourth_batch: Vec<String>,
 }
 
 fn root() -> &'static Path {
@@ -73,7 +77,9 @@ fn idioms_alternate_by_family() {
     assert_eq!(named, all, "every idioms program has one family");
     let first: Vec<&String> = all
         .iter()
-        .filter(|p| !h.second_batch.contains(p) && !h.third_batch.contains(p))
+        .filter(|p| {
+            !h.second_batch.contains(p) && !h.third_batch.contains(p) && !h.fourth_batch.contains(p)
+        })
         .collect();
     assert_eq!(first.len(), 11, "the first batch is fixed");
     // First batch: its families sorted by name, the 1st, 3rd, ... tuning.
@@ -101,7 +107,16 @@ fn idioms_alternate_by_family() {
             "{f}: a third-batch family must be new"
         );
     }
+    // Fourth batch: sorted by name, the 1st, 3rd, ... test, whatever the family.
+    let mut fourth = h.fourth_batch.clone();
+    fourth.sort();
+    assert_eq!(
+        fourth, h.fourth_batch,
+        "the fourth batch is listed sorted by name"
+    );
+    assert_eq!(fourth.len(), 8, "the fourth batch is fixed");
     let side = |p: &String| match families.iter().position(|f| *f == &h.family[p]) {
+        _ if fourth.contains(p) => (fourth.iter().position(|q| q == p).unwrap() + 1) % 2,
         Some(i) => i % 2,
         None if h.third_batch.contains(p) => 1,
         None => (new.iter().position(|f| *f == &h.family[p]).unwrap() + 1) % 2,
