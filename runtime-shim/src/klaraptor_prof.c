@@ -22,6 +22,16 @@
  *                          ncu, which then does the measuring).
  *   KLARAPTOR_PROFILE_RUNS, KLARAPTOR_PROFILE_WARMUP  timed and warm-up runs (default 5, 1).
  *   KLARAPTOR_PROFILE_MAX_SIZES  distinct data sizes profiled per kernel per run (default 4).
+ *   KLARAPTOR_PROFILE_PROGRAM  1: the program's own block (the launch's, as the program made
+ *                          it) is evidence too (issue 38): at each sweep it is swept beside the
+ *                          plan's shapes when the plan lacks it and it is a legal shape there
+ *                          (the device's limits, the kernel's constraints, a grid: the checks
+ *                          of the plan's shapes), and the records name it with a line
+ *                          {"program":true,"sizes":[…],"block":[…]} (written before the sweep's
+ *                          samples, for a legal block, also when the plan has it; not in
+ *                          "launch" mode, whose log marks the program's launches "own"). 0 (the
+ *                          default): the plan's shapes only. klaraptor-cc and klaraptor
+ *                          validate set it.
  *   KLARAPTOR_PROFILE_SKIP a file of lines "<mangled id> <sizes> <bx>x<by>x<bz> ..." (sizes:
  *                          the data values joined by commas, "-" for none): the sweep of that
  *                          kernel at those sizes leaves the shapes listed out (a sweep left
@@ -174,6 +184,7 @@ static const char *g_out;
 static const char *g_collector;
 static klaraptor_collect_fn g_collect;
 static int g_runs = 5, g_warmup = 1, g_max_sizes = 4;
+static int g_program; /* KLARAPTOR_PROFILE_PROGRAM */
 static int g_broken; /* the collector could not be loaded: no more attempts */
 static char g_load_error[1024]; /* why, for the samples */
 static int g_progress_fd = -1;
@@ -264,6 +275,7 @@ void klaraptor__prof_init(void) {
   g_runs = env_int("KLARAPTOR_PROFILE_RUNS", 5, 1, 1000);
   g_warmup = env_int("KLARAPTOR_PROFILE_WARMUP", 1, 0, 1000);
   g_max_sizes = env_int("KLARAPTOR_PROFILE_MAX_SIZES", 4, 1, 1000);
+  g_program = env_int("KLARAPTOR_PROFILE_PROGRAM", 0, 0, 1);
   if (!g_out || !*g_out || !plan || !*plan) {
     /* not profiling: launches pass through, timed when KLARAPTOR_LAUNCH_TIMES asks */
     lt_init();
@@ -443,6 +455,20 @@ static void record_failed(const klaraptor_kernel *k, const int64_t *data, const 
           g ? g[0] : 0, g ? g[1] : 0, g ? g[2] : 0);
   json_str(f, why);
   fputs("}\n", f);
+  fclose(f);
+}
+
+/* The line that names the program's own block at data (KLARAPTOR_PROFILE_PROGRAM). */
+static void record_program(const char *path, const klaraptor_kernel *k, const int64_t *data,
+                           const uint32_t b[3]) {
+  FILE *f = fopen(path, "a");
+  if (!f) {
+    perr("cannot write %s: %s", path, strerror(errno));
+    return;
+  }
+  fputs("{\"program\":true,\"sizes\":", f);
+  json_sizes(f, k, data);
+  fprintf(f, ",\"block\":[%u,%u,%u]}\n", b[0], b[1], b[2]);
   fclose(f);
 }
 
@@ -724,7 +750,26 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
   const klaraptor_kernel *k = pd->k;
   /* A resumed sweep leaves out the shapes the run has already. */
   const resume_sweep *rs = resume_for(k, pd->data);
-  int n = 0;
+  char path[4096];
+  int launch_only = strcmp(g_collector ? g_collector : "", "launch") == 0;
+  out_path(path, sizeof path, k->id, launch_only ? ".launches.jsonl" : ".jsonl");
+  /* The program's own block (KLARAPTOR_PROFILE_PROGRAM): named in the records when it is a
+   * legal shape here, and swept after the plan's shapes when the plan lacks it. */
+  const uint32_t own[3] = {(uint32_t)pd->block_xy, (uint32_t)(pd->block_xy >> 32),
+                           pd->block_z};
+  int own_extra = 0;
+  if (g_program) {
+    uint32_t g[3];
+    char why[512];
+    if (klaraptor__shape_ok(k, pd->data, own, g, why, sizeof why) == 0) {
+      if (!launch_only) record_program(path, k, pd->data, own);
+      own_extra = 1;
+      for (int i = 0; i < pk->n_shapes && own_extra; i++)
+        if (memcmp(pk->shapes[i], own, sizeof own) == 0) own_extra = 0;
+      if (resume_skips(rs, own)) own_extra = 0;
+    }
+  }
+  int n = own_extra;
   for (int i = 0; i < pk->n_shapes; i++) n += !resume_skips(rs, pk->shapes[i]);
   if (n == 0) return;
   uint32_t *blocks = calloc((size_t)n * 3, sizeof *blocks);
@@ -742,22 +787,20 @@ static void sweep(plan_kernel *pk, const pending *pd, void *kernel, void **args,
   progress_begin(&pg, k, pd->data, n);
   pg.reported = reported; /* indexed by the request's shapes (m <= n) */
   int m = 0;
-  for (int i = 0; i < pk->n_shapes; i++) {
+  for (int i = 0; i < pk->n_shapes + own_extra; i++) {
+    const uint32_t *shape = i < pk->n_shapes ? pk->shapes[i] : own;
     uint32_t g[3];
     char why[512];
-    if (resume_skips(rs, pk->shapes[i])) continue;
-    if (klaraptor__shape_ok(k, pd->data, pk->shapes[i], g, why, sizeof why) != 0) {
-      record_rejected(k, pd->data, pk->shapes[i], why);
-      progress_shape(&pg, pk->shapes[i], "rejected");
+    if (resume_skips(rs, shape)) continue;
+    if (klaraptor__shape_ok(k, pd->data, shape, g, why, sizeof why) != 0) {
+      record_rejected(k, pd->data, shape, why);
+      progress_shape(&pg, shape, "rejected");
       continue;
     }
-    memcpy(blocks + 3 * m, pk->shapes[i], 3 * sizeof *blocks);
+    memcpy(blocks + 3 * m, shape, 3 * sizeof *blocks);
     memcpy(grids + 3 * m, g, sizeof g);
     m++;
   }
-  char path[4096];
-  int launch_only = strcmp(g_collector ? g_collector : "", "launch") == 0;
-  out_path(path, sizeof path, k->id, launch_only ? ".launches.jsonl" : ".jsonl");
   launch_ctx c = {kernel, args, shmem, stream, blocks, grids, NULL, k, pd->data, &pg, 0, m};
   /* Why the shapes the collector did not write have no sample (NULL: they have one, or
    * their absence is the collector's business, e.g. ABI 1). */
