@@ -985,7 +985,8 @@ fn test_refine() -> &'static Path {
 
 /// Refinement against the fake GPU: the order of the paired comparisons and their quadruples,
 /// verdicts and settling, results read only when ready (no synchronisation: the fake counts
-/// every wait), stream capture, a failing challenger, the neighbour walk, the spanning rule,
+/// every wait), a new key's shapes evaluated once (the decision's ranking reused by the
+/// setup), stream capture, a failing challenger, the neighbour walk, the spanning rule,
 /// the cap on keys refining at once, KLARAPTOR_REFINE, the choices cache with its evidence
 /// (written, read back, a damaged file, an unwritable directory, a file of the older rule, a
 /// claimed gain without evidence), two threads on two streams, the budget, progress kept
@@ -1009,6 +1010,7 @@ fn refinement_cases() {
         lines(&[
             "ok order",
             "ok deferred",
+            "ok ranked_once",
             "ok capture",
             "ok failed",
             "ok walk",

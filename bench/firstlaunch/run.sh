@@ -24,7 +24,25 @@
 #                                                   commit's runtime as a third build
 # Modes of the klaraptor build: shipped (refinement on, an empty choices cache each run),
 # model (KLARAPTOR_REFINE=off, no cache), own (KLARAPTOR_DISABLE=1); none of them logs (one
-# more shipped run writes shipped.log, untimed).
+# more shipped run writes shipped.log, untimed). `cpu` adds dir: shipped with the cache's
+# directory there and empty (the usual first run of a program: shipped's first key also
+# makes the directory, a file-system write of tens of us on the VM below).
+#
+# On the CPU (2-core x86-64 VM, AMD EPYC, no GPU, shared and loaded: its file system's
+# numbers vary by 2x between sessions), `cpu` with BASE, 200 processes, medians, before ->
+# after issue 41's cuts of the setup after a key's first launch (klaraptor_launch_end):
+#   shipped  after: first key 142.0 -> 123.3 us, later keys 24.3 -> 4.4 us
+#            before: first key 25.0 -> 27.2 us, later keys 9.2 -> 11.1 us
+#   dir      after: first key 48.9 -> 33.0 us, later keys 20.4 -> 9.1 us
+#            before: first key 41.2 -> 43.6 us, later keys 14.8 -> 17.3 us
+# What is left of shipped's first key (probe build): the cache's directory made, 30-110 us
+# (setup_writable), the process's first libm call, log() in the model's profiled_best, ~10-17
+# us of page faults (setup_profiled), the candidates' memory, ~5 us (setup_model); dir's later
+# keys: the progress file looked for (an open, ~5 us); before the launch, the choice file
+# looked for is dir's ~6 us over shipped's. The decision now ranks the 32 shapes
+# for refinement (rank, instead of select's one): +1 to +2 us before the launch. The probe
+# build prints the setup's steps after the launch's (launched, setup_model, setup_profiled,
+# setup_progress, setup_writable, setup_end).
 #
 # BUILD=<name> builds into (and runs from) .dev/firstlaunch-<name> instead, for a variant of
 # the runtime: klaraptor-cc embeds the runtime that cargo built, with CFLAGS (the cc crate's)
@@ -158,10 +176,12 @@ cpu)
 import os, shutil, statistics as st, subprocess, sys
 out, runs, probe_runs, builds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 modes = {"shipped": {"KLARAPTOR_CHOICES": f"{out}/cache"},
+         "dir": {"KLARAPTOR_CHOICES": f"{out}/cache"},
          "model": {"KLARAPTOR_REFINE": "off", "KLARAPTOR_CHOICES": "off"},
          "own": {"KLARAPTOR_DISABLE": "1"}}
 def run(exe, mode):
     shutil.rmtree(f"{out}/cache", ignore_errors=True)
+    if mode == "dir": os.mkdir(f"{out}/cache")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KLARAPTOR_")}
     env.update(modes[mode])
     p = subprocess.run([f"{out}/bin/cpu-{exe}", "4"], env=env, capture_output=True, text=True,

@@ -841,6 +841,17 @@ typedef struct decision {
 
 struct refine;
 
+/* The model's shapes for a new key, best first (klaraptor_model.rank): ranked by the key's
+ * decision when the key may refine (rank's first is what select picks, so the one evaluation
+ * of the shapes serves the decision and the candidates), kept for refinement's setup (rf_new)
+ * instead of evaluating them again. */
+#define MODEL_RANK_MAX 32
+typedef struct model_rank {
+  int ask;   /* the k asked for */
+  int total; /* what rank returned */
+  uint32_t blocks[MODEL_RANK_MAX][3];
+} model_rank;
+
 typedef struct memo_node {
   const kentry *e;
   int ordinal;
@@ -851,6 +862,7 @@ typedef struct memo_node {
   struct refine *r;    /* under g_lock; NULL when the node never refined */
   /* under g_lock: 1 while refinement's setup waits (rf_setup_locked), with what it needs */
   int setup;
+  model_rank *ranked; /* under g_lock: while the setup waits, the decision's ranking (or NULL) */
   const klaraptor_model *model;
   const klaraptor_device *dev;
   uint32_t pb[3], pg[3]; /* the program's own block and grid */
@@ -981,10 +993,14 @@ static void log_mismatch(kentry *e, int32_t n_data) {
   pthread_mutex_unlock(&g_lock);
 }
 
-/* Under g_lock. Fills d and the source text; *devp is the device (NULL if unknown). */
+static int rf_rank_ask(void);
+
+/* Under g_lock. Fills d and the source text; *devp is the device (NULL if unknown). With rk
+ * (the key may refine), a model that ranks decides by its ranking for refinement, kept in
+ * *rk (rk->total >= 1 when it is made); otherwise rk->total is left at 0. */
 static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_t *data,
                           decision *d, sbuf *src, const klaraptor_device **devp,
-                          const klaraptor_model **modelp) {
+                          const klaraptor_model **modelp, model_rank *rk) {
   const klaraptor_kernel *k = e->k;
   char errbuf[512];
   sbuf why = {errbuf, sizeof errbuf, 0};
@@ -1035,7 +1051,23 @@ static void decide_locked(const kentry *e, int cur_rc, int ordinal, const int64_
   uint32_t b[3] = {1, 1, 1};
   double predicted = -1;
   PROBE("model_for");
-  int rc = select ? select(data, dev, b, &predicted) : k->select(data, dev, b);
+  int rc;
+  if (rk && select && model->abi_version >= 2 && model->rank) {
+    /* The shapes refinement ranks after the launch (rf_new), ranked now instead of select's
+     * one: the same evaluation of every shape, the first the one select picks. */
+    double us[MODEL_RANK_MAX];
+    int ask = rf_rank_ask();
+    int total = model->rank(data, dev, ask, rk->blocks, us);
+    rc = total >= 1 ? 0 : 1;
+    if (!rc) {
+      memcpy(b, rk->blocks[0], sizeof b);
+      predicted = us[0];
+      rk->ask = ask;
+      rk->total = total;
+    }
+  } else {
+    rc = select ? select(data, dev, b, &predicted) : k->select(data, dev, b);
+  }
   PROBE("select");
   if (rc != 0) {
     sb_printf(src, "fallback: the model failed (returned %d)", rc);
@@ -1305,7 +1337,13 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
     const klaraptor_model *model = NULL;
     memset(&d, 0, sizeof d);
     PROBE("lock");
-    decide_locked(e, cur_rc, ordinal, data, &d, &src, &dev, &model);
+    /* A key that may refine (as below: timing possible, not the profiling variant) has its
+     * shapes ranked by the decision, for refinement's candidates. */
+    int may_refine = g_cfg.refine_k > 0 && timing_available() &&
+                     !atomic_load_explicit(&g_profile_note, memory_order_acquire);
+    model_rank rk;
+    rk.total = 0;
+    decide_locked(e, cur_rc, ordinal, data, &d, &src, &dev, &model, may_refine ? &rk : NULL);
     PROBE("decide");
     memo_node *nm = malloc(sizeof *nm + (size_t)n_data * sizeof(int64_t));
     int stored = 0, from_cache = 0;
@@ -1318,6 +1356,7 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
       nm->d = d;
       nm->r = NULL;
       nm->setup = 0;
+      nm->ranked = NULL;
       atomic_init(&nm->settled, 1);
       if (n_data) memcpy(nm->data, data, (size_t)n_data * sizeof(int64_t));
       /* Refinement: a model's choice, timing possible, not the profiling variant. Its setup
@@ -1339,11 +1378,13 @@ static uint64_t launch(const char *id, int32_t n_data, const int64_t *data, uint
         } else {
           nm->setup = old_rule ? 2 : 1;
           atomic_init(&nm->settled, 0);
+          if (rk.total >= 1 && (nm->ranked = malloc(sizeof rk)) != NULL) *nm->ranked = rk;
         }
       }
       stored = memo_insert_locked(nm) == 0;
       PROBE("memo_insert");
       if (!stored) {
+        free(nm->ranked);
         free(nm);
         nm = NULL;
       } else if (nm->setup && can_time) {
@@ -1429,7 +1470,10 @@ void klaraptor__reset_for_tests(void) {
   if (t) {
     for (size_t i = 0; i <= t->mask; i++) {
       memo_node *m = atomic_load_explicit(&t->slots[i], memory_order_relaxed);
-      if (m) rf_free(m->r);
+      if (m) {
+        rf_free(m->r);
+        free(m->ranked);
+      }
       free(m);
     }
   }

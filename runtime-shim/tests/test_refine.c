@@ -263,7 +263,40 @@ static const klaraptor_kernel k_sh = {KLARAPTOR_ABI_VERSION, ID5, "shared", 1, n
 static const klaraptor_model m_sh = {KLARAPTOR_MODEL_ABI_VERSION, ID5, "NVIDIA H200", st_select,
                                      "shared.NVIDIA_H200.c", st_rank, NULL, "00feed0000feed00", 0, NULL};
 
+/* A kernel like the first whose model counts its calls: a new key's shapes are evaluated
+ * once (issue 41), by the decision, whose ranking refinement's setup reuses. */
+#define ID6 "_Z7countedPfi"
+static const klaraptor_kernel k_ct = {KLARAPTOR_ABI_VERSION, ID6, "counted", 1, n_names, 1,
+                                      st_grid, st_allowed, 32, 0, NULL, NULL, NULL};
+static int g_ct_select, g_ct_rank, g_ct_rank_k;
+static int ct_rank(const int64_t *data, const klaraptor_device *dev, int k, uint32_t (*blocks)[3],
+                   double *us) {
+  g_ct_rank++;
+  g_ct_rank_k = k;
+  return st_rank(data, dev, k, blocks, us);
+}
+static int ct_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
+                     double *us) {
+  g_ct_select++;
+  return st_select(data, dev, block, us);
+}
+static const klaraptor_model m_ct = {KLARAPTOR_MODEL_ABI_VERSION, ID6, "NVIDIA H200", ct_select,
+                                     "counted.NVIDIA_H200.c", ct_rank, NULL,
+                                     "00c0c0c000c0c0c0", 0, NULL};
+/* One launch of counted, as run()'s of stencil: the program's 64. Returns the width used. */
+static uint32_t run_ct(void *stream, int64_t n) {
+  uint64_t gxy = (uint64_t)cdiv(n, 64) | (1ull << 32), bxy = 64 | (1ull << 32);
+  uint32_t gz = 1, bz = 1;
+  uint64_t t = klaraptor_launch_begin(ID6, 1, &n, &gxy, &gz, &bxy, &bz, 0, stream);
+  uint32_t bx = (uint32_t)bxy;
+  fake_cudart_kernel(stream, kernel_us(bx));
+  klaraptor_launch_end(t);
+  return bx;
+}
+
 __attribute__((constructor)) static void register_all(void) {
+  klaraptor_register(&k_ct);
+  klaraptor_register_model(&m_ct);
   klaraptor_register(&k_st);
   klaraptor_register_model(&m_st);
   klaraptor_register(&k_sh);
@@ -534,6 +567,65 @@ static void t_deferred(void) {
   CHECK(run(NULL, 4096, 0) == 128);
   CHECK(fake_cudart_events_live == 0);
   printf("ok deferred\n");
+}
+
+/* A new key's shapes are evaluated once: its decision ranks them (rank's first is what
+ * select picks), and refinement's setup after the launch takes that ranking for its
+ * candidates instead of ranking again; the candidates and the decisions are the stencil's
+ * (the same model). Without refinement the decision selects. */
+static const char *after(const char *log, const char *from, const char *what) {
+  const char *p = strstr(log, from);
+  return p ? strstr(p, what) : NULL;
+}
+static void t_ranked_once(void) {
+  g_case = "ranked_once";
+  for (int span = 0; span < 2; span++) {
+    fresh(NULL, NULL);
+    if (span) unsetenv("KLARAPTOR_REFINE_SPAN");
+    g_ct_select = g_ct_rank = g_ct_rank_k = 0;
+    int64_t n = 4096;
+    uint64_t gxy = (uint64_t)cdiv(n, 64) | (1ull << 32), bxy = 64 | (1ull << 32);
+    uint32_t gz = 1, bz = 1;
+    uint64_t t = klaraptor_launch_begin(ID6, 1, &n, &gxy, &gz, &bxy, &bz, 0, NULL);
+    CHECK((uint32_t)bxy == 256); /* the model's first choice */
+    CHECK(g_ct_rank == 1 && g_ct_select == 0 && g_ct_rank_k == (span ? 32 : 3));
+    klaraptor_launch_end(t); /* the setup: the candidates, from that ranking */
+    CHECK(g_ct_rank == 1 && g_ct_select == 0);
+    for (int i = 0; i < 60; i++) run_ct(NULL, 4096);
+    for (int i = 0; i < 61; i++) run(NULL, 4096, 0);
+    CHECK(run_ct(NULL, 4096) == 128 && run(NULL, 4096, 0) == 128);
+    /* what refinement tried and decided: the stencil's, which ranks at its setup too */
+    const char *log = log_text();
+    const char *ct = strstr(log, "klaraptor: counted n=4096 refine: trying ");
+    const char *st = strstr(log, "klaraptor: stencil n=4096 refine: trying ");
+    CHECK(ct && st);
+    size_t lc = strcspn(ct, "\n"), ls = strcspn(st, "\n");
+    CHECK(lc - strlen("counted") == ls - strlen("stencil"));
+    CHECK(memcmp(ct + strlen("klaraptor: counted"), st + strlen("klaraptor: stencil"),
+                 lc - strlen("klaraptor: counted")) == 0);
+    const char *cs = after(log, "klaraptor: counted n=4096 refine: settled on", "(candidate=");
+    const char *ss = after(log, "klaraptor: stencil n=4096 refine: settled on", "(candidate=");
+    CHECK(cs && ss && strcspn(cs, "\n") == strcspn(ss, "\n") &&
+          memcmp(cs, ss, strcspn(cs, "\n")) == 0);
+  }
+  /* a key that does not refine: the decision selects */
+  fresh("off", NULL);
+  g_ct_select = g_ct_rank = 0;
+  CHECK(run_ct(NULL, 4096) == 256);
+  CHECK(g_ct_select == 1 && g_ct_rank == 0);
+  /* klaraptor_select's launches (never timed): the setup at once, from the same ranking */
+  fresh(NULL, NULL);
+  g_ct_select = g_ct_rank = 0;
+  int64_t n = 8192;
+  uint64_t gxy = (uint64_t)cdiv(n, 64) | (1ull << 32), bxy = 64 | (1ull << 32);
+  uint32_t gz = 1, bz = 1;
+  klaraptor_select(ID6, 1, &n, &gxy, &gz, &bxy, &bz);
+  CHECK((uint32_t)bxy == 256);
+  CHECK(g_ct_rank == 1 && g_ct_select == 0);
+  CHECK(strstr(log_text(), "klaraptor: counted n=8192 refine: trying 3 of 32 shapes and the "
+                           "program's 64x1x1 (model#1=256x1x1 model#2=128x1x1 "
+                           "model#3=512x1x1) device=0:NVIDIA H200\n"));
+  printf("ok ranked_once\n");
 }
 
 /* A stream being captured into a graph: the model's choice, no event recorded there. */
@@ -1605,6 +1697,7 @@ static void t_undecided(void) {
 static int scenario_unit(void) {
   t_order();
   t_deferred();
+  t_ranked_once();
   t_capture();
   t_failed();
   t_walk();
