@@ -65,7 +65,8 @@ enum Cmd {
     /// Replay recorded exhaustive sweeps against a study's rational programs, without a
     /// GPU: per case the choice's ratio to the sweep's optimum, the model's and
     /// profiled_best's; per kernel the link's decision. Arguments: <study dir> <exhaustive
-    /// dir> [--db <profile db>] [--device <name>] [-v]; KL_REPLAY_DUMP, KL_REPLAY_RANKS.
+    /// dir> [--db <profile db>] [--device <name>] [--json <file>] [-v]; KL_REPLAY_DUMP,
+    /// KL_REPLAY_RANKS.
     Replay {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -73,6 +74,20 @@ enum Cmd {
     /// Rebuild a study's rational programs in place from its profile database with the
     /// current model. Arguments: <study dir> <profile db>; KL_REMODEL_FROM=<device>.
     Remodel {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Write a copy of a profile database that keeps only the samples of a reduced plan
+    /// (issue 39). Arguments: <src db> <dst db> [--sizes RULE] [--shapes RULE] [--bound X]
+    /// [--study DIR]... [-v] (bench/accuracy/src/tools/reduce.rs).
+    ReduceDb {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set a reduced plan's replay beside the full one's (both `replay --json`): the
+    /// geomean's change and the worst kernel's, against the bar of issue 39. Arguments:
+    /// <full.json> <reduced.json>.
+    ReduceCompare {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -100,6 +115,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Replay { args } => tools::replay::run(&args),
         Cmd::Remodel { args } => tools::remodel::run(&args),
         Cmd::Diag { args } => tools::diag::run(&args),
+        Cmd::ReduceDb { args } => tools::reduce::run(&args),
+        Cmd::ReduceCompare { args } => tools::reduce::run_compare(&args),
         Cmd::Jobs {
             study,
             sizes,

@@ -97,7 +97,9 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn spec_of(p: &RationalProgram) -> LinkSpec {
+/// The launch specification a manifest was built from (what the link's spec holds that the
+/// fit and the decision read).
+pub(crate) fn spec_of(p: &RationalProgram) -> LinkSpec {
     LinkSpec {
         shmem: p.shmem.clone(),
         name: p.kernel.clone(),

@@ -23,8 +23,10 @@
 //! A binary that carries programs for several GPUs replays one: `--device` names it exactly
 //! (e.g. "NVIDIA H100 80GB HBM3"), as the runtime matches it.
 //!
+//! `--json <file>` writes the geometric means, overall and per kernel, for `reduce-compare`.
+//!
 //! accuracy-report replay <study dir> <exhaustive dir> [--db <profile db>]
-//!   [--device <name>] [-v]
+//!   [--device <name>] [--json <file>] [-v]
 //! (`<study>/<program>/models/*.json`, `<exhaustive>/<program>/x*/records/`)
 
 use std::collections::BTreeMap;
@@ -59,6 +61,7 @@ pub fn run(a: &[String]) -> Result<()> {
     let mut pos = Vec::new();
     let mut db_arg: Option<PathBuf> = None;
     let mut device: Option<String> = None;
+    let mut json: Option<PathBuf> = None;
     let mut it = a.iter();
     while let Some(x) = it.next() {
         match x.as_str() {
@@ -66,6 +69,10 @@ pub fn run(a: &[String]) -> Result<()> {
             "--db" => match it.next() {
                 Some(d) => db_arg = Some(PathBuf::from(d)),
                 None => bail!("--db needs a directory"),
+            },
+            "--json" => match it.next() {
+                Some(f) => json = Some(PathBuf::from(f)),
+                None => bail!("--json needs a file"),
             },
             "--device" => match it.next() {
                 Some(d) => device = Some(d.clone()),
@@ -76,7 +83,7 @@ pub fn run(a: &[String]) -> Result<()> {
     }
     let [study, sweeps] = pos.as_slice() else {
         bail!(
-            "usage: accuracy-report replay <study dir> <exhaustive dir> [--db <profile db>] [--device <name>] [-v]"
+            "usage: accuracy-report replay <study dir> <exhaustive dir> [--db <profile db>] [--device <name>] [--json <file>] [-v]"
         );
     };
     let (study, sweeps) = (Path::new(study), Path::new(sweeps));
@@ -372,6 +379,27 @@ pub fn run(a: &[String]) -> Result<()> {
             ev.and_then(|e| e.1).map_or("-".into(), |x| format!("{x:.3}")),
             ev.map_or(0, |e| e.2),
         );
+    }
+    if let Some(path) = &json {
+        let summary = super::reduce::ReplaySummary {
+            cases: rows.len(),
+            klaraptor: geo(k.clone()),
+            model: geo(km.clone()),
+            kernels: kernels
+                .iter()
+                .map(|((program, mangled), v)| {
+                    (
+                        format!("{program} {} {mangled}", v[0].kernel),
+                        (
+                            geo(v.iter().map(|r| r.ratio).collect()),
+                            geo(v.iter().map(|r| r.model_ratio).collect()),
+                            v.len(),
+                        ),
+                    )
+                })
+                .collect(),
+        };
+        super::reduce::write_summary(path, &summary)?;
     }
     println!(
         "kernels below 0.95 × their profiled_best: {} {:?}",
