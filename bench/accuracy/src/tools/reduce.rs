@@ -260,14 +260,20 @@ fn sizes_in_plan_order(e: &Entry) -> Vec<Vec<i64>> {
     out
 }
 
-/// `e` with only the samples `keep` accepts; the plan's sizes and shapes follow.
+/// `e` with only the samples `keep` accepts; the plan's sizes and shapes follow (a planned
+/// size or shape that left no sample in `e`, e.g. a size the program never launched the
+/// kernel at, stays: it costs nothing).
 fn restrict(e: &Entry, keep: impl Fn(&Sample) -> bool) -> Entry {
     let mut r = e.clone();
     r.samples.retain(|s| keep(s));
     let sizes: BTreeSet<&Vec<i64>> = r.samples.iter().map(|s| &s.sizes).collect();
     let shapes: BTreeSet<[u32; 3]> = r.samples.iter().map(|s| s.block).collect();
-    r.plan.sizes.retain(|s| sizes.contains(s));
-    r.plan.shapes.retain(|b| shapes.contains(b));
+    let had_size = |z: &Vec<i64>| e.samples.iter().any(|s| &s.sizes == z);
+    let had_shape = |b: &[u32; 3]| e.samples.iter().any(|s| &s.block == b);
+    r.plan.sizes.retain(|z| sizes.contains(z) || !had_size(z));
+    r.plan
+        .shapes
+        .retain(|b| shapes.contains(b) || !had_shape(b));
     r
 }
 
@@ -830,6 +836,13 @@ mod tests {
             .ends_with("[reduced for a replay: sizes smallest:2]"));
         let r = reduce(&e, SizeRule::All, all, None);
         assert_eq!(r.entry, e, "the full plan is the entry unchanged");
+        // A planned size the program never reached stays in the plan.
+        let mut unreached = e.clone();
+        unreached.plan.sizes.push(vec![7]);
+        let r = reduce(&unreached, SizeRule::All, all, None);
+        assert_eq!(r.entry, unreached);
+        let r = reduce(&unreached, SizeRule::DropLargest, all, None);
+        assert_eq!(r.entry.plan.sizes.last(), Some(&vec![7]));
         // The adaptive rule needs the kernel's specification.
         let err = reduce_entry(
             &e,
