@@ -12,7 +12,7 @@ mod common;
 
 use std::path::Path;
 
-use klaraptor_profiler::record::Entry;
+use klaraptor_profiler::record::{Entry, ProgramBlock};
 use klaraptor_program::decide::{self, ChosenBy, DecisionRule};
 use klaraptor_program::rational;
 use klaraptor_spec::link::LinkSpec;
@@ -384,4 +384,110 @@ fn a_kernel_whose_blocks_wait_at_barriers_keeps_to_the_blocks_its_profile_measur
             }
         }
     }
+}
+
+/// The program's own shape as evidence (issue 38). The grid-stride SAXPY's H200 profile
+/// (tests/fixtures/idioms-h200-2026-11-26/saxpy_gs.toml) was captured before the profiling
+/// runtime named the program's block, so this test adds the label: it says that the program
+/// launched, at every profiled size, the shape the profile measured fastest over the held-out
+/// sizes (every time is the real measurement; only the label "the program's own" is the
+/// test's). Under the model that puts the loop's work on the grid formula's domain (which
+/// mispredicts this kernel, above), the program's own shape was measured faster than the
+/// model's held-out choices by more than the loop kernels' factor and no slower than the
+/// profiled best: the evidence overrules the model, and the program keeps its launch (the
+/// generated C registers no model).
+#[test]
+fn held_out_evidence_keeps_the_programs_own_shape() {
+    let mut e = entry_in("idioms-h200-2026-11-26", "saxpy_gs.toml");
+    let s = spec(&e, "min(ceil(N, bx), 1056)", &[]);
+    assert!(
+        e.program.is_empty(),
+        "the fixture names no block of the program"
+    );
+    let folds = decide::held_out(&s, &e, &unspread());
+    assert!(!folds.is_empty(), "{folds:?}");
+    // The shape timed at every held-out size with the best geometric mean of its scores.
+    let mut shapes: Vec<[u32; 3]> = e.samples.iter().map(|x| x.block).collect();
+    shapes.sort();
+    shapes.dedup();
+    let score = |b: [u32; 3]| -> Option<f64> {
+        let mut ln = 0.0;
+        for f in &folds {
+            let (t, fastest) = measured(&e, &f.sizes, b);
+            ln += (fastest / t?).ln();
+        }
+        Some((ln / folds.len() as f64).exp())
+    };
+    let own = shapes
+        .iter()
+        .filter_map(|&b| Some((b, score(b)?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap()
+        .0;
+    let mut sizes: Vec<Vec<i64>> = e.samples.iter().map(|x| x.sizes.clone()).collect();
+    sizes.sort();
+    sizes.dedup();
+    let label = |e: &mut Entry, b: [u32; 3]| {
+        e.program = sizes
+            .iter()
+            .map(|z| ProgramBlock {
+                sizes: z.clone(),
+                block: b,
+            })
+            .collect();
+    };
+    // Unlabelled, the decision is as before: the profiled best chooses.
+    let before = rational::build_with(&s, &e, &unspread()).unwrap();
+    let d0 = before.decision.as_ref().unwrap();
+    assert_eq!(d0.chosen_by, ChosenBy::ProfiledBest, "{}", d0.why);
+    assert_eq!(d0.program_score, None);
+    label(&mut e, own);
+    let p = rational::build_with(&s, &e, &unspread()).unwrap();
+    let d = p.decision.as_ref().unwrap();
+    assert_eq!(d.chosen_by, ChosenBy::Program, "{}", d.why);
+    // The folds and the model's and profiled best's figures are those of before.
+    assert_eq!(d.model_score, d0.model_score);
+    assert_eq!(d.profiled_score, d0.profiled_score);
+    let (o, m) = (d.program_score.unwrap(), d.model_score_vs_program.unwrap());
+    assert!(o >= d.factor * m, "{o} {m}");
+    assert!(o >= d.profiled_score.unwrap(), "{d:?}");
+    for f in &d.held_out {
+        assert_eq!(f.program, Some(own));
+        assert_eq!(
+            f.program_ratio(),
+            measured(&e, &f.sizes, own).0.map(|t| f.best_ms / t)
+        );
+    }
+    assert!(p.program_chooses() && !p.profile_chooses());
+    // The generated C keeps the program's launch: it registers no model.
+    let c = p.to_c().unwrap();
+    assert!(c.contains("chosen\n * by: program's own"), "the C says why");
+    assert!(!c.contains("__attribute__((constructor)) static void kl_register_model"));
+    assert!(before
+        .to_c()
+        .unwrap()
+        .contains("__attribute__((constructor)) static void kl_register_model"));
+    // inspect shows the three, with their held-out scores.
+    let lines = decide::lines(p.decision.as_ref());
+    assert!(
+        lines[0].starts_with("chosen by: program's own (held out: model ")
+            && lines[0].contains(", program's own "),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].contains(&format!(
+            "program's own {}x{}x{} at ",
+            own[0], own[1], own[2]
+        )),
+        "{lines:?}"
+    );
+    // The model's own held-out choice as the program's shape: no evidence against the model.
+    let slow = d.held_out[0].model.unwrap();
+    label(&mut e, slow);
+    let d = rational::build_with(&s, &e, &unspread())
+        .unwrap()
+        .decision
+        .unwrap();
+    assert_ne!(d.chosen_by, ChosenBy::Program, "{}", d.why);
+    assert!(d.why.contains("the program's own shape there"), "{}", d.why);
 }

@@ -258,6 +258,7 @@ fn profile_one(
     }
     let took = start.elapsed();
     let mut samples: Vec<Sample> = Vec::new();
+    let mut program: Vec<record::ProgramBlock> = Vec::new();
     let mut silent: Vec<(usize, String)> = Vec::new();
     let mut read: Vec<&Path> = Vec::new();
     for (i, cmd, chain) in &runs {
@@ -268,6 +269,11 @@ fn profile_one(
         let s = chain.samples(&spec.mangled, &plan)?;
         if s.is_empty() {
             silent.push((*i, cmd.clone()));
+        }
+        for b in chain.program(&spec.mangled)? {
+            if s.iter().any(|x| x.sizes == b.sizes) {
+                record::add_program_block(&mut program, b);
+            }
         }
         samples.extend(s);
     }
@@ -336,6 +342,7 @@ fn profile_one(
         },
         samples,
         incomplete: (!why.is_empty()).then(|| why.join("; ")),
+        program,
     };
     let path = t.db.put(&entry)?;
     Ok(match entry.incomplete {
@@ -471,6 +478,18 @@ impl Chain {
                     Some(_) => {}
                     None => out.push((s, st)),
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The program's own blocks the runs' records name for kernel `id`, one per size (the
+    /// first run's first).
+    fn program(&self, id: &str) -> Result<Vec<record::ProgramBlock>> {
+        let mut out = Vec::new();
+        for dir in &self.dirs {
+            for b in crate::plan::read_program_blocks(dir, id)? {
+                record::add_program_block(&mut out, b);
             }
         }
         Ok(out)

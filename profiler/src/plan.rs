@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::metrics::{self, Field};
-use crate::record::{Plan, Sample};
+use crate::record::{add_program_block, Plan, ProgramBlock, Sample};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
@@ -614,6 +614,8 @@ pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result
         .env("KLARAPTOR_COLLECTOR", env.collector)
         .env("KLARAPTOR_PROFILE_RUNS", env.runs.to_string())
         .env("KLARAPTOR_PROFILE_WARMUP", env.warmup.to_string())
+        // The program's own block is swept too, and named in the records (issue 38).
+        .env("KLARAPTOR_PROFILE_PROGRAM", "1")
         .env("KLARAPTOR_PROGRESS", progress_file.path())
         .env_remove("KLARAPTOR_FORCE")
         .env_remove("KLARAPTOR_DISABLE")
@@ -1027,12 +1029,71 @@ pub fn read_samples(out_dir: &Path, id: &str) -> Result<Vec<Sample>> {
     };
     text.lines()
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
+        .filter(|(_, l)| !l.trim().is_empty() && program_line(l).is_none())
         .map(|(i, l)| {
             serde_json::from_str::<Sample>(l)
                 .with_context(|| format!("{}:{}: not a profile sample", path.display(), i + 1))
         })
         .collect()
+}
+
+/// The line the profiling runtime writes beside a sweep's samples to name the program's own
+/// block at its size (`{"program":true,"sizes":[…],"block":[…]}`, klaraptor_prof.c's
+/// `KLARAPTOR_PROFILE_PROGRAM`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProgramLine {
+    program: bool,
+    sizes: Vec<i64>,
+    block: [u32; 3],
+}
+
+fn program_line(line: &str) -> Option<ProgramBlock> {
+    serde_json::from_str::<ProgramLine>(line)
+        .ok()
+        .filter(|p| p.program)
+        .map(|p| ProgramBlock {
+            sizes: p.sizes,
+            block: p.block,
+        })
+}
+
+/// The program's own blocks the records of kernel `id` in `out_dir` name, one per size (the
+/// first line of a size; records made before, or without `KLARAPTOR_PROFILE_PROGRAM`, name
+/// none).
+pub fn read_program_blocks(out_dir: &Path, id: &str) -> Result<Vec<ProgramBlock>> {
+    let path = out_dir.join(format!("{}.jsonl", stem_in(out_dir, id)));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut out = Vec::new();
+    for b in text.lines().filter_map(program_line) {
+        add_program_block(&mut out, b);
+    }
+    Ok(out)
+}
+
+/// The program's own blocks of a launch log of the runtime's "launch" mode (its launches,
+/// logged `"own": true`), at the sizes of `samples` only (the program's launches at sizes
+/// past the profiled ones are logged too), one per size.
+pub fn launch_log_program_blocks(launches: &str, samples: &[Sample]) -> Vec<ProgramBlock> {
+    let mut out = Vec::new();
+    for l in launches
+        .lines()
+        .filter_map(|l| serde_json::from_str::<LaunchLine>(l).ok())
+        .filter(|l| l.own && samples.iter().any(|s| s.sizes == l.sizes))
+    {
+        add_program_block(
+            &mut out,
+            ProgramBlock {
+                sizes: l.sizes,
+                block: l.block,
+            },
+        );
+    }
+    out
 }
 
 /// One line of the launch log the runtime writes in "launch" mode.
@@ -1322,6 +1383,7 @@ pub fn import_captures(binary: &Path, jobs: &[PathBuf]) -> Result<Vec<crate::rec
     let mut out = Vec::new();
     for spec in &specs {
         let mut samples = Vec::new();
+        let mut program: Vec<ProgramBlock> = Vec::new();
         let mut device: Option<DeviceId> = None;
         let (mut driver, mut tool, mut cuda, mut date) =
             (String::new(), String::new(), String::new(), String::new());
@@ -1376,12 +1438,19 @@ pub fn import_captures(binary: &Path, jobs: &[PathBuf]) -> Result<Vec<crate::rec
                     .into_iter()
                     .filter(|r| r.error.is_some())
                     .collect();
+                // The program's own launches are logged "own": its block at the swept sizes.
+                for b in launch_log_program_blocks(&log, &s) {
+                    add_program_block(&mut program, b);
+                }
                 (refused_first(refused, s), ncu_sm_count(&csv))
             } else {
                 // Collector run: its samples as they are.
                 let s = read_samples(&job.join("records"), &spec.mangled)?;
                 if s.is_empty() {
                     continue;
+                }
+                for b in read_program_blocks(&job.join("records"), &spec.mangled)? {
+                    add_program_block(&mut program, b);
                 }
                 (s, None)
             };
@@ -1448,6 +1517,7 @@ pub fn import_captures(binary: &Path, jobs: &[PathBuf]) -> Result<Vec<crate::rec
             plan: plan_record(spec, 1, 0),
             samples,
             incomplete: None,
+            program,
         });
     }
     if out.is_empty() {
@@ -1472,6 +1542,65 @@ pub fn import_captures(binary: &Path, jobs: &[PathBuf]) -> Result<Vec<crate::rec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_name_the_programs_own_block_beside_the_samples() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "_Z4vaddPfi";
+        let sample = |n: i64, b: u32| {
+            format!(
+                "{{\"sizes\":[{n}],\"block\":[{b},1,1],\"grid\":[{},1,1],\"error\":\"x\"}}",
+                n / i64::from(b) + 1
+            )
+        };
+        let text = [
+            "{\"program\":true,\"sizes\":[1000],\"block\":[256,1,1]}".to_string(),
+            sample(1000, 32),
+            sample(1000, 256),
+            // a second line for a size: the first stays
+            "{\"program\":true,\"sizes\":[1000],\"block\":[128,1,1]}".to_string(),
+            "{\"program\":true,\"sizes\":[5000],\"block\":[128,1,1]}".to_string(),
+            sample(5000, 32),
+        ]
+        .join("\n");
+        std::fs::write(dir.path().join(format!("{}.jsonl", kernel_stem(id))), text).unwrap();
+        let samples = read_samples(dir.path(), id).unwrap();
+        assert_eq!(
+            samples.iter().map(|s| s.block[0]).collect::<Vec<_>>(),
+            [32, 256, 32]
+        );
+        let own = read_program_blocks(dir.path(), id).unwrap();
+        assert_eq!(
+            own,
+            [
+                ProgramBlock {
+                    sizes: vec![1000],
+                    block: [256, 1, 1]
+                },
+                ProgramBlock {
+                    sizes: vec![5000],
+                    block: [128, 1, 1]
+                }
+            ]
+        );
+        // Records made before name none.
+        let old = sample(64, 32);
+        std::fs::write(dir.path().join(format!("{}.jsonl", kernel_stem(id))), old).unwrap();
+        assert_eq!(read_samples(dir.path(), id).unwrap().len(), 1);
+        assert!(read_program_blocks(dir.path(), id).unwrap().is_empty());
+        // A launch log: the program's launches, at the sizes swept only.
+        let log = "{\"sizes\":[64],\"block\":[32,1,1],\"grid\":[2,1,1]}\n\
+                   {\"own\":true,\"sizes\":[64],\"block\":[256,1,1],\"grid\":[1,1,1]}\n\
+                   {\"own\":true,\"sizes\":[99],\"block\":[256,1,1],\"grid\":[1,1,1]}\n";
+        let swept = read_samples(dir.path(), id).unwrap();
+        assert_eq!(
+            launch_log_program_blocks(log, &swept),
+            [ProgramBlock {
+                sizes: vec![64],
+                block: [256, 1, 1]
+            }]
+        );
+    }
 
     fn spec(data: &[&str], dim: u8, run: Option<&str>) -> LinkSpec {
         LinkSpec {

@@ -965,6 +965,7 @@ mod tests {
             },
             samples,
             incomplete: None,
+            program: Vec::new(),
         }
     }
 

@@ -33,6 +33,27 @@ pub struct Entry {
     /// [`Entry::incompleteness`]). Absent in complete entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
+    /// The block the program itself launched the kernel with, at each profiled size where
+    /// the profiling runtime saw it as a legal shape (`KLARAPTOR_PROFILE_PROGRAM`, issue 38):
+    /// the profile's sample of that block at that size is the program's own shape. Empty in
+    /// entries captured before, and in imports without it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub program: Vec<ProgramBlock>,
+}
+
+/// The program's own block at one profiled size ([`Entry::program`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramBlock {
+    pub sizes: Vec<i64>,
+    pub block: [u32; 3],
+}
+
+/// Adds `b` to `list` unless a block of the program at its size is there already (the first
+/// one seen stays: a program that launches one size with two blocks is named by its first).
+pub fn add_program_block(list: &mut Vec<ProgramBlock>, b: ProgramBlock) {
+    if !list.iter().any(|p| p.sizes == b.sizes) {
+        list.push(b);
+    }
 }
 
 impl Entry {
@@ -43,6 +64,14 @@ impl Entry {
             toml::from_str::<Entry>(text).map_err(|e| e.to_string().trim_end().to_string())?;
         entry.check_values()?;
         Ok(entry)
+    }
+
+    /// The program's own block at the profiled size `sizes` ([`Entry::program`]), if known.
+    pub fn program_block(&self, sizes: &[i64]) -> Option<[u32; 3]> {
+        self.program
+            .iter()
+            .find(|p| p.sizes == sizes)
+            .map(|p| p.block)
     }
 
     /// Checks the values a model is built from: every sample's data values as many as the
@@ -89,6 +118,19 @@ impl Entry {
                     "{} has achieved_active_warps = {}",
                     at(),
                     c.achieved_active_warps
+                ));
+            }
+        }
+        for p in &self.program {
+            if p.sizes.len() != self.kernel.data.len() || p.block.contains(&0) {
+                return Err(format!(
+                    "the program's block {}x{}x{} at size {:?} does not fit the kernel's {} \
+                     data labels or is zero",
+                    p.block[0],
+                    p.block[1],
+                    p.block[2],
+                    p.sizes,
+                    self.kernel.data.len()
                 ));
             }
         }
@@ -587,6 +629,7 @@ mod tests {
             },
             samples: vec![sample(None), sample(Some("launch failed"))],
             incomplete: None,
+            program: Vec::new(),
         };
         assert_eq!(e.incompleteness(), None);
         e.samples
@@ -612,5 +655,75 @@ mod tests {
         let text = toml::to_string(&e).unwrap();
         let back: Entry = toml::from_str(&text).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn the_programs_own_blocks_round_trip_and_old_entries_have_none() {
+        let s = Sample {
+            sizes: vec![64],
+            block: [32, 1, 1],
+            grid: [2, 1, 1],
+            error: None,
+            counters: None,
+        };
+        let mut e = Entry {
+            format_version: FORMAT_VERSION,
+            kernel: KernelId {
+                mangled: "_Z1kv".into(),
+                name: "k".into(),
+                code_hash: "0".repeat(16),
+                data: vec!["N".into()],
+                dim: 1,
+            },
+            device: DeviceId {
+                name: "GPU".into(),
+                uuid: String::new(),
+                cc: "9.0".into(),
+                sm_count: 1,
+            },
+            collector: "klaraptor-collector 0.1.0".into(),
+            captured_at: "2026-01-01T00:00:00Z".into(),
+            cuda_version: String::new(),
+            driver_version: String::new(),
+            plan: Plan {
+                sizes: vec![vec![64]],
+                shapes: vec![[32, 1, 1]],
+                runs: 1,
+                warmup: 0,
+                note: String::new(),
+            },
+            samples: vec![s],
+            incomplete: None,
+            program: Vec::new(),
+        };
+        // Without blocks of the program the text has no trace of them (an entry as before).
+        let old = toml::to_string(&e).unwrap();
+        assert!(!old.contains("program"), "{old}");
+        assert_eq!(Entry::from_toml(&old).unwrap().program, Vec::new());
+        add_program_block(
+            &mut e.program,
+            ProgramBlock {
+                sizes: vec![64],
+                block: [256, 1, 1],
+            },
+        );
+        // A second block at the same size is not added.
+        add_program_block(
+            &mut e.program,
+            ProgramBlock {
+                sizes: vec![64],
+                block: [128, 1, 1],
+            },
+        );
+        let text = toml::to_string(&e).unwrap();
+        assert!(text.contains("[[program]]"), "{text}");
+        let back = Entry::from_toml(&text).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(back.program_block(&[64]), Some([256, 1, 1]));
+        assert_eq!(back.program_block(&[128]), None);
+        // A block that does not fit the kernel is damage.
+        e.program[0].sizes = vec![64, 2];
+        let err = Entry::from_toml(&toml::to_string(&e).unwrap()).unwrap_err();
+        assert!(err.contains("the program's block 256x1x1"), "{err}");
     }
 }

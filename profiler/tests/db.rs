@@ -124,6 +124,7 @@ fn entry_with(
         },
         samples,
         incomplete: None,
+        program: Vec::new(),
     }
 }
 

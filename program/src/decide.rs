@@ -1,6 +1,7 @@
 //! Whether the model has earned its place: the link's decision, per kernel and from the
-//! profile alone, between the rational program's choice (the model) and the shape the
-//! profile measured fastest at the profiled size nearest the launch (the profiled best).
+//! profile alone, between the rational program's choice (the model), the shape the
+//! profile measured fastest at the profiled size nearest the launch (the profiled best) and,
+//! where the profile names it, the program's own launch (the program's own shape).
 //!
 //! # The check
 //!
@@ -28,6 +29,16 @@
 //! best's (the correlation and covariance matrices, gramschmidt's update) for kernels whose
 //! model beats the profiled best by 0.06–0.27 at the study's sizes. Without a fold (too
 //! few profiled sizes) the model chooses.
+//!
+//! # The program's own shape
+//!
+//! A profile captured with the program's block named ([`Entry::program`], issue 38) also
+//! scores that block at each fold's held-out size (its measured time there: the program
+//! picks it itself at run time, so it needs no fit). It keeps the program's launch (the
+//! generated C registers no model: [`RationalProgram::program_chooses`]) when, over the folds
+//! with both, it was measured at least the same factor times faster than the model's
+//! choices, and, where the profiled best would choose, no slower than the profiled best over
+//! the folds with both. A profile without the program's block decides as before.
 //!
 //! A kernel whose launched threads do not follow its data (the profile's own launches say
 //! so: [`metrics::coverage_excess`] above [`LOOP_EXCESS`]; one block per row, a grid-stride
@@ -113,6 +124,9 @@ pub enum ChosenBy {
     Model,
     /// The shape the profile measured fastest at the profiled size nearest the launch's.
     ProfiledBest,
+    /// The program's own launch, kept as it is (the profile measured the program's block:
+    /// [`Entry::program`]).
+    Program,
 }
 
 impl ChosenBy {
@@ -120,6 +134,7 @@ impl ChosenBy {
         match self {
             ChosenBy::Model => "model",
             ChosenBy::ProfiledBest => "profiled best",
+            ChosenBy::Program => "program's own",
         }
     }
 }
@@ -145,6 +160,12 @@ pub struct HeldOut {
     pub profiled: Option<[u32; 3]>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profiled_ms: Option<f64>,
+    /// The program's own block at `sizes` ([`Entry::program`]), and its time there; absent
+    /// when the profile does not name it (entries captured before) or did not time it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<[u32; 3]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_ms: Option<f64>,
     /// The median relative run-to-run spread of the shapes timed at `sizes`.
     pub spread: f64,
     /// Why a method has no figure here (its fit failed, its shape was not timed).
@@ -161,6 +182,11 @@ impl HeldOut {
     /// The profiled best's score here.
     pub fn profiled_ratio(&self) -> Option<f64> {
         self.profiled_ms.map(|t| self.best_ms / t)
+    }
+
+    /// The program's own shape's score here.
+    pub fn program_ratio(&self) -> Option<f64> {
+        self.program_ms.map(|t| self.best_ms / t)
     }
 }
 
@@ -205,6 +231,12 @@ pub struct Decision {
     pub model_score: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profiled_score: Option<f64>,
+    /// The geometric means of the program's own shape's scores and of the model's over the
+    /// folds with both (`None` where the profile names no block of the program).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_score: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_score_vs_program: Option<f64>,
     /// How many times faster the profiled best had to be ([`DEMOTE_FACTOR`], or
     /// [`LOOP_FACTOR`] for a kernel whose launched threads do not follow its data).
     #[serde(default)]
@@ -299,13 +331,26 @@ impl Decision {
     /// One line for `klaraptor inspect` and `explain`.
     pub fn summary(&self) -> String {
         let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
-        let mut s = format!(
-            "chosen by: {} (held out: model {}, profiled best {} of the fastest, over {} size(s))",
-            self.chosen_by.as_str(),
-            f(self.model_score),
-            f(self.profiled_score),
-            self.held_out.len()
-        );
+        let mut s = match self.program_score {
+            None => format!(
+                "chosen by: {} (held out: model {}, profiled best {} of the fastest, over {} \
+                 size(s))",
+                self.chosen_by.as_str(),
+                f(self.model_score),
+                f(self.profiled_score),
+                self.held_out.len()
+            ),
+            Some(_) => format!(
+                "chosen by: {} (held out: model {}, profiled best {}, program's own {} (model \
+                 {} beside it) of the fastest, over {} size(s))",
+                self.chosen_by.as_str(),
+                f(self.model_score),
+                f(self.profiled_score),
+                f(self.program_score),
+                f(self.model_score_vs_program),
+                self.held_out.len()
+            ),
+        };
         if let Some(st) = &self.stability {
             if st.stable {
                 let _ = std::fmt::Write::write_fmt(
@@ -357,8 +402,18 @@ pub fn lines(d: Option<&Decision>) -> Vec<String> {
         )
     };
     for f in &d.held_out {
+        // The program's own shape where the profile named it (entries captured before: not).
+        let own = if f.program.is_some() || f.note.contains("program's own") {
+            format!(
+                ", program's own {} at {}",
+                b(f.program),
+                r(f.program_ratio())
+            )
+        } else {
+            String::new()
+        };
         out.push(format!(
-            "  held out {:?} (fitted on {} smaller sizes): fastest {}; model {} at {}, profiled best {} at {}{}",
+            "  held out {:?} (fitted on {} smaller sizes): fastest {}; model {} at {}, profiled best {} at {}{own}{}",
             f.sizes,
             f.fitted_on.len(),
             b(Some(f.best)),
@@ -511,12 +566,63 @@ impl DecisionRule {
                 ),
             ),
         };
+        // The program's own shape, where the profile timed it: it keeps the program's launch
+        // when it was measured at least `factor` times faster than the model's choices over
+        // the folds with both, and no slower than the profiled best where that chose.
+        let with_program: Vec<(f64, f64)> = held_out
+            .iter()
+            .filter_map(|f| Some((f.model_ratio()?, f.program_ratio()?)))
+            .collect();
+        let model_score_vs_program = geomean(with_program.iter().map(|p| p.0));
+        let program_score = geomean(with_program.iter().map(|p| p.1));
+        let (mut chosen_by, mut why) = (chosen_by, why);
+        if let (Some(m), Some(o)) = (model_score_vs_program, program_score) {
+            let k = with_program.len();
+            let against_profiled = || {
+                let both: Vec<(f64, f64)> = held_out
+                    .iter()
+                    .filter_map(|f| Some((f.profiled_ratio()?, f.program_ratio()?)))
+                    .collect();
+                Some((
+                    geomean(both.iter().map(|p| p.0))?,
+                    geomean(both.iter().map(|p| p.1))?,
+                ))
+            };
+            if o >= m * factor {
+                let beats_profiled = match chosen_by {
+                    ChosenBy::ProfiledBest => against_profiled().is_none_or(|(p, o)| o >= p),
+                    _ => true,
+                };
+                if beats_profiled {
+                    chosen_by = ChosenBy::Program;
+                    why = format!(
+                        "{why}; the program's own shape there ({k} size(s)) was measured at \
+                         {o:.3} of the fastest against the model's {m:.3}: at least \
+                         {factor:.1} times faster, and no slower than the profiled best, so the \
+                         program keeps its launch"
+                    );
+                } else {
+                    why = format!(
+                        "{why}; the program's own shape there ({k} size(s)) was measured at \
+                         {o:.3} of the fastest against the model's {m:.3}, but slower than the \
+                         profiled best"
+                    );
+                }
+            } else {
+                why = format!(
+                    "{why}; the program's own shape there ({k} size(s)) was measured at {o:.3} \
+                     of the fastest against the model's {m:.3}: not {factor:.1} times faster"
+                );
+            }
+        }
         Decision {
             chosen_by,
             why,
             held_out,
             model_score,
             profiled_score,
+            program_score,
+            model_score_vs_program,
             factor,
             coverage_excess,
             barriers,
@@ -656,9 +762,24 @@ pub fn held_out(spec: &LinkSpec, entry: &Entry, rule: &DecisionRule) -> Vec<Held
             model_ms: None,
             profiled: None,
             profiled_ms: None,
+            program: None,
+            program_ms: None,
             spread: median(spreads),
             note: String::new(),
         };
+        // The program's own block at h: the program chooses it itself at run time, so its
+        // time at h is evidence without a fit.
+        if let Some(b) = entry.program_block(h) {
+            match times.get(&b) {
+                Some(&t) => {
+                    fold.program = Some(b);
+                    fold.program_ms = Some(t);
+                }
+                None => fold
+                    .note
+                    .push_str("the program's own block was not timed here; "),
+            }
+        }
         // The profile without h and the larger sizes.
         let mut sub = entry.clone();
         sub.samples.retain(|s| work(&s.sizes) < work(h));

@@ -830,6 +830,16 @@ impl RationalProgram {
             && !self.profiled.is_empty()
     }
 
+    /// Whether the link's decision keeps the program's own launch ([`crate::decide`]: the
+    /// profile measured the program's block faster than the model's choices): the generated
+    /// C then registers no model, so the runtime keeps the launch's dims as the program made
+    /// them (its log says `source=program`), and refines nothing.
+    pub fn program_chooses(&self) -> bool {
+        self.decision
+            .as_ref()
+            .is_some_and(|d| d.chosen_by == crate::decide::ChosenBy::Program)
+    }
+
     /// Every allowed candidate at `data`, ranked by the model's predicted time alone.
     pub fn model_rank(&self, data: &[i64]) -> Result<Vec<Ranked>> {
         if data.len() != self.data.len() {
@@ -1199,9 +1209,16 @@ impl RationalProgram {
         } else {
             3
         };
+        // The link's decision that the program keeps its own launch (crate::decide): the
+        // model is there for people (`klaraptor inspect`), never registered.
+        let register = if self.program_chooses() {
+            "/* The link decided that the program's own launch chooses (klaraptor inspect: chosen\n * by: program's own): no model is registered, so the runtime keeps the launch's dims. */\n__attribute__((unused)) static void kl_register_model(void) { (void)kl_model; }"
+        } else {
+            "__attribute__((constructor)) static void kl_register_model(void) { klaraptor_register_model(&kl_model); }"
+        };
         let _ = writeln!(
             c,
-            "\n/* model ABI {abi}: the oldest that holds what this program fills in */\nstatic const klaraptor_model kl_model = {{ {abi}, {}, {}, kl_select, {}, kl_rank, {profiled}, {}, {}, {} }};\n\n__attribute__((constructor)) static void kl_register_model(void) {{ klaraptor_register_model(&kl_model); }}",
+            "\n/* model ABI {abi}: the oldest that holds what this program fills in */\nstatic const klaraptor_model kl_model = {{ {abi}, {}, {}, kl_select, {}, kl_rank, {profiled}, {}, {}, {} }};\n\n{register}",
             string_literal(&self.mangled),
             string_literal(&self.device.name),
             string_literal(&self.c_name),

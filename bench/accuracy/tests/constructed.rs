@@ -146,6 +146,7 @@ fn entry(s: &LinkSpec, sizes: &[Vec<i64>]) -> Entry {
             note: "constructed".into(),
         },
         samples,
+        program: Vec::new(),
         incomplete: None,
     }
 }
