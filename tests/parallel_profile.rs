@@ -18,6 +18,8 @@
 //!   profile is complete with the faulting shapes recorded as such, and the model never
 //!   chooses them; past the bound on restarts the shapes left are recorded as not measured.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -29,61 +31,16 @@ use klaraptor_profiler::profile_cmd::{execute, ProfileCommand};
 use klaraptor_profiler::record::{self, DeviceId, Sample};
 use klaraptor_spec::link::LinkSpec;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const CUDA_INCLUDE: &str = env!("KLARAPTOR_RT_CUDA_INCLUDE");
 const GPU_UUID: &str = "GPU-00000000-1111-2222-3333-444444444444";
-
-fn compiler() -> String {
-    std::env::var("CC")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "cc".into())
-}
 
 /// test_prof (the profiling runtime with a fake CUDA runtime; its kernel is `vadd`) and the
 /// fake collector, built once per test process.
 fn built() -> &'static (PathBuf, PathBuf) {
     static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let shim = Path::new(ROOT).join("runtime-shim");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("parallel-profile-bin");
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("test_prof");
-        let lib = dir.join("libfake_collector.so");
-        let common = |cmd: &mut Command| {
-            cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
-                .arg("-I")
-                .arg(shim.join("include"))
-                .arg("-I")
-                .arg(shim.join("src"))
-                .arg("-I")
-                .arg(CUDA_INCLUDE);
-        };
-        let mut cmd = Command::new(compiler());
-        common(&mut cmd);
-        cmd.arg(shim.join("src/klaraptor_rt.c"))
-            .arg(shim.join("src/klaraptor_prof.c"))
-            .arg(shim.join("tests/test_prof.c"))
-            .arg(shim.join("tests/fake_cudart.c"))
-            .args(["-ldl", "-lpthread", "-o"])
-            .arg(&exe);
-        let mut lib_cmd = Command::new(compiler());
-        common(&mut lib_cmd);
-        lib_cmd
-            .arg("-shared")
-            .arg(shim.join("tests/fake_collector.c"))
-            .arg("-o")
-            .arg(&lib);
-        for mut c in [cmd, lib_cmd] {
-            let o = c.output().expect("running the C compiler");
-            assert!(
-                o.status.success(),
-                "{c:?}:\n{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        (exe, lib)
+        common::build_test_prof(
+            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("parallel-profile-bin"),
+        )
     })
 }
 

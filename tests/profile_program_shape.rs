@@ -5,63 +5,19 @@
 //! builds them. The records must name the program's block at every swept size, sweep it when
 //! the plan lacks it (and only then), and leave it out when it is not a legal shape there.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const CUDA_INCLUDE: &str = env!("KLARAPTOR_RT_CUDA_INCLUDE");
-
-fn compiler() -> String {
-    std::env::var("CC")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "cc".into())
-}
 
 /// test_prof and the fake collector, built once (into a directory of this test's own).
 fn built() -> &'static (PathBuf, PathBuf) {
     static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let shim = Path::new(ROOT).join("runtime-shim");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profile-program-shape");
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("test_prof");
-        let lib = dir.join("libfake_collector.so");
-        let common = |cmd: &mut Command| {
-            cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
-                .arg("-I")
-                .arg(shim.join("include"))
-                .arg("-I")
-                .arg(shim.join("src"))
-                .arg("-I")
-                .arg(CUDA_INCLUDE);
-        };
-        let mut cmd = Command::new(compiler());
-        common(&mut cmd);
-        cmd.arg(shim.join("src/klaraptor_rt.c"))
-            .arg(shim.join("src/klaraptor_prof.c"))
-            .arg(shim.join("tests/test_prof.c"))
-            .arg(shim.join("tests/fake_cudart.c"))
-            .args(["-ldl", "-lpthread", "-o"])
-            .arg(&exe);
-        let mut lib_cmd = Command::new(compiler());
-        common(&mut lib_cmd);
-        lib_cmd
-            .arg("-shared")
-            .arg(shim.join("tests/fake_collector.c"))
-            .arg("-o")
-            .arg(&lib);
-        for mut c in [cmd, lib_cmd] {
-            let o = c.output().expect("running the C compiler");
-            assert!(
-                o.status.success(),
-                "{c:?}:\n{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        (exe, lib)
+        common::build_test_prof(
+            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("profile-program-shape"),
+        )
     })
 }
 

@@ -5,6 +5,8 @@
 //! files are compared exactly. A ThreadSanitizer build of the concurrency case runs where the
 //! compiler supports it. Also checks the archive build.rs leaves for the driver to embed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -24,13 +26,6 @@ const SHIM_VARS: [&str; 8] = [
     "KLARAPTOR_CHOICES",
 ];
 
-fn compiler() -> String {
-    std::env::var("CC")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "cc".into())
-}
-
 /// Compiles test_rt with `extra` flags into the test tmpdir; Err(diagnostics) on failure.
 fn build(name: &str, extra: &[&str]) -> Result<PathBuf, String> {
     build_test("test_rt.c", name, extra)
@@ -42,7 +37,7 @@ fn build_test(source: &str, name: &str, extra: &[&str]) -> Result<PathBuf, Strin
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtime-shim");
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join(name);
-    let out = Command::new(compiler())
+    let out = Command::new(common::c_compiler())
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC"])
         .args(extra)
         .arg("-I")
@@ -641,45 +636,7 @@ fn archive_for_the_driver() {
 fn prof_build() -> &'static (PathBuf, PathBuf) {
     static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let shim = Path::new(ROOT).join("runtime-shim");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtime-shim");
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("test_prof");
-        let lib = dir.join("libfake_collector.so");
-        let common = |cmd: &mut Command| {
-            cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
-                .arg("-I")
-                .arg(shim.join("include"))
-                .arg("-I")
-                .arg(shim.join("src"))
-                .arg("-I")
-                .arg(CUDA_INCLUDE);
-        };
-        let mut cmd = Command::new(compiler());
-        common(&mut cmd);
-        cmd.arg(shim.join("src/klaraptor_rt.c"))
-            .arg(shim.join("src/klaraptor_prof.c"))
-            .arg(shim.join("tests/test_prof.c"))
-            .arg(shim.join("tests/fake_cudart.c"))
-            .args(["-ldl", "-lpthread", "-o"])
-            .arg(&exe);
-        let mut lib_cmd = Command::new(compiler());
-        common(&mut lib_cmd);
-        lib_cmd
-            .arg("-shared")
-            .arg(shim.join("tests/fake_collector.c"))
-            .arg("-o")
-            .arg(&lib);
-        for mut c in [cmd, lib_cmd] {
-            let o = c.output().expect("running the C compiler");
-            assert!(
-                o.status.success(),
-                "{c:?}:\n{}{}",
-                text(&o.stdout),
-                text(&o.stderr)
-            );
-        }
-        (exe, lib)
+        common::build_test_prof(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtime-shim"))
     })
 }
 

@@ -228,3 +228,56 @@ pub fn idiom_spec(
         build_dir: PathBuf::new(),
     }
 }
+
+/// The C compiler the runtime's C tests are built with: `$CC`, else `cc`.
+pub fn c_compiler() -> String {
+    std::env::var("CC")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "cc".into())
+}
+
+/// Builds the profiling runtime's test program (runtime-shim/tests/test_prof.c linked with the
+/// real klaraptor_rt.c and klaraptor_prof.c and the fake CUDA runtime; its kernel is `vadd`)
+/// and the fake collector (a shared library) into `dir`, warnings as errors. Returns the
+/// program and the library.
+pub fn build_test_prof(dir: &Path) -> (PathBuf, PathBuf) {
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-shim");
+    std::fs::create_dir_all(dir).unwrap();
+    let exe = dir.join("test_prof");
+    let lib = dir.join("libfake_collector.so");
+    let flags = |cmd: &mut Command| {
+        cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
+            .arg("-I")
+            .arg(shim.join("include"))
+            .arg("-I")
+            .arg(shim.join("src"))
+            .arg("-I")
+            .arg(env!("KLARAPTOR_RT_CUDA_INCLUDE"));
+    };
+    let mut cmd = Command::new(c_compiler());
+    flags(&mut cmd);
+    cmd.arg(shim.join("src/klaraptor_rt.c"))
+        .arg(shim.join("src/klaraptor_prof.c"))
+        .arg(shim.join("tests/test_prof.c"))
+        .arg(shim.join("tests/fake_cudart.c"))
+        .args(["-ldl", "-lpthread", "-o"])
+        .arg(&exe);
+    let mut lib_cmd = Command::new(c_compiler());
+    flags(&mut lib_cmd);
+    lib_cmd
+        .arg("-shared")
+        .arg(shim.join("tests/fake_collector.c"))
+        .arg("-o")
+        .arg(&lib);
+    for mut c in [cmd, lib_cmd] {
+        let o = c.output().expect("running the C compiler");
+        assert!(
+            o.status.success(),
+            "{c:?}:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    (exe, lib)
+}
