@@ -592,16 +592,10 @@ mod tests {
         assert!(!is_transient("x (CUptiResult 35)"));
     }
 
-    #[test]
-    fn an_entry_with_collector_failures_is_incomplete() {
-        let sample = |error: Option<&str>| Sample {
-            sizes: vec![64],
-            block: [32, 1, 1],
-            grid: [2, 1, 1],
-            error: error.map(String::from),
-            counters: None,
-        };
-        let mut e = Entry {
+    /// An entry of kernel `k` (data N, 1-D) profiled at N = 64 with 32 threads, holding
+    /// `samples`.
+    fn tiny_entry(samples: Vec<Sample>) -> Entry {
+        Entry {
             format_version: FORMAT_VERSION,
             kernel: KernelId {
                 mangled: "_Z1kv".into(),
@@ -627,10 +621,22 @@ mod tests {
                 warmup: 0,
                 note: String::new(),
             },
-            samples: vec![sample(None), sample(Some("launch failed"))],
+            samples,
             incomplete: None,
             program: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_entry_with_collector_failures_is_incomplete() {
+        let sample = |error: Option<&str>| Sample {
+            sizes: vec![64],
+            block: [32, 1, 1],
+            grid: [2, 1, 1],
+            error: error.map(String::from),
+            counters: None,
         };
+        let mut e = tiny_entry(vec![sample(None), sample(Some("launch failed"))]);
         assert_eq!(e.incompleteness(), None);
         e.samples
             .push(sample(Some("the profiler failed: x (CUptiResult 26)")));
@@ -666,36 +672,9 @@ mod tests {
             error: None,
             counters: None,
         };
-        let mut e = Entry {
-            format_version: FORMAT_VERSION,
-            kernel: KernelId {
-                mangled: "_Z1kv".into(),
-                name: "k".into(),
-                code_hash: "0".repeat(16),
-                data: vec!["N".into()],
-                dim: 1,
-            },
-            device: DeviceId {
-                name: "GPU".into(),
-                uuid: String::new(),
-                cc: "9.0".into(),
-                sm_count: 1,
-            },
-            collector: "klaraptor-collector 0.1.0".into(),
-            captured_at: "2026-01-01T00:00:00Z".into(),
-            cuda_version: String::new(),
-            driver_version: String::new(),
-            plan: Plan {
-                sizes: vec![vec![64]],
-                shapes: vec![[32, 1, 1]],
-                runs: 1,
-                warmup: 0,
-                note: String::new(),
-            },
-            samples: vec![s],
-            incomplete: None,
-            program: Vec::new(),
-        };
+        let mut e = tiny_entry(vec![s]);
+        e.collector = "klaraptor-collector 0.1.0".into();
+        e.captured_at = "2026-01-01T00:00:00Z".into();
         // Without blocks of the program the text has no trace of them (an entry as before).
         let old = toml::to_string(&e).unwrap();
         assert!(!old.contains("program"), "{old}");
