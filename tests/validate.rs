@@ -633,3 +633,104 @@ fn errors_say_what_to_do() {
     let o = validate(&[os(&binary("gemm"))]);
     fails_with(&o, "--sizes");
 }
+
+/// program_profiled (issue 38) end to end on the fixture's atax runs: a copy of the committed
+/// H200 profiles whose atax_ax entry the test makes name the program's own block (256x1x1,
+/// the block the sample launches, `program_block=` in the fixture's logs, at every profiled
+/// size; the entry's samples are real and unchanged), given as --profile-db. The table, the
+/// summary and the JSON gain the method beside profiled_best; atax_aty, whose entry names no
+/// block of the program, has none; with the committed profiles (no blocks of the program) the
+/// output has no trace of it.
+#[test]
+fn program_profiled_where_the_profile_names_the_programs_block() {
+    let atax = binary("atax");
+    let tmp = tempfile::tempdir().unwrap();
+    // The committed profiles as they are: no program_profiled anywhere.
+    let json = tmp.path().join("old.json");
+    let o = validate(&[
+        os(&atax),
+        os("--from"),
+        os(&fixture("atax")),
+        os("--json"),
+        os(&json),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("program_profiled"), "{out}");
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert!(!text.contains("program_profiled"), "{text}");
+
+    let db = tmp.path().join("profiles");
+    copy_dir(&built().join("../klaraptor-profiles"), &db);
+    let file = db.join("v1/nvidia-h200-2803d38c/_Z7atax_axPKfS0_Pfii-8dd4993d5325af69.toml");
+    let mut entry = std::fs::read_to_string(&file).unwrap();
+    let sizes: toml::Value = toml::from_str(&entry).unwrap();
+    for sz in sizes["plan"]["sizes"].as_array().unwrap() {
+        entry.push_str(&format!(
+            "\n[[program]]\nsizes = {sz}\nblock = [256, 1, 1]\n"
+        ));
+    }
+    std::fs::write(&file, entry).unwrap();
+    let json = tmp.path().join("new.json");
+    let o = validate(&[
+        os(&atax),
+        os("--from"),
+        os(&fixture("atax")),
+        os("--profile-db"),
+        os(&db),
+        os("--json"),
+        os(&json),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let head = out.lines().find(|l| l.starts_with("run ")).unwrap();
+    let cols: Vec<&str> = head.split_whitespace().collect();
+    assert_eq!(
+        cols[5..],
+        [
+            "klaraptor",
+            "settled",
+            "profiled_best",
+            "program_profiled",
+            "default",
+            "occupancy",
+            "spearman"
+        ]
+    );
+    assert!(out.contains("\nprogram_profiled  geometric mean"), "{out}");
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for (job, sizes) in [("run1", [10000, 10000]), ("run2", [20000, 5000])] {
+        let r = record(&j, job, "atax_ax", "program_profiled");
+        assert_eq!(block(r), [256, 1, 1], "{r}");
+        // Looked up in the case's sweep, as default (the same block here) is.
+        let sweep = sweep_times(&fixture("atax").join(job).join("records"), "atax_ax");
+        let best = sweep.values().cloned().fold(f64::INFINITY, f64::min);
+        assert_eq!(r["time_ms"].as_f64(), Some(sweep[&[256, 1, 1]]));
+        assert_eq!(r["ratio"].as_f64(), Some(best / sweep[&[256, 1, 1]]));
+        let d = record(&j, job, "atax_ax", "default");
+        assert_eq!(d["time_ms"], r["time_ms"]);
+        // At the size profiled_best takes its shape at.
+        let pb = record(&j, job, "atax_ax", "profiled_best");
+        assert_eq!(r["profiled_at"], pb["profiled_at"], "{sizes:?}");
+        assert!(r["profile_time_ms"].as_f64().is_some(), "{r}");
+    }
+    let recs = j["records"].as_array().unwrap();
+    assert!(!recs
+        .iter()
+        .any(|r| r["kernel"] == "atax_aty" && r["method"] == "program_profiled"));
+    let cases = j["cases"].as_array().unwrap();
+    let ax = cases.iter().find(|c| c["kernel"] == "atax_ax").unwrap();
+    assert_eq!(ax["program_profiled"], serde_json::json!([256, 1, 1]));
+    let aty = cases.iter().find(|c| c["kernel"] == "atax_aty").unwrap();
+    assert!(aty.get("program_profiled").is_none(), "{aty}");
+    let s = j["summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["method"] == "program_profiled")
+        .unwrap();
+    assert_eq!(
+        (s["cases"].as_u64(), s["without_ratio"].as_u64()),
+        (Some(2), Some(1))
+    );
+}

@@ -20,6 +20,18 @@
 //!   rational program was built from) measured fastest at the profiled data size nearest to
 //!   the case's, in the logarithm of the sizes ([`profiled_best`]): what picking from the
 //!   profile alone, without a model, would give;
+//! - **program_profiled** (only where the profile names the program's own block,
+//!   [`klaraptor_profiler::record::Entry::program`], issue 38): the program's own block as
+//!   that profile recorded it at the profiled data size nearest to the case's (the same rule
+//!   as profiled_best, [`program_profiled`]): the shape whose profiled time the link's
+//!   decision weighed when it asked whether the program should keep its launch
+//!   ([`crate::decide::ChosenBy::Program`]). It differs from `default` where the program's
+//!   block depends on its data: `default` is the block the program launches at the case's
+//!   own size (what the runtime keeps when the decision chose the program), known from the
+//!   run's log and timed by the sweep, so a second measurement of it would say nothing new;
+//!   program_profiled says whether the profile's evidence about the program's shape carries
+//!   over to the case's size. Entries captured before have no such block: no pick, and the
+//!   tables, records and summaries are as before;
 //! - **default**: the program's own shape;
 //! - **occupancy**: the block `cudaOccupancyMaxPotentialBlockSize` suggests: in the study the
 //!   API's own answer (the sample harness calls it on the GPU), in `klaraptor validate`
@@ -40,7 +52,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use klaraptor_profiler::record::Sample;
+use klaraptor_profiler::record::{Entry, ProgramBlock, Sample};
 use serde::Serialize;
 
 use crate::rational::RationalProgram;
@@ -52,16 +64,18 @@ pub enum Method {
     Klaraptor,
     Settled,
     ProfiledBest,
+    ProgramProfiled,
     Default,
     Occupancy,
 }
 
 impl Method {
-    pub const ALL: [Method; 6] = [
+    pub const ALL: [Method; 7] = [
         Method::Optimum,
         Method::Klaraptor,
         Method::Settled,
         Method::ProfiledBest,
+        Method::ProgramProfiled,
         Method::Default,
         Method::Occupancy,
     ];
@@ -76,12 +90,31 @@ impl Method {
     /// The methods every study had from the start, compared on the cases where all three
     /// have a ratio.
     pub const COMMON: [Method; 3] = [Method::Klaraptor, Method::Default, Method::Occupancy];
+
+    /// The methods compared over `cases`: [`Method::COMPARED`], and program_profiled beside
+    /// profiled_best where a case has its pick (a profile that names the program's own block;
+    /// without one the lists, and so the tables and summaries, are as before).
+    pub fn compared(cases: &[Case]) -> Vec<Method> {
+        let program = cases
+            .iter()
+            .any(|c| c.picks.contains_key(&Method::ProgramProfiled));
+        let mut out = Vec::new();
+        for m in Method::COMPARED {
+            out.push(m);
+            if m == Method::ProfiledBest && program {
+                out.push(Method::ProgramProfiled);
+            }
+        }
+        out
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Optimum => "optimum",
             Method::Klaraptor => "klaraptor",
             Method::Settled => "settled",
             Method::ProfiledBest => "profiled_best",
+            Method::ProgramProfiled => "program_profiled",
             Method::Default => "default",
             Method::Occupancy => "occupancy",
         }
@@ -354,6 +387,54 @@ pub fn decision_pick(d: &Decision, first: Option<[u32; 3]>, run: &str) -> Pick {
     k
 }
 
+/// klaraptor's pick where the link's decision keeps the program's own launch
+/// ([`RationalProgram::program_chooses`]: the generated C registers no model, so the runtime
+/// launches the program's own dims): the block the run logged at the case's size (`d`; its
+/// source `program`), else the program's own block at that size (`own`, what `default`
+/// takes), never the model's first-ranked shape. A run that logged a model's choice there
+/// (a binary linked before the decision) keeps that block, flagged.
+pub fn program_chooses_pick(d: Option<&Decision>, own: Option<[u32; 3]>, run: &str) -> Pick {
+    const WHY: &str = "the link's decision keeps the program's own launch (klaraptor inspect: \
+                       chosen by: program's own)";
+    match d {
+        Some(d) if d.from_model() => Pick {
+            block: Some(d.block),
+            how: format!("klaraptor's choice in {run} (KLARAPTOR_LOG, source=model)"),
+            predicted_ms: d.predicted_us.map(|u| u / 1000.0),
+            flag: Some(format!(
+                "{WHY}, but {run} chose by a model: a binary linked before that decision?"
+            )),
+            ..Pick::default()
+        },
+        Some(d) => Pick {
+            block: Some(d.block),
+            how: format!(
+                "{WHY}: the block {run} launched (KLARAPTOR_LOG, source={})",
+                d.source
+            ),
+            flag: (d.source != "program")
+                .then(|| format!("the launch kept the program's dims by {}", d.source)),
+            ..Pick::default()
+        },
+        None => match own {
+            Some(b) => Pick {
+                block: Some(b),
+                how: format!(
+                    "{WHY}: the program's own shape ({run} logged no decision at this size)"
+                ),
+                ..Pick::default()
+            },
+            None => Pick {
+                how: format!(
+                    "{WHY}, and the program's own shape at this size is not known (no log line \
+                     of this kernel at this size)"
+                ),
+                ..Pick::default()
+            },
+        },
+    }
+}
+
 /// The settled pick of a case from a run's refinement lines (`run` says which run): the
 /// block of its settled line at the case's kernel and data values, with the launches it took
 /// and the candidate that won; without one, no block and a `how` that says why (`trying`:
@@ -453,7 +534,6 @@ pub struct ProfiledBest {
 /// one shape at one size are averaged; of equally fast shapes the first in (x, y, z) order is
 /// taken. `None` when the profile has no usable sample.
 pub fn profiled_best(samples: &[ProfileSample], sizes: &[i64]) -> Option<ProfiledBest> {
-    let ln = |v: i64| (v.max(1) as f64).ln();
     // Per size, per shape: the sum of its times and their count.
     type Sums = BTreeMap<[u32; 3], (f64, u32)>;
     let mut by_size: BTreeMap<&[i64], Sums> = BTreeMap::new();
@@ -465,6 +545,30 @@ pub fn profiled_best(samples: &[ProfileSample], sizes: &[i64]) -> Option<Profile
         e.0 += t;
         e.1 += 1;
     }
+    let at = nearest_size(by_size.keys().copied(), sizes)?;
+    let (block, time_ms) = by_size[at]
+        .iter()
+        .map(|(b, (t, n))| (*b, t / f64::from(*n)))
+        .fold(None, |best: Option<([u32; 3], f64)>, (b, t)| match best {
+            Some((_, bt)) if bt <= t => best,
+            _ => Some((b, t)),
+        })?;
+    Some(ProfiledBest {
+        block,
+        sizes: at.to_vec(),
+        time_ms,
+    })
+}
+
+/// Of `candidates` (each of as many values as `sizes`), the one nearest to `sizes` in the
+/// logarithm of the data values (the Euclidean distance between the vectors of `ln v`,
+/// values below 1 taken as 1), on a tie the larger (the larger product of the values, then
+/// the lexicographically larger): [`profiled_best`]'s and [`program_profiled`]'s rule.
+fn nearest_size<'a>(
+    candidates: impl Iterator<Item = &'a [i64]>,
+    sizes: &[i64],
+) -> Option<&'a [i64]> {
+    let ln = |v: i64| (v.max(1) as f64).ln();
     let dist = |sz: &[i64]| -> f64 {
         sz.iter()
             .zip(sizes)
@@ -473,7 +577,7 @@ pub fn profiled_best(samples: &[ProfileSample], sizes: &[i64]) -> Option<Profile
     };
     let work = |sz: &[i64]| sz.iter().map(|&v| v as f64).product::<f64>();
     let mut nearest: Option<(&[i64], f64)> = None;
-    for &sz in by_size.keys() {
+    for sz in candidates {
         let d = dist(sz);
         let better = match nearest {
             None => true,
@@ -490,18 +594,98 @@ pub fn profiled_best(samples: &[ProfileSample], sizes: &[i64]) -> Option<Profile
             nearest = Some((sz, d));
         }
     }
-    let (at, _) = nearest?;
-    let (block, time_ms) = by_size[at]
+    nearest.map(|(n, _)| n)
+}
+
+/// The program's own block as the profile recorded it at the profiled size nearest to a
+/// case's ([`program_profiled`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgramProfiled {
+    pub block: [u32; 3],
+    /// The profiled data size the profile named it at.
+    pub sizes: Vec<i64>,
+    /// The profile's time of that block there (the mean of its timed samples; `None` where
+    /// the profile did not time it).
+    pub time_ms: Option<f64>,
+}
+
+/// The program's own block the profile names ([`ProgramBlock`]: the shape the program
+/// launched the kernel with at a profiled size) at the profiled size nearest to `sizes`, by
+/// [`profiled_best`]'s rule over the sizes the profile names a block of the program at
+/// (those of another number of data values than `sizes` left out), with the profile's time
+/// of that block there from `samples`. `None` where the profile names no such block (an
+/// entry captured before issue 38).
+pub fn program_profiled(
+    program: &[ProgramBlock],
+    samples: &[ProfileSample],
+    sizes: &[i64],
+) -> Option<ProgramProfiled> {
+    let at = nearest_size(
+        program
+            .iter()
+            .map(|p| p.sizes.as_slice())
+            .filter(|sz| sz.len() == sizes.len()),
+        sizes,
+    )?;
+    let block = program.iter().find(|p| p.sizes == at)?.block;
+    let times: Vec<f64> = samples
         .iter()
-        .map(|(b, (t, n))| (*b, t / f64::from(*n)))
-        .fold(None, |best: Option<([u32; 3], f64)>, (b, t)| match best {
-            Some((_, bt)) if bt <= t => best,
-            _ => Some((b, t)),
-        })?;
-    Some(ProfiledBest {
+        .filter(|(sz, b, t)| sz == at && *b == block && t.is_finite() && *t > 0.0)
+        .map(|(_, _, t)| *t)
+        .collect();
+    Some(ProgramProfiled {
         block,
         sizes: at.to_vec(),
-        time_ms,
+        time_ms: (!times.is_empty()).then(|| times.iter().sum::<f64>() / times.len() as f64),
+    })
+}
+
+/// The program_profiled pick of a case at `sizes` ([`program_profiled`]) from the kernel's
+/// profile `p` and the program's blocks it names; `labels` name the data values in the
+/// `how` text. `None` (no pick: the method is absent) where the profile names no block of
+/// the program at all; a pick without a block where it names none of as many data values.
+pub fn program_profiled_pick(
+    p: &ProfileTimes,
+    program: &[ProgramBlock],
+    labels: &[String],
+    sizes: &[i64],
+) -> Option<Pick> {
+    if program.is_empty() {
+        return None;
+    }
+    let Some(o) = program_profiled(program, &p.samples, sizes) else {
+        return Some(Pick {
+            how: format!(
+                "{} names the program's own block at no size of {} data values",
+                p.source,
+                sizes.len()
+            ),
+            ..Pick::default()
+        });
+    };
+    let at: Vec<String> = labels
+        .iter()
+        .zip(&o.sizes)
+        .map(|(l, v)| format!("{l}={v}"))
+        .collect();
+    let at = if at.len() == o.sizes.len() {
+        at.join(" ")
+    } else {
+        format!("{:?}", o.sizes)
+    };
+    Some(Pick {
+        block: Some(o.block),
+        how: format!(
+            "the program's own block as {} recorded it at the nearest profiled size ({at}, {};              the grid from the annotation's formula): the shape whose profiled time the link's              decision weighed for keeping the program's launch",
+            p.source,
+            o.time_ms.map_or_else(
+                || "not timed there".to_string(),
+                |t| format!("{t:.4} ms there")
+            )
+        ),
+        profiled_at: Some(o.sizes),
+        profile_time_ms: o.time_ms,
+        ..Pick::default()
     })
 }
 
@@ -537,6 +721,29 @@ pub fn manifest_profile(
     db: &klaraptor_profiler::db::ProfileDb,
     m: &RationalProgram,
 ) -> std::result::Result<ProfileTimes, String> {
+    manifest_entry(db, m).map(|e| entry_profile(&e, db))
+}
+
+/// The timed samples of `entry`, the profile-database entry of `db` a rational program was
+/// built from ([`manifest_entry`]), with the `how` texts' name of it.
+pub fn entry_profile(entry: &Entry, db: &klaraptor_profiler::db::ProfileDb) -> ProfileTimes {
+    ProfileTimes::from_samples(
+        &entry.samples,
+        format!(
+            "the profile its rational program was built from ({}, captured {})",
+            db.root().display(),
+            entry.captured_at
+        ),
+    )
+}
+
+/// The profile-database entry the rational program `m` was built from ([`manifest_profile`]
+/// reads its samples; its [`Entry::program`] names the program's own blocks). `Err` says why
+/// there is none.
+pub fn manifest_entry(
+    db: &klaraptor_profiler::db::ProfileDb,
+    m: &RationalProgram,
+) -> std::result::Result<Entry, String> {
     let entry = match db.get(&m.mangled, &m.provenance.code_hash, &m.device.name) {
         Ok(Some(e)) => e,
         Ok(None) => {
@@ -561,14 +768,7 @@ pub fn manifest_profile(
             m.provenance.captured_at
         ));
     }
-    Ok(ProfileTimes::from_samples(
-        &entry.samples,
-        format!(
-            "the profile its rational program was built from ({}, captured {})",
-            db.root().display(),
-            entry.captured_at
-        ),
-    ))
+    Ok(entry)
 }
 
 /// The profiled_best pick of a case at `sizes` from the kernel's profile (`Err`: why there
@@ -860,9 +1060,10 @@ pub struct MethodSummary {
 }
 
 /// The summary of every compared method over `cases` (one line per method, also for a
-/// method no case has a ratio of).
+/// method no case has a ratio of; program_profiled only where a case has its pick:
+/// [`Method::compared`]).
 pub fn summaries(cases: &[Case]) -> Vec<MethodSummary> {
-    Method::COMPARED
+    Method::compared(cases)
         .into_iter()
         .map(|m| {
             let r: Vec<f64> = cases.iter().filter_map(|c| c.ratio(m)).collect();
@@ -1026,9 +1227,10 @@ pub struct Record {
     pub whole_run_accept_from: Option<Option<&'static str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<Option<String>>,
-    /// profiled_best: the profiled data size (parameter → value) its shape was taken at, and
-    /// the profile's time of the shape there (null: no profile). Present in every
-    /// profiled_best record, absent in the others.
+    /// profiled_best and program_profiled: the profiled data size (parameter → value) its
+    /// shape was taken at, and the profile's time of the shape there (null: no profile, or
+    /// not timed there). Present in every profiled_best and program_profiled record, absent in
+    /// the others.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profiled_at: Option<Option<serde_json::Map<String, serde_json::Value>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1048,7 +1250,7 @@ pub fn records(cases: &[Case]) -> Vec<Record> {
         for m in Method::ALL {
             let Some(p) = c.picks.get(&m) else { continue };
             let settled = m == Method::Settled;
-            let profiled = m == Method::ProfiledBest;
+            let profiled = matches!(m, Method::ProfiledBest | Method::ProgramProfiled);
             let at = p.profiled_at.as_ref().map(|at| {
                 let mut map = serde_json::Map::new();
                 for (l, v) in c.labels.iter().zip(at) {
@@ -1680,12 +1882,28 @@ pub fn read_records(dir: &Path) -> Result<Vec<Sweep>> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
+        // The lines naming the program's own block (`{"program":true,…}`, written beside
+        // the samples under KLARAPTOR_PROFILE_PROGRAM) are not samples: blank them (the
+        // others keep their line numbers).
+        let text: String = text
+            .split_inclusive('\n')
+            .map(|l| if program_marker(l) { "\n" } else { l })
+            .collect();
         let samples = parse_json_lines::<Sample>(&text, |line| {
             format!("{}:{line}: not a sample", path.display())
         })?;
         out.push(Sweep { id, name, samples });
     }
     Ok(out)
+}
+
+/// Whether `line` is the profiling runtime's line naming the program's own block
+/// (klaraptor_prof.c's `KLARAPTOR_PROFILE_PROGRAM`), not a sample.
+fn program_marker(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("program")?.as_bool())
+        == Some(true)
 }
 
 /// The JSON lines of `text`, each a `T`: blank lines skipped, a half-written last line (a run
@@ -3207,5 +3425,219 @@ mod tests {
         assert!(t3.is_none());
         assert_eq!(s16.map(|r| (r.block, r.settled)), Some(([64, 1, 1], true)));
         assert_eq!(t16.map(|t| t.tried), Some(3));
+    }
+    /// program_profiled on a constructed case made of real H200 measurements: the case is
+    /// atax_ax at NX=NY=10000, its times the exhaustive sweep of that size
+    /// (tests/fixtures/validate-h200-2026-11-22/atax/run1/records, real), its profile the
+    /// committed H200 entry of atax_ax the sample's rational program is built from (real
+    /// samples, captured before issue 38: it names no block of the program). What the test
+    /// adds: the program's own blocks in that entry, 256x1x1 (the block PolyBench's atax
+    /// launches, `program_block=256x1x1` in the fixture's binary.log) at every profiled size
+    /// but the largest, where it names 512x1x1, as a program whose block follows its data
+    /// would; and the default pick (256x1x1, from that log line).
+    #[test]
+    fn program_profiled_on_the_h200_atax_sweep() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let sweeps =
+            read_records(&root.join("tests/fixtures/validate-h200-2026-11-22/atax/run1/records"))
+                .unwrap();
+        let sw = sweeps.iter().find(|s| s.name == "atax_ax").unwrap();
+        let entry = Entry::from_toml(
+            &std::fs::read_to_string(root.join(
+                "samples/klaraptor-profiles/v1/nvidia-h200-2803d38c/\
+                 _Z7atax_axPKfS0_Pfii-8dd4993d5325af69.toml",
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        assert!(
+            entry.program.is_empty(),
+            "the committed entry predates issue 38"
+        );
+        let prof = ProfileTimes::from_samples(&entry.samples, "the atax_ax profile");
+        let mut program: Vec<ProgramBlock> = Vec::new();
+        for sz in &entry.plan.sizes {
+            let block = if *sz == [2048, 2048] {
+                [512, 1, 1]
+            } else {
+                [256, 1, 1]
+            };
+            klaraptor_profiler::record::add_program_block(
+                &mut program,
+                ProgramBlock {
+                    sizes: sz.clone(),
+                    block,
+                },
+            );
+        }
+        let sizes = vec![10000, 10000];
+        let mut c = Case {
+            kernel: "atax_ax".into(),
+            labels: vec!["NX".into(), "NY".into()],
+            sizes: sizes.clone(),
+            candidates: 37,
+            dim: 1,
+            ..Case::default()
+        };
+        c.measure(sw.by_size()[&sizes].iter().copied());
+        assert_eq!(c.measured.len(), 37);
+        c.picks.insert(
+            Method::ProfiledBest,
+            profiled_best_pick(Ok(&prof), &c.labels, &c.sizes),
+        );
+        c.picks.insert(
+            Method::Default,
+            Pick {
+                block: Some([256, 1, 1]),
+                ..Pick::default()
+            },
+        );
+        // An entry without blocks of the program: no pick, the method is absent.
+        assert!(program_profiled_pick(&prof, &[], &c.labels, &c.sizes).is_none());
+        let old = c.clone();
+        let pp = program_profiled_pick(&prof, &program, &c.labels, &c.sizes).unwrap();
+        // The nearest profiled size in the logarithm of the data values is 2048x2048 (the
+        // profiled_best rule: the same size profiled_best takes its shape at).
+        assert_eq!(pp.profiled_at, Some(vec![2048, 2048]));
+        assert_eq!(c.picks[&Method::ProfiledBest].profiled_at, pp.profiled_at);
+        assert_eq!(pp.block, Some([512, 1, 1]));
+        let t512 = entry
+            .samples
+            .iter()
+            .find(|s| s.sizes == [2048, 2048] && s.block == [512, 1, 1])
+            .and_then(|s| s.counters.as_ref())
+            .unwrap()
+            .time_ms;
+        assert_eq!(pp.profile_time_ms, Some(t512));
+        assert!(pp.how.contains("(NX=2048 NY=2048, "), "{}", pp.how);
+        c.picks.insert(Method::ProgramProfiled, pp);
+        c.time_picks();
+        // Looked up in the case's sweep: its time there and optimum / that.
+        let p = &c.picks[&Method::ProgramProfiled];
+        let (_, best) = c.fastest().unwrap();
+        assert_eq!(p.time_ms, Some(c.measured[&[512, 1, 1]]));
+        assert_eq!(p.ratio, Some(best / c.measured[&[512, 1, 1]]));
+        // default stays the program's block at the case's own size.
+        assert_eq!(
+            c.picks[&Method::Default].time_ms,
+            Some(c.measured[&[256, 1, 1]])
+        );
+        // Nearer the small sizes the program's block there is taken.
+        let small = program_profiled(&program, &prof.samples, &[300, 300]).unwrap();
+        assert_eq!((small.block, small.sizes), ([256, 1, 1], vec![256, 256]));
+        // A profile naming blocks of another number of data values only: a pick, no block.
+        let n = program_profiled_pick(&prof, &program, &["N".into()], &[100]).unwrap();
+        assert!(n.block.is_none() && n.how.contains("at no size of 1 data values"));
+
+        // Summaries and records: program_profiled beside profiled_best; without it, as before.
+        let names = |cases: &[Case]| -> Vec<&'static str> {
+            summaries(cases).iter().map(|x| x.method).collect()
+        };
+        assert_eq!(
+            names(std::slice::from_ref(&c)),
+            [
+                "klaraptor",
+                "settled",
+                "profiled_best",
+                "program_profiled",
+                "default",
+                "occupancy"
+            ]
+        );
+        let s = summaries(std::slice::from_ref(&c));
+        assert_eq!(s[3].cases, 1);
+        assert_eq!(s[3].geomean, p.ratio);
+        let r = records(std::slice::from_ref(&c));
+        let rp = r.iter().find(|r| r.method == "program_profiled").unwrap();
+        assert_eq!(rp.profile_time_ms, Some(Some(t512)));
+        assert_eq!(
+            rp.profiled_at.as_ref().unwrap().as_ref().unwrap()["NX"],
+            2048
+        );
+        let mut old = old;
+        old.time_picks();
+        assert_eq!(
+            Method::compared(std::slice::from_ref(&old)),
+            Method::COMPARED
+        );
+        assert_eq!(
+            names(std::slice::from_ref(&old)),
+            [
+                "klaraptor",
+                "settled",
+                "profiled_best",
+                "default",
+                "occupancy"
+            ]
+        );
+        assert!(records(std::slice::from_ref(&old))
+            .iter()
+            .all(|r| r.method != "program_profiled"));
+        // One case with it among others without: the method is listed, over its one case.
+        let both = [old, c];
+        let s = summaries(&both);
+        assert_eq!(
+            (s[3].method, s[3].cases, s[3].without_ratio),
+            ("program_profiled", 1, 1)
+        );
+    }
+
+    /// When the link's decision keeps the program's launch, klaraptor's pick is the program's
+    /// own shape: the block the run logged (source=program), else the program's own block,
+    /// never the model's first-ranked shape.
+    #[test]
+    fn klaraptor_is_the_programs_own_shape_when_the_program_chooses() {
+        let kept = parse_decision(
+            "klaraptor: atax_ax NX=10000 NY=10000 block=256x1x1 grid=40x1x1 source=program \
+             device=0:NVIDIA H200",
+        )
+        .unwrap()
+        .unwrap();
+        let p = program_chooses_pick(Some(&kept), Some([256, 1, 1]), "the run");
+        assert_eq!(p.block, Some([256, 1, 1]));
+        assert!(p.flag.is_none(), "{:?}", p.flag);
+        assert!(
+            p.how.contains("keeps the program's own launch"),
+            "{}",
+            p.how
+        );
+        // No decision logged: the program's own block (not the model's first).
+        let p = program_chooses_pick(None, Some([128, 1, 1]), "the run");
+        assert_eq!(p.block, Some([128, 1, 1]));
+        let p = program_chooses_pick(None, None, "the run");
+        assert!(p.block.is_none() && p.how.contains("not known"));
+        // A run that chose by a model (a binary linked before the decision): flagged.
+        let model = parse_decision(
+            "klaraptor: atax_ax NX=10000 NY=10000 block=576x1x1 grid=18x1x1 source=model \
+             predicted_us=58.3 device=0:NVIDIA H200 program_block=256x1x1",
+        )
+        .unwrap()
+        .unwrap();
+        let p = program_chooses_pick(Some(&model), Some([256, 1, 1]), "the run");
+        assert_eq!(p.block, Some([576, 1, 1]));
+        assert!(p.flag.unwrap().contains("linked before that decision"));
+    }
+
+    /// The profiling runtime's lines naming the program's own block are not samples.
+    #[test]
+    fn records_skip_the_programs_block_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kernels.tsv"), "abc\t_Z1kPf\tk\n").unwrap();
+        let line = serde_json::to_string(&sample([64, 1, 1], Some(2.0), None)).unwrap();
+        std::fs::write(
+            dir.path().join("abc.jsonl"),
+            format!("{{\"program\":true,\"sizes\":[100],\"block\":[96,1,1]}}\n{line}\nnonsense\n"),
+        )
+        .unwrap();
+        // The damaged line keeps its line number.
+        let e = format!("{:#}", read_records(dir.path()).unwrap_err());
+        assert!(e.contains("abc.jsonl:3"), "{e}");
+        std::fs::write(
+            dir.path().join("abc.jsonl"),
+            format!("{{\"program\":true,\"sizes\":[100],\"block\":[96,1,1]}}\n{line}\n"),
+        )
+        .unwrap();
+        let r = read_records(dir.path()).unwrap();
+        assert_eq!(r[0].samples.len(), 1);
     }
 }

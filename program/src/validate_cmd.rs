@@ -8,7 +8,12 @@
 //! (`profiled_best`, from the profile-database entry the rational program was built from:
 //! [`validate::manifest_profile`]), the program's own shape and the block size
 //! `cudaOccupancyMaxPotentialBlockSize` suggests (computed, not asked of the GPU:
-//! [`validate::computed_occupancy_pick`]) are compared with the fastest.
+//! [`validate::computed_occupancy_pick`]) are compared with the fastest; and, where that
+//! profile entry names the program's own block (issue 38), `program_profiled`: that block at
+//! the nearest profiled size ([`validate::program_profiled`]). Where the link's decision keeps
+//! the program's launch ([`crate::rational::RationalProgram::program_chooses`]), klaraptor's
+//! pick is the program's own shape the runtime then launches
+//! ([`validate::program_chooses_pick`]).
 //!
 //! Per run, in `<out>/run<i>/`:
 //!
@@ -528,6 +533,10 @@ fn sweep_runs(
             .env("KLARAPTOR_PROFILE_WARMUP", args.warmup.to_string())
             .env("KLARAPTOR_PROFILE_MAX_SIZES", args.max_sizes.to_string())
             .env("KLARAPTOR_LOG", dir.join("variant.log"))
+            // The sweep is of the candidate shapes (the plan holds every one, so the
+            // program's block, where it is one, is timed): the program's own block at each
+            // size comes from variant.log, and program_profiled from the profile entry.
+            .env_remove("KLARAPTOR_PROFILE_PROGRAM")
             .env_remove("KLARAPTOR_FORCE")
             .env_remove("KLARAPTOR_DISABLE");
         let vs = run_to_files(cmd, &dir, "variant", timeout)?;
@@ -1003,12 +1012,20 @@ pub fn analyze(
                     v.notes.push(note);
                 }
             }
-            let profile: std::result::Result<validate::ProfileTimes, String> = match (&manifest, db)
-            {
-                (Ok(m), Some(db)) => validate::manifest_profile(db, m),
-                (Ok(_), None) => Err("no profile database".into()),
-                (Err(why), _) => Err(why.clone()),
+            // The entry the rational program was built from: its samples (profiled_best) and
+            // the program's own blocks it names (program_profiled; none in older entries).
+            let (profile, program_blocks): (
+                std::result::Result<validate::ProfileTimes, String>,
+                Vec<klaraptor_profiler::record::ProgramBlock>,
+            ) = match (&manifest, db) {
+                (Ok(m), Some(db)) => match validate::manifest_entry(db, m) {
+                    Ok(e) => (Ok(validate::entry_profile(&e, db)), e.program),
+                    Err(why) => (Err(why), Vec::new()),
+                },
+                (Ok(_), None) => (Err("no profile database".into()), Vec::new()),
+                (Err(why), _) => (Err(why.clone()), Vec::new()),
             };
+            let program_chooses = manifest.as_ref().is_ok_and(|m| m.program_chooses());
             let Some(sw) = sweeps.iter().find(|s| s.id == k.mangled) else {
                 v.notes.push(format!(
                     "{id} (`{args}`): {} was not swept (the program did not launch it, or the \
@@ -1063,8 +1080,29 @@ pub fn analyze(
                 };
                 let at = |d: &&Decision| mine(d) && d.sizes() == case.sizes;
                 let decision = chose.iter().find(at);
+                // The program's own shape at this size: the profiling variant's log, else the
+                // binary's.
+                let own_block = own
+                    .iter()
+                    .find(at)
+                    .and_then(Decision::own_block)
+                    .map(|b| (b, "the profiling variant's KLARAPTOR_LOG"))
+                    .or_else(|| {
+                        decision
+                            .and_then(Decision::own_block)
+                            .map(|b| (b, "program_block of the binary's KLARAPTOR_LOG"))
+                    });
                 let mut kp = Pick::default();
                 match decision {
+                    // The link's decision keeps the program's launch: what the runtime
+                    // launches is the program's own shape, not the model's first.
+                    _ if program_chooses => {
+                        kp = validate::program_chooses_pick(
+                            decision,
+                            own_block.map(|o| o.0),
+                            "the binary's run",
+                        )
+                    }
                     Some(d) => kp = validate::decision_pick(d, ranking.first, "the binary's run"),
                     None => match (ranking.first, &ranking.error, &manifest) {
                         (Some(f), _, _) => {
@@ -1097,18 +1135,23 @@ pub fn analyze(
                         &case.sizes,
                     ),
                 );
+                if let Ok(p) = &profile {
+                    if let Some(pp) = validate::program_profiled_pick(
+                        p,
+                        &program_blocks,
+                        &case.labels,
+                        &case.sizes,
+                    ) {
+                        case.picks.insert(Method::ProgramProfiled, pp);
+                    }
+                }
                 let mut dp = Pick::default();
-                if let Some(b) = own.iter().find(at).and_then(Decision::own_block) {
-                    dp.block = Some(b);
-                    dp.how =
-                        "the program's own shape (the profiling variant's KLARAPTOR_LOG)".into();
-                } else if let Some(b) = decision.and_then(Decision::own_block) {
-                    dp.block = Some(b);
-                    dp.how = "the program's own shape (program_block of the binary's \
-                              KLARAPTOR_LOG)"
-                        .into();
-                } else {
-                    dp.how = "not known: no log line of this kernel at this size".into();
+                match own_block {
+                    Some((b, from)) => {
+                        dp.block = Some(b);
+                        dp.how = format!("the program's own shape ({from})");
+                    }
+                    None => dp.how = "not known: no log line of this kernel at this size".into(),
                 }
                 case.picks.insert(Method::Default, dp);
                 let op = match &manifest {
@@ -1170,6 +1213,7 @@ fn cell(c: &Case, m: Method) -> String {
         return match m {
             Method::Settled => "did not settle".into(),
             Method::ProfiledBest => "no profile".into(),
+            Method::ProgramProfiled => "not named".into(),
             _ => "-".into(),
         };
     };
@@ -1228,19 +1272,11 @@ pub fn table(v: &Validation) -> String {
         "Times: the exhaustive sweep's median per shape; ratio = optimum time / time (1 = \
          optimal); * = see the notes below; ! = settled more than 3 % slower than default.\n"
     );
-    let head = [
-        "run",
-        "kernel",
-        "sizes",
-        "shapes",
-        "optimum",
-        "klaraptor",
-        "settled",
-        "profiled_best",
-        "default",
-        "occupancy",
-        "spearman",
-    ];
+    // program_profiled beside profiled_best where a profile names the program's own block.
+    let compared = Method::compared(&v.cases);
+    let mut head = vec!["run", "kernel", "sizes", "shapes", "optimum"];
+    head.extend(compared.iter().map(|m| m.as_str()));
+    head.push("spearman");
     let mut rows: Vec<Vec<String>> = vec![head.iter().map(|h| h.to_string()).collect()];
     for c in &v.cases {
         let sizes: Vec<String> = c
@@ -1249,21 +1285,20 @@ pub fn table(v: &Validation) -> String {
             .zip(&c.sizes)
             .map(|(l, v)| format!("{l}={v}"))
             .collect();
-        rows.push(vec![
+        let mut row = vec![
             c.job.clone(),
             c.kernel.clone(),
             sizes.join(" "),
             format!("{}/{}", c.measured.len(), c.candidates),
             cell(c, Method::Optimum),
-            cell(c, Method::Klaraptor),
-            cell(c, Method::Settled),
-            cell(c, Method::ProfiledBest),
-            cell(c, Method::Default),
-            cell(c, Method::Occupancy),
+        ];
+        row.extend(compared.iter().map(|&m| cell(c, m)));
+        row.push(
             c.spearman
                 .map(|r| format!("{r:.2}"))
                 .unwrap_or_else(|| "-".into()),
-        ]);
+        );
+        rows.push(row);
     }
     write_columns(&mut s, &rows);
     let _ = writeln!(s);
@@ -1416,7 +1451,7 @@ pub fn table(v: &Validation) -> String {
     }
     let mut flags = Vec::new();
     for c in &v.cases {
-        for m in Method::COMPARED {
+        for &m in &compared {
             if let Some(f) = c.picks.get(&m).and_then(|p| p.flag.as_ref()) {
                 flags.push(format!(
                     "{} {} at {}, {}: {f}",
@@ -1450,15 +1485,18 @@ pub fn table(v: &Validation) -> String {
                 ));
             }
         }
-        if let Some(p) = c.picks.get(&Method::ProfiledBest) {
-            if p.block.is_none() {
-                flags.push(format!(
-                    "{} {} at {}, profiled_best: {}",
-                    c.job,
-                    c.kernel,
-                    c.sizes_text(),
-                    p.how
-                ));
+        for m in [Method::ProfiledBest, Method::ProgramProfiled] {
+            if let Some(p) = c.picks.get(&m) {
+                if p.block.is_none() {
+                    flags.push(format!(
+                        "{} {} at {}, {}: {}",
+                        c.job,
+                        c.kernel,
+                        c.sizes_text(),
+                        m.as_str(),
+                        p.how
+                    ));
+                }
             }
         }
     }
@@ -1491,6 +1529,11 @@ struct JsonCase {
     settled_why: Option<String>,
     /// The profile's fastest block at the nearest profiled size (null: no profile).
     profiled_best: Option<[u32; 3]>,
+    /// The program's own block the profile names at the nearest profiled size it names one
+    /// at (null: at none of as many data values); absent where the profile names none
+    /// (entries captured before issue 38).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    program_profiled: Option<Option<[u32; 3]>>,
     /// Whether the key's per-launch cost drifts over the run (null: no whole-run
     /// measurement).
     drifts: Option<bool>,
@@ -1546,6 +1589,7 @@ fn json<'a>(v: &'a Validation, binary: &Path) -> JsonOut<'a> {
                     .filter(|p| p.block.is_none())
                     .map(|p| p.how.clone()),
                 profiled_best: c.picks.get(&Method::ProfiledBest).and_then(|p| p.block),
+                program_profiled: c.picks.get(&Method::ProgramProfiled).map(|p| p.block),
                 drifts: c.drifts,
             })
             .collect(),
