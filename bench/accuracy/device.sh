@@ -176,10 +176,20 @@ ph=$OUT/$PHASE
 mkdir -p "$ph"
 # One summary per call, so the outputs of several calls (JOBS subsets, a second machine) can
 # be merged into one directory: the report reads every summary-*.tsv, later files winning.
-summary=$ph/summary-$(date -u +%Y%m%dT%H%M%S).tsv
+# With CUDA_VISIBLE_DEVICES (lanes.sh runs one lane per GPU) the GPU it names is the one
+# described and the summary's name says which, so two lanes started in the same second merge
+# without clashing. (nvidia-smi numbers GPUs in PCI order, as CUDA does for GPUs of one kind.)
+gpu_sel=()
+gpu_tag=
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  gpu_sel=(-i "${CUDA_VISIBLE_DEVICES%%,*}")
+  gpu_tag=-gpu${CUDA_VISIBLE_DEVICES%%,*}
+fi
+summary=$ph/summary-$(date -u +%Y%m%dT%H%M%S)$gpu_tag.tsv
 printf '# id\trc\twall_s\tgpu_s\test_s\n' > "$summary"
 {
-  nvidia-smi --query-gpu=name,uuid,compute_cap,driver_version --format=csv,noheader | head -1
+  nvidia-smi "${gpu_sel[@]}" --query-gpu=name,uuid,compute_cap,driver_version --format=csv,noheader 2>/dev/null | head -1 |
+    grep . || nvidia-smi --query-gpu=name,uuid,compute_cap,driver_version --format=csv,noheader | head -1
   "$NVCC" --version
   date -u +%Y-%m-%dT%H:%M:%SZ
 } > "$ph/env.txt" 2>&1
