@@ -81,7 +81,7 @@ fn halves_section(st: &Study) -> String {
         // ρ ranks the model's predictions: a column of klaraptor's row only
         let rho = median_spearman(cases.iter().copied())
             .map_or_else(|| "–".to_string(), |(m, n)| format!("{m:.2} ({n} cases)"));
-        for m in Method::COMPARED {
+        for m in Method::compared(&st.cases) {
             let r: Vec<f64> = cases.iter().filter_map(|c| c.ratio(m)).collect();
             if let Some(x) = study::stats(&r) {
                 let _ = writeln!(
@@ -418,7 +418,7 @@ pub fn repeat_section(st: &Study, again: &Study) -> String {
         ),
         None => ("–".into(), "–".into(), "–".into()),
     };
-    for m in Method::COMPARED {
+    for m in Method::compared(&st.cases) {
         let first: Vec<f64> = pairs.iter().filter_map(|(c, _)| c.ratio(m)).collect();
         let second: Vec<f64> = pairs
             .iter()
@@ -567,8 +567,10 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
         "| method | cases | geometric mean | minimum | share ≥ 0.90 | cases < 0.80 |"
     );
     let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    // program_profiled beside profiled_best where a profile names the program's own block.
+    let methods = Method::compared(&st.cases);
     let mut all = std::collections::BTreeMap::new();
-    for m in Method::COMPARED {
+    for &m in &methods {
         let r = st.ratios(m);
         if let Some(x) = study::stats(&r) {
             all.insert(m, x);
@@ -608,6 +610,22 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
              a model; {} of {} cases without a profile.",
             x.no_profile.unwrap_or(0),
             st.cases.len()
+        );
+    }
+    if let Some(x) = sum_of(Method::ProgramProfiled) {
+        let named = st
+            .cases
+            .iter()
+            .filter(|c| c.picks.contains_key(&Method::ProgramProfiled))
+            .count();
+        let _ = writeln!(
+            s,
+            "\nprogram_profiled: the program's own block as the profile recorded it at the \
+             nearest profiled size it names one at (the shape whose profiled time the link's \
+             decision weighed for keeping the program's launch); {named} of {} cases have a \
+             profile that names the program's blocks, {} of them without a ratio.",
+            st.cases.len(),
+            named.saturating_sub(x.cases)
         );
     }
     let common: Vec<(Method, Option<study::Stats>)> = Method::COMMON
@@ -710,19 +728,23 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
          than default; settled's cell also gives the launches it took (n×), or – when it did \
          not settle. ρ: Spearman over the shapes.\n"
     );
+    let heads: Vec<&str> = methods.iter().map(|m| m.as_str()).collect();
     let _ = writeln!(
         s,
-        "| program | kernel | sizes | shapes | optimum | klaraptor | settled | profiled_best | default | occupancy | ρ |"
+        "| program | kernel | sizes | shapes | optimum | {} | ρ |",
+        heads.join(" | ")
     );
     let _ = writeln!(
         s,
-        "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | ---: |"
+        "| --- | --- | --- | ---: | --- | {}---: |",
+        "--- | ".repeat(methods.len())
     );
     for c in &st.cases {
         let o = c.picks.get(&Method::Optimum);
+        let cells: Vec<String> = methods.iter().map(|&m| ratio_cell(c, m)).collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}/{} | {} {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {}/{} | {} {} | {} | {} |",
             c.program,
             c.kernel,
             sizes_cell(c),
@@ -732,11 +754,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
             o.and_then(|p| p.time_ms)
                 .map(|t| format!("{t:.4} ms"))
                 .unwrap_or_else(|| "–".into()),
-            ratio_cell(c, Method::Klaraptor),
-            ratio_cell(c, Method::Settled),
-            ratio_cell(c, Method::ProfiledBest),
-            ratio_cell(c, Method::Default),
-            ratio_cell(c, Method::Occupancy),
+            cells.join(" | "),
             c.spearman
                 .map(|r| format!("{r:.2}"))
                 .unwrap_or_else(|| "–".into())
@@ -936,6 +954,13 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
 
     // Method.
     let _ = writeln!(s, "\n## How each method was timed\n");
+    // The kernels whose link's decision keeps the program's launch (issue 38).
+    let program_keeps: Vec<String> = st
+        .kernels
+        .iter()
+        .filter(|k| k.manifest.as_ref().is_some_and(|m| m.program_chooses()))
+        .map(|k| format!("{} ({})", k.name, k.program))
+        .collect();
     let runs = match st.sweep_launches {
         Some((lo, hi)) => format!(
             "one warm-up launch, one timed launch, then five timed runs, each queued behind the \
@@ -959,7 +984,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
          doitgen, 3dconv) that is the loop's first launch.\n\
          - **klaraptor**: the instrumented build, `KLARAPTOR_LOG=… KLARAPTOR_CHOICES=off \
          <program> <sizes> --time 20`; the log's decision (`source=model`) gives the shape: \
-         the model's first choice; its time is the sweep's time of that shape.\n\
+         the model's first choice; its time is the sweep's time of that shape.{}\n\
          - **settled**: the same run; on the first launches of each kernel × size the runtime \
          times the model's top shapes and the program's own on the GPU and keeps the fastest \
          (`refine: settled on block=… after launches=<n>` in the log; no choices cache across \
@@ -970,7 +995,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
          records) at the profiled size nearest to the case's in the logarithm of the sizes \
          (Euclidean over `ln` of each data value; a tie goes to the larger size), with the \
          grid of the annotation's formula as the sweep launches it: the choice a table of the \
-         profile gives without a model.\n\
+         profile gives without a model.{}\n\
          - **default**: the same build with `KLARAPTOR_DISABLE=1 … --time 5`; the block the \
          harness read back from the device (32×8 for 2-D kernels, 256 for 1-D).\n\
          - **occupancy**: `cudaOccupancyMaxPotentialBlockSize(&grid, &block, kernel, 0, 0)` \
@@ -983,7 +1008,31 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
          (`<binary>.klaraptor/*.json`, `RationalProgram::rank` at the case's sizes).\n\
          - The harness's own `KL_TIME` medians of the instrumented and default runs are in the \
          records (`harness_ms`) and compared above; for a site in a host loop they sum the \
-         loop's launches."
+         loop's launches.",
+        if program_keeps.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Where the link's decision keeps the program's launch (chosen by: program's \
+                 own; here {}), the runtime launches the program's own shape: klaraptor's is the \
+                 block the run logged (`source=program`), else the one the \
+                 `KLARAPTOR_DISABLE=1` run read back, not the model's first-ranked shape.",
+                program_keeps.join(", ")
+            )
+        },
+        if methods.contains(&Method::ProgramProfiled) {
+            "\n- **program_profiled**: the program's own block as the study database's entry \
+             recorded it (the entry's `program` blocks, kept by profiling since issue 38; older \
+             entries name none, and the method is absent) at the profiled size nearest to the \
+             case's it names one at, by profiled_best's rule \
+             (`klaraptor_program::validate::program_profiled`, which `klaraptor validate` \
+             shares), timed by the sweep: whether the profile's evidence about the program's \
+             shape, which the link's decision weighed for keeping the program's launch, \
+             carries over to the case's size. `default` is the program's block at the case's \
+             own size."
+        } else {
+            ""
+        }
     );
 
     // Flags.
@@ -1015,7 +1064,7 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
         }
     }
     for c in &st.cases {
-        for m in Method::COMPARED {
+        for &m in &methods {
             if let Some(f) = c.picks.get(&m).and_then(|p| p.flag.as_ref()) {
                 any = true;
                 let _ = writeln!(
@@ -1050,20 +1099,19 @@ pub fn markdown(st: &Study, json_name: &str, charts: &[(String, String)]) -> Str
                     .unwrap_or(f64::NAN)
             );
         }
-        if let Some(p) = c
-            .picks
-            .get(&Method::ProfiledBest)
-            .filter(|p| p.block.is_none())
-        {
-            any = true;
-            let _ = writeln!(
-                s,
-                "- {} {} at {}: profiled_best: {}",
-                c.program,
-                c.kernel,
-                c.sizes_text(),
-                p.how
-            );
+        for m in [Method::ProfiledBest, Method::ProgramProfiled] {
+            if let Some(p) = c.picks.get(&m).filter(|p| p.block.is_none()) {
+                any = true;
+                let _ = writeln!(
+                    s,
+                    "- {} {} at {}: {}: {}",
+                    c.program,
+                    c.kernel,
+                    c.sizes_text(),
+                    m.as_str(),
+                    p.how
+                );
+            }
         }
         if !c.failed.is_empty() {
             any = true;

@@ -6,7 +6,11 @@
 //! so the ratios compare like with like:
 //! - **optimum**: the fastest shape of the sweep;
 //! - **klaraptor**: the shape the instrumented build chose at that size (its
-//!   `KLARAPTOR_LOG` line, `source=model`): the model's first choice;
+//!   `KLARAPTOR_LOG` line, `source=model`): the model's first choice; where the link's
+//!   decision keeps the program's own launch ([`RationalProgram::program_chooses`], issue 38)
+//!   the program's own shape the runtime then launches
+//!   ([`klaraptor_program::validate::program_chooses_pick`]: the run's logged block, else the
+//!   block the `KLARAPTOR_DISABLE=1` run read back, never the model's first-ranked shape);
 //! - **settled**: the shape the runtime's refinement settled on in the same run (its
 //!   `refine: settled on` line; the choice run has `KLARAPTOR_CHOICES=off` and `--time 20`,
 //!   enough launches to settle), with the launches it took; a case without that line has
@@ -15,6 +19,11 @@
 //! - **profiled_best**: the fastest shape of the kernel's profile (the study database's entry
 //!   its rational program was built from, else the profile phase's records) at the profiled
 //!   size nearest in the logarithm of the sizes ([`klaraptor_program::validate::profiled_best`]);
+//! - **program_profiled** (only where the study database's entry names the program's own
+//!   block, [`klaraptor_profiler::record::Entry::program`]; older entries give no such pick):
+//!   that block at the profiled size nearest to the case's, by profiled_best's rule
+//!   ([`klaraptor_program::validate::program_profiled`], which `klaraptor validate` shares):
+//!   the profile's evidence of the program's shape that the link's decision weighed;
 //! - **default**: the program's own shape (the block `KLARAPTOR_DISABLE=1 --time` reports,
 //!   read back from the device: 32×8 for 2-D kernels, 256 for 1-D ones);
 //! - **occupancy**: the block size `cudaOccupancyMaxPotentialBlockSize` returns (the
@@ -30,6 +39,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use klaraptor_profiler::db::ProfileDb;
+use klaraptor_profiler::record::ProgramBlock;
 use klaraptor_program::rational::{self, RationalProgram};
 use klaraptor_program::validate::{
     self as kv, occupancy_shape, shape_text, ProfileTimes, Refines, OCCUPANCY_API,
@@ -53,6 +63,9 @@ pub struct Kernel {
     pub profiled: BTreeSet<Vec<i64>>,
     /// The profile profiled_best picks from (`Err`: why there is none).
     pub profile: std::result::Result<ProfileTimes, String>,
+    /// The program's own blocks the study database's entry names (program_profiled picks
+    /// from them; empty for an entry captured before issue 38, or without a database entry).
+    pub program_blocks: Vec<ProgramBlock>,
 }
 
 /// What the issue asks of each kernel's sizes, checked on the data.
@@ -415,8 +428,15 @@ fn load_kernels(paths: &Paths, program: &str, gpu: Option<&str>) -> Result<Vec<K
         if let Some(m) = &manifest {
             profiled.extend(m.provenance.profile_sizes.iter().cloned());
         }
+        // The entry the rational program was built from: its samples (profiled_best) and
+        // the program's own blocks it names (program_profiled; none in older entries).
+        let mut program_blocks = Vec::new();
         let from_db = match (&manifest, &db, &paths.profile_db) {
-            (Some(m), Some(db), _) => kv::manifest_profile(db, m),
+            (Some(m), Some(db), _) => kv::manifest_entry(db, m).map(|e| {
+                let p = kv::entry_profile(&e, db);
+                program_blocks = e.program;
+                p
+            }),
             (None, _, _) => Err("no rational program (prepare.sh models not run?)".into()),
             (_, None, Some(d)) => Err(format!("no profile database at {}", d.display())),
             (_, None, None) => Err("no profile database given".into()),
@@ -459,6 +479,7 @@ fn load_kernels(paths: &Paths, program: &str, gpu: Option<&str>) -> Result<Vec<K
             manifest,
             profiled,
             profile,
+            program_blocks,
         });
     }
     Ok(out)
@@ -509,8 +530,25 @@ fn build_case(
     let decision = decisions
         .iter()
         .find(|d| log_name.matches(&d.kernel) && d.sizes() == sizes);
+    let program_chooses = kernel
+        .manifest
+        .as_ref()
+        .is_some_and(RationalProgram::program_chooses);
     let mut k = Pick::default();
     match decision {
+        // The link's decision keeps the program's launch: the runtime launches the program's
+        // own shape (the block the run logged, else the one the KLARAPTOR_DISABLE=1 run read
+        // back), not the model's first-ranked one.
+        _ if program_chooses => {
+            let own = default_out.time_of(&kernel.name, &sizes).map(|t| t.block);
+            k = kv::program_chooses_pick(decision, own, "the instrumented build's run");
+            if decision.is_none() && own.is_none() {
+                k.block = Some(default_block(kernel.dim));
+                k.how
+                    .push_str("; the sample's documented default taken (no choice run)");
+                k.flag = Some("no choice run: documented default".into());
+            }
+        }
         Some(d) => {
             k = klaraptor_program::validate::decision_pick(d, model_first, "the instrumented build")
         }
@@ -565,6 +603,15 @@ fn build_case(
             &sizes,
         ),
     );
+    // program_profiled: the program's own block the study database's entry names, at the
+    // nearest profiled size it names one at (no pick where the entry names none).
+    if let Ok(p) = &kernel.profile {
+        if let Some(pp) =
+            kv::program_profiled_pick(p, &kernel.program_blocks, &kernel.labels, &sizes)
+        {
+            case.picks.insert(Method::ProgramProfiled, pp);
+        }
+    }
 
     // default
     let mut d = Pick::default();
@@ -937,6 +984,7 @@ mod tests {
             manifest: None,
             profiled: BTreeSet::new(),
             profile: Err("none".into()),
+            program_blocks: Vec::new(),
         };
         assert_eq!(grid_labels(&k), ["NJ", "NI"]);
     }

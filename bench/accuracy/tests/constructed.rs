@@ -14,7 +14,7 @@ use klaraptor_accuracy::study::{self, Method, Paths, Study};
 use klaraptor_profiler::db::ProfileDb;
 use klaraptor_profiler::plan::kernel_stem;
 use klaraptor_profiler::record::{
-    Counters, DeviceId, Entry, KernelId, Plan, Sample, FORMAT_VERSION,
+    Counters, DeviceId, Entry, KernelId, Plan, ProgramBlock, Sample, FORMAT_VERSION,
 };
 use klaraptor_program::rational::{self, RationalProgram};
 use klaraptor_spec::link::LinkSpec;
@@ -1291,5 +1291,247 @@ fn isolated_whole_runs_fill_the_records() {
         "| gemm | gemm | NI×NJ×NK = 1000×1000×1000 | 1.125 | 1.025 | isolated | yes |",
     ] {
         assert!(md.contains(needle), "the report lacks {needle:?}:\n{md}");
+    }
+}
+
+/// Names the program's own blocks (issue 38's `Entry::program`) in gemm's entry of the
+/// fixture's study database, as a profile captured since then does (CONSTRUCTED blocks).
+fn name_gemm_program_blocks(f: &Fixture, blocks: &[(Vec<i64>, [u32; 3])]) {
+    let db = ProfileDb::open(f.paths.profile_db.as_ref().unwrap()).unwrap();
+    let g = &f.gemm;
+    let mut e = db
+        .get(&g.mangled, &g.provenance.code_hash, &g.device.name)
+        .unwrap()
+        .expect("the fixture's gemm entry");
+    e.program = blocks
+        .iter()
+        .map(|(sizes, block)| ProgramBlock {
+            sizes: sizes.clone(),
+            block: *block,
+        })
+        .collect();
+    db.put(&e).unwrap();
+}
+
+/// program_profiled (issue 38): where the study database's entry names the program's own
+/// blocks, the one at the profiled size nearest to the case's it names one at, timed by the
+/// sweep; in the records, the summary, the summary and halves tables, the per-kernel table.
+/// The entry names 16×16 at 64³ and 64×4 at 128³ (not the program's 32×8 at the case's
+/// size: the method is the profile's evidence, not the launch): both gemm cases are nearest
+/// 128³ among those; mvt has no database entry, so no pick.
+#[test]
+fn program_profiled_where_the_entry_names_the_programs_blocks() {
+    let f = fixture();
+    let (at, block) = (vec![128i64, 128, 128], [64u32, 4, 1]);
+    name_gemm_program_blocks(&f, &[(vec![64, 64, 64], [16, 16, 1]), (at.clone(), block)]);
+    assert!(rational::candidates(2).contains(&block));
+    let st = Study::load(&f.paths, &f.sizes).unwrap();
+    for sz in [vec![1000i64, 1000, 1000], vec![2048, 2048, 256]] {
+        let c = st
+            .cases
+            .iter()
+            .find(|c| c.kernel == "gemm" && c.sizes == sz)
+            .unwrap();
+        let (_, tbest) = argmin(&sz, &rational::candidates(2));
+        let p = &c.picks[&Method::ProgramProfiled];
+        assert_eq!(p.block, Some(block), "{}", p.how);
+        assert_eq!(p.profiled_at.as_deref(), Some(&at[..]));
+        assert_eq!(p.profile_time_ms, Some(measured_ms(&at, block)));
+        assert_eq!(p.ratio, Some(tbest / measured_ms(&sz, block)));
+        assert!(p.how.contains("the program's own block"), "{}", p.how);
+        // The other methods are as without the entry's blocks.
+        assert_eq!(c.picks[&Method::Default].block, Some([32, 8, 1]));
+    }
+    for c in st.cases.iter().filter(|c| c.kernel == "mvt_x1") {
+        assert!(!c.picks.contains_key(&Method::ProgramProfiled));
+    }
+
+    let w = klaraptor_accuracy::report(&f.paths, &f.sizes, &f.out, None, &["gemm".into()], None)
+        .unwrap();
+    let recs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&w.json).unwrap()).unwrap();
+    assert_eq!(recs.len(), 26, "24 as before and 2 of program_profiled");
+    let pp: Vec<&serde_json::Value> = recs
+        .iter()
+        .filter(|r| r["method"] == "program_profiled")
+        .collect();
+    assert_eq!(pp.len(), 2);
+    for r in &pp {
+        assert_eq!(r["program"], "gemm");
+        assert_eq!(r["block"], serde_json::json!([64, 4, 1]), "{r}");
+        assert_eq!(r["profiled_at"]["NI"], 128, "{r}");
+        assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["profile_time_ms"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let sum: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&w.summary_json).unwrap()).unwrap();
+    let methods: Vec<&str> = sum.iter().map(|x| x["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "klaraptor",
+            "settled",
+            "profiled_best",
+            "program_profiled",
+            "default",
+            "occupancy"
+        ]
+    );
+    assert_eq!(sum[3]["cases"], 2);
+
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    let (_, t1) = argmin(&[1000, 1000, 1000], &rational::candidates(2));
+    let r1 = t1 / measured_ms(&[1000, 1000, 1000], block);
+    for needle in [
+        "| program_profiled | 2 |".to_string(),
+        "| test | program_profiled | 2 |".to_string(),
+        "| optimum | klaraptor | settled | profiled_best | program_profiled | default | \
+         occupancy | ρ |"
+            .to_string(),
+        "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- | ---: |".to_string(),
+        format!("| 64×4 {r1:.2} |"),
+        "2 of 4 cases have a profile that names the program's blocks, 0 of them without a ratio"
+            .to_string(),
+        "- **program_profiled**".to_string(),
+    ] {
+        assert!(md.contains(&needle), "the report lacks {needle:?}:\n{md}");
+    }
+    // Each per-kernel row has one cell more than before, for every case.
+    for l in md
+        .lines()
+        .filter(|l| l.starts_with("| gemm | gemm |") || l.starts_with("| mvt | mvt_x1 |"))
+    {
+        if l.contains("/66 |") || l.contains("/37 |") {
+            assert_eq!(l.matches('|').count(), 13, "{l}");
+        }
+    }
+}
+
+/// An entry without the program's blocks (captured before issue 38; the fixture's) gives no
+/// program_profiled at all: no pick, no record, no column, row or sentence, the tables as
+/// before.
+#[test]
+fn without_the_programs_blocks_nothing_changes() {
+    let f = fixture();
+    let st = Study::load(&f.paths, &f.sizes).unwrap();
+    assert!(st
+        .cases
+        .iter()
+        .all(|c| !c.picks.contains_key(&Method::ProgramProfiled)));
+    assert_eq!(Method::compared(&st.cases), Method::COMPARED);
+    let w = klaraptor_accuracy::report(&f.paths, &f.sizes, &f.out, None, &["gemm".into()], None)
+        .unwrap();
+    let recs = std::fs::read_to_string(&w.json).unwrap();
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    let sum = std::fs::read_to_string(&w.summary_json).unwrap();
+    for text in [&recs, &md, &sum] {
+        assert!(!text.contains("program_profiled"), "{text}");
+    }
+    assert!(md.contains(
+        "| optimum | klaraptor | settled | profiled_best | default | occupancy | ρ |\n\
+         | --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | ---: |\n"
+    ));
+    for l in md
+        .lines()
+        .filter(|l| l.starts_with("| gemm | gemm |") && l.contains("/66 |"))
+    {
+        assert_eq!(l.matches('|').count(), 12, "{l}");
+    }
+}
+
+/// klaraptor where the link's decision keeps the program's own launch (ChosenBy::Program,
+/// issue 38; the manifest says so): the block the run logged (source=program) at 1000³, the
+/// block the KLARAPTOR_DISABLE=1 run read back where the run logged no decision (2048² × 256),
+/// never the model's first-ranked shape; mvt (decided by the model) as before.
+#[test]
+fn klaraptor_is_the_programs_own_shape_when_the_program_chooses() {
+    let f = fixture();
+    let mut g = f.gemm.clone();
+    let mut d: klaraptor_program::decide::Decision = g.decision.clone().unwrap_or_else(|| {
+        serde_json::from_value(serde_json::json!({
+            "chosen_by": "program",
+            "why": "constructed: the program's own shape beat the model's on held-out sizes",
+            "held_out": [],
+        }))
+        .unwrap()
+    });
+    d.chosen_by = klaraptor_program::decide::ChosenBy::Program;
+    g.decision = Some(d);
+    assert!(g.program_chooses());
+    g.write(&f.paths.study.join("gemm/models")).unwrap();
+    let choice = f.paths.device.join("choice/gemm");
+    // The runtime keeps the program's launch: a source=program line at 1000³, none at
+    // 2048² × 256; no refinement; the harness times the program's shape.
+    write(
+        &choice.join("x1/model.log"),
+        "klaraptor: gemm NI=1000 NJ=1000 NK=1000 block=32x8x1 grid=32x125x1 source=program \
+         device=0:NVIDIA H200\n",
+    );
+    write(&choice.join("x2/model.log"), "");
+    for (stem, dims) in [("x1", "1000x1000x1000"), ("x2", "2048x2048x256")] {
+        let sz: Vec<i64> = dims.split('x').map(|v| v.parse().unwrap()).collect();
+        write(
+            &choice.join(stem).join("model.out"),
+            format!(
+                "KL_TIME gemm {dims} median_ms={:.6} block=32x8x1 launches=1\n",
+                measured_ms(&sz, [32, 8, 1])
+            ),
+        );
+    }
+    let st = Study::load(&f.paths, &f.sizes).unwrap();
+    for (sz, logged) in [
+        (vec![1000i64, 1000, 1000], true),
+        (vec![2048, 2048, 256], false),
+    ] {
+        let c = st
+            .cases
+            .iter()
+            .find(|c| c.kernel == "gemm" && c.sizes == sz)
+            .unwrap();
+        let model_first = g.model_rank(&sz).unwrap()[0].block;
+        assert_ne!(
+            model_first,
+            [32, 8, 1],
+            "the test would not tell them apart"
+        );
+        let k = &c.picks[&Method::Klaraptor];
+        assert_eq!(k.block, Some([32, 8, 1]), "{}", k.how);
+        assert_eq!(k.ratio, c.picks[&Method::Default].ratio);
+        assert!(
+            k.how.contains("keeps the program's own launch"),
+            "{}",
+            k.how
+        );
+        if logged {
+            assert!(k.how.contains("source=program"), "{}", k.how);
+        } else {
+            assert!(k.how.contains("logged no decision"), "{}", k.how);
+        }
+        assert!(k.flag.is_none(), "{:?}", k.flag);
+        assert!(k.harness_ms.is_some());
+    }
+    let m = st
+        .cases
+        .iter()
+        .find(|c| c.kernel == "mvt_x1" && c.sizes == [5000])
+        .unwrap();
+    assert_eq!(
+        m.picks[&Method::Klaraptor].block,
+        Some(f.mvt.rank(&[5000]).unwrap()[0].block)
+    );
+    let w = klaraptor_accuracy::report(&f.paths, &f.sizes, &f.out, None, &["gemm".into()], None)
+        .unwrap();
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    assert!(
+        md.contains("keeps the program's launch (chosen by: program's own; here gemm (gemm))"),
+        "{md}"
+    );
+    let recs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&w.json).unwrap()).unwrap();
+    for r in recs
+        .iter()
+        .filter(|r| r["program"] == "gemm" && r["method"] == "klaraptor")
+    {
+        assert_eq!(r["block"], serde_json::json!([32, 8, 1]), "{r}");
     }
 }
