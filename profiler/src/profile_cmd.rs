@@ -571,6 +571,19 @@ fn render_entry(e: &Entry, path: &Path, status: Option<&Status>, all: bool, out:
     if !p.note.is_empty() {
         let _ = writeln!(out, "  note      {}", indent_rest(&p.note, "            "));
     }
+    if !e.program.is_empty() {
+        // The program's own block at each profiled size (issue 38: the link's decision weighs
+        // it against the model and the profiled best).
+        let _ = writeln!(
+            out,
+            "  program   {}",
+            e.program
+                .iter()
+                .map(|b| format!("{} at {}", shape_str(&b.block), size_str(&b.sizes)))
+                .collect::<Vec<_>>()
+                .join("  ")
+        );
+    }
     let failed = e.samples.iter().filter(|s| s.error.is_some()).count();
     let _ = writeln!(
         out,
@@ -1071,6 +1084,34 @@ mod tests {
     }
 
     #[test]
+    fn show_names_the_programs_own_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = ProfileDb::open(dir.path().join("db")).unwrap();
+        let mut e = entry(
+            "saxpy",
+            "_Z5saxpyifPKfPf",
+            "new",
+            "NVIDIA H200",
+            "2026-02-03T00:00:00Z",
+        );
+        for (n, b) in [(1024, 128), (4096, 256)] {
+            crate::record::add_program_block(
+                &mut e.program,
+                crate::record::ProgramBlock {
+                    sizes: vec![n],
+                    block: [b, 1, 1],
+                },
+            );
+        }
+        db.put(&e).unwrap();
+        let out = exec(&db, &["show", "saxpy"]).unwrap();
+        assert!(
+            out.contains("  program   128x1x1 at 1024  256x1x1 at 4096\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn show_by_kernel_device_and_file() {
         let (_dir, db) = db_with_entries();
         let out = exec(&db, &["show", "saxpy", "--device", "a100"]).unwrap();
@@ -1112,6 +1153,9 @@ mod tests {
             out.contains("error: invalid configuration argument"),
             "{out}"
         );
+
+        // No line of the program's blocks in an entry without them.
+        assert!(!out.contains("  program "), "{out}");
 
         let file = db.list().unwrap()[0].path.clone();
         let out = exec(&db, &["show", file.to_str().unwrap()]).unwrap();
