@@ -620,18 +620,9 @@ fn the_carried_runtime_profiles_on_request() {
     let d = dir.path();
     let rt = embedded_object(d);
     let shim = root().join("runtime-shim");
-    let common = |cmd: &mut Command| {
-        cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
-            .arg("-I")
-            .arg(shim.join("include"))
-            .arg("-I")
-            .arg(shim.join("src"))
-            .arg("-I")
-            .arg(CUDA_INCLUDE);
-    };
     let from_sources = d.join("test_prof_sources");
     let mut c = Command::new(cc());
-    common(&mut c);
+    common::shim_c_flags(&mut c);
     run_ok(
         c.arg(shim.join("src/klaraptor_rt.c"))
             .arg(shim.join("src/klaraptor_prof.c"))
@@ -644,7 +635,7 @@ fn the_carried_runtime_profiles_on_request() {
     // entry point is the test's.
     let carried = d.join("test_prof_carried");
     let mut c = Command::new(cc());
-    common(&mut c);
+    common::shim_c_flags(&mut c);
     run_ok(
         c.arg("-D__wrap___cudaLaunchKernel=klaraptor__launch_kernel")
             .arg("-D__real___cudaLaunchKernel=__cudaLaunchKernel")
@@ -657,7 +648,7 @@ fn the_carried_runtime_profiles_on_request() {
     );
     let collector = d.join("libfake_collector.so");
     let mut c = Command::new(cc());
-    common(&mut c);
+    common::shim_c_flags(&mut c);
     run_ok(
         c.arg("-shared")
             .arg(shim.join("tests/fake_collector.c"))

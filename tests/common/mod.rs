@@ -237,6 +237,19 @@ pub fn c_compiler() -> String {
         .unwrap_or_else(|| "cc".into())
 }
 
+/// The flags the runtime's C sources and tests are built with here: C11, every warning an
+/// error, position-independent, and the runtime's and CUDA's headers.
+pub fn shim_c_flags(cmd: &mut Command) {
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-shim");
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
+        .arg("-I")
+        .arg(shim.join("include"))
+        .arg("-I")
+        .arg(shim.join("src"))
+        .arg("-I")
+        .arg(env!("KLARAPTOR_RT_CUDA_INCLUDE"));
+}
+
 /// Builds the profiling runtime's test program (runtime-shim/tests/test_prof.c linked with the
 /// real klaraptor_rt.c and klaraptor_prof.c and the fake CUDA runtime; its kernel is `vadd`)
 /// and the fake collector (a shared library) into `dir`, warnings as errors. Returns the
@@ -246,17 +259,8 @@ pub fn build_test_prof(dir: &Path) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(dir).unwrap();
     let exe = dir.join("test_prof");
     let lib = dir.join("libfake_collector.so");
-    let flags = |cmd: &mut Command| {
-        cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O1"])
-            .arg("-I")
-            .arg(shim.join("include"))
-            .arg("-I")
-            .arg(shim.join("src"))
-            .arg("-I")
-            .arg(env!("KLARAPTOR_RT_CUDA_INCLUDE"));
-    };
     let mut cmd = Command::new(c_compiler());
-    flags(&mut cmd);
+    shim_c_flags(&mut cmd);
     cmd.arg(shim.join("src/klaraptor_rt.c"))
         .arg(shim.join("src/klaraptor_prof.c"))
         .arg(shim.join("tests/test_prof.c"))
@@ -264,7 +268,7 @@ pub fn build_test_prof(dir: &Path) -> (PathBuf, PathBuf) {
         .args(["-ldl", "-lpthread", "-o"])
         .arg(&exe);
     let mut lib_cmd = Command::new(c_compiler());
-    flags(&mut lib_cmd);
+    shim_c_flags(&mut lib_cmd);
     lib_cmd
         .arg("-shared")
         .arg(shim.join("tests/fake_collector.c"))
