@@ -918,6 +918,16 @@ static void t_cache(void) {
   CHECK(run(NULL, 4096, 0) == 128);
   klaraptor__save_progress_for_tests();
   fprintf(stderr, "---\n");
+  /* a directory not there yet, two levels below one that is: the first launch only looks
+   * (nothing made on its path); the run's end makes it and writes the key's progress */
+  snprintf(dir, sizeof dir, "%s/choices-later/a/b", g_dir);
+  fresh(NULL, dir);
+  run(NULL, 4096, 0);
+  CHECK(access(dir, F_OK) != 0);
+  for (int i = 0; i < 9; i++) run(NULL, 4096, 0);
+  klaraptor__save_progress_for_tests();
+  CHECK(progress_file(dir, path, sizeof path) == 1 ||
+        choice_files(dir, path, sizeof path, &tmps) == 1);
   printf("ok cache\n");
 }
 
