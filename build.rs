@@ -64,6 +64,9 @@ fn build_runtime_shim() {
     for f in SHIM_SOURCES.iter().chain(SHIM_HEADERS) {
         println!("cargo:rerun-if-changed={f}");
     }
+    // The cc crate adds CFLAGS to the runtime's compile (a measurement's -DKLARAPTOR_PROBE,
+    // say); with cargo_metadata(false) below it does not say so to cargo itself.
+    println!("cargo:rerun-if-env-changed=CFLAGS");
     // Warnings are errors in the integration test (tests/runtime_shim.rs), which compiles
     // the shim again, with a fake of the CUDA runtime, against the same headers. Not here:
     // another compiler version must not break the driver build.

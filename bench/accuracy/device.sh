@@ -337,7 +337,9 @@ while IFS=$'\t' read -r phase id prog est plan cmd; do
     profile|exhaustive)
       mkdir -p "$dir/records"
       [ "$PHASE" = profile ] && cp "$ph/env.txt" "$ph/$prog/env.txt"
-      extra=()
+      # profile: the program's own block measured as well at each size where it is a legal
+      # shape (program_profiled), as a link's profiling does
+      extra=(KLARAPTOR_PROFILE_PROGRAM=1)
       [ "$PHASE" = exhaustive ] && extra=(KLARAPTOR_COLLECT_TIME_ONLY=1 KLARAPTOR_PROFILE_MAX_SIZES=1000)
       (cd "$STUDY/$prog" && env -u KLARAPTOR_FORCE -u KLARAPTOR_DISABLE -u KLARAPTOR_LOG \
          KLARAPTOR_PROFILE_OUT="$dir/records" KLARAPTOR_PROFILE_PLAN="$STUDY/$plan" \

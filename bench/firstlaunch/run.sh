@@ -24,9 +24,9 @@
 #                                                   commit's runtime as a third build
 # Modes of the klaraptor build: shipped (refinement on, an empty choices cache each run),
 # model (KLARAPTOR_REFINE=off, no cache), own (KLARAPTOR_DISABLE=1); none of them logs (one
-# more shipped run writes shipped.log, untimed). `cpu` adds dir: shipped with the cache's
-# directory there and empty (the usual first run of a program: shipped's first key also
-# makes the directory, a file-system write of tens of us on the VM below).
+# more shipped run writes shipped.log, untimed); dir: shipped with the cache's
+# directory there and empty (a program's run after one that decided nothing; since the
+# directory is made by the cache's first write, shipped's first key only looks for it).
 #
 # On the CPU (2-core x86-64 VM, AMD EPYC, no GPU, shared and loaded: its file system's
 # numbers vary by 2x between sessions), `cpu` with BASE, 200 processes, medians, before ->
@@ -83,6 +83,8 @@ device)
     "$dev/plain/firstlaunch" 16 >"$out/plain.$r.txt" 2>"$out/plain.$r.err"
     rm -rf "$out/cache"
     KLARAPTOR_CHOICES=$out/cache "$dev/kl/firstlaunch" 16 >"$out/shipped.$r.txt" 2>"$out/shipped.$r.err"
+    rm -rf "$out/cache" && mkdir "$out/cache"
+    KLARAPTOR_CHOICES=$out/cache "$dev/kl/firstlaunch" 16 >"$out/dir.$r.txt" 2>"$out/dir.$r.err"
     KLARAPTOR_REFINE=off KLARAPTOR_CHOICES=off "$dev/kl/firstlaunch" 16 >"$out/model.$r.txt" 2>"$out/model.$r.err"
     KLARAPTOR_DISABLE=1 "$dev/kl/firstlaunch" 16 >"$out/own.$r.txt" 2>"$out/own.$r.err"
   done
@@ -102,25 +104,30 @@ def read(mode, r):
         elif w[0] == "second": second.append(float(w[2]))
         else: extra[w[0]] = float(w[1])
     return first, second, extra
-rows = {}
-for mode in ["plain", "shipped", "model", "own"]:
-    f0, fk, s, props, drv = [], [], [], [], []
+rows, totals, second1 = {}, {}, {}
+for mode in ["plain", "shipped", "dir", "model", "own"]:
+    f0, fk, s, props, drv, tot, s1 = [], [], [], [], [], [], []
     for r in range(1, runs + 1):
         first, second, extra = read(mode, r)
         f0.append(first[0]); fk.append(st.median(first[1:])); s.append(st.median(second))
         props.append(extra.get("props_us", -1)); drv.append(extra.get("driver_name_us", -1))
+        tot.append(sum(first) + sum(second)); s1.append(second[0])
     rows[mode] = (st.median(f0), st.median(fk), st.median(s), st.median(props), st.median(drv))
-print(f"{'mode':8} {'first key us':>13} {'later keys us':>14} {'second launch us':>17}")
+    totals[mode], second1[mode] = st.median(tot), st.median(s1)
+print(f"{'mode':8} {'first key us':>13} {'later keys us':>14} {'second launch us':>17} "
+      f"{'first key 2nd us':>17} {'all launches us':>16}")
 for m, (a, b, c, _, _) in rows.items():
-    print(f"{m:8} {a:13.1f} {b:14.1f} {c:17.1f}")
+    print(f"{m:8} {a:13.1f} {b:14.1f} {c:17.1f} {second1[m]:17.1f} {totals[m]:16.1f}")
 p = rows["plain"]
-for m in ["shipped", "model", "own"]:
+for m in ["shipped", "dir", "model", "own"]:
     a, b, c, _, _ = rows[m]
-    print(f"{m}: first key +{a - p[0]:.1f} us, each later key +{b - p[1]:.1f} us, a memo hit +{c - p[2]:.1f} us over plain nvcc")
+    print(f"{m}: first key +{a - p[0]:.1f} us, each later key +{b - p[1]:.1f} us, a memo hit +{c - p[2]:.1f} us, "
+          f"the first key's second launch (the process's first timed one) +{second1[m] - second1['plain']:.1f} us, "
+          f"all launches of the run +{totals[m] - totals['plain']:.1f} us over plain nvcc")
 print(f"cudaGetDeviceProperties: {rows['plain'][3]:.1f} us; cuDeviceGetName: {rows['plain'][4]:.1f} us (medians, {runs} runs)")
 # A build with -DKLARAPTOR_PROBE: the first key's first launch step by step (the lines before
 # the second "probe entry"), medians over the runs.
-for mode in ["shipped", "model", "own"]:
+for mode in ["shipped", "dir", "model", "own"]:
     steps, order = {}, []
     for r in range(1, runs + 1):
         for line in open(f"{out}/{mode}.{r}.err"):
