@@ -990,7 +990,6 @@ fn refinement_cases() {
             "ok run_start",
             "ok run_lengths",
             "ok short_gated",
-            "ok gate_async",
             "ok undecided",
             "all refinement cases passed",
         ])

@@ -39,9 +39,6 @@ void klaraptor__set_device_query(klaraptor_current_device_fn current,
 void klaraptor__reset_for_tests(void);
 /* Runs what the runtime does at exit for keys still refining (their progress files, the log). */
 void klaraptor__save_progress_for_tests(void);
-/* Tests: 1 makes the gate on a thread of its own when a key begins to refine, as a program
- * does (reset_for_tests turns that off: the gate is then made at its first use). */
-void klaraptor__gate_async_for_tests(int on);
 
 /* Called by the launch entry point (klaraptor_prof.c) right before it passes a launch on,
  * with the gate it holds the stream at (0: none): a timed launch holds the stream at a gate

@@ -5,7 +5,6 @@
  * fails with cudaErrorNoDevice), cudaSetDevice for the calling thread only (as CUDA's current
  * device is per thread). fake_cudart_fail_attr makes cudaDeviceGetAttribute fail for one
  * attribute. */
-#define _POSIX_C_SOURCE 200809L
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -111,7 +110,6 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 double fake_cudart_gpu_us = 0;
@@ -212,18 +210,8 @@ int cuStreamWaitValue32_v2(void *stream, unsigned long long addr, unsigned int v
   return 0;
 }
 
-/* The real time a pinned allocation takes (ms): a process's first one takes about 1 ms on
- * an H200; tests make it long enough to be sure what runs while it lasts. */
-int fake_cudart_host_alloc_ms = 0;
-
 cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
   (void)flags;
-  if (fake_cudart_host_alloc_ms > 0) {
-    struct timespec ts = {fake_cudart_host_alloc_ms / 1000,
-                          (long)(fake_cudart_host_alloc_ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-  }
   *p = calloc(1, size);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
