@@ -467,6 +467,11 @@ pub struct DecisionRule {
     /// measured fast ([`rational::barrier_cap`]); false lets the model choose any block, as
     /// the link did before (a model that leans to large blocks there).
     pub cap_at_barriers: bool,
+    /// Whether a kernel whose threads follow its data holds its per-thread work at the
+    /// largest profiled sizes where the profile shows it growing far slower than the data
+    /// (a boundary share, not a loop: [`rational::HOLD_ELASTICITY`]); false extrapolates
+    /// every fit, as the link did before.
+    pub hold_boundary_work: bool,
 }
 
 impl Default for DecisionRule {
@@ -477,6 +482,7 @@ impl Default for DecisionRule {
             loop_factor: LOOP_FACTOR,
             spread_loops: true,
             cap_at_barriers: true,
+            hold_boundary_work: true,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! then the larger by: wide blocks keep rows of a warp on contiguous addresses. The same
 //! order decides in Rust ([`RationalProgram::rank`]) and in C.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -89,6 +89,13 @@ pub struct RationalProgram {
     /// manifests written before.
     #[serde(default)]
     pub shares_held_at: Vec<f64>,
+    /// The launch totals fitted per thread of the domain ([`Self::per_domain_thread`]) that
+    /// are evaluated, like the shares, with the data held to [`Self::shares_held_at`]: in a
+    /// kernel whose threads follow its data, the work of one thread that the profile shows
+    /// growing with every data size far slower than the size itself
+    /// ([`boundary_held`]). Empty (nothing held) in manifests written before.
+    #[serde(default)]
+    pub held_per_thread: std::collections::BTreeSet<String>,
     /// The shape the profile measured fastest at each profiled size
     /// ([`crate::validate::profiled_best`] there): the rational program's `profiled_best`
     /// picks the one of the size nearest a launch's data, and the runtime's refinement tries
@@ -518,6 +525,7 @@ pub fn build_model_with(
                     .fold(0.0, |a: f64, &v| a.max(v as f64))
             })
             .collect(),
+        held_per_thread: BTreeSet::new(),
         profiled: Vec::new(),
         faulted,
         left_out_after_faults,
@@ -530,9 +538,95 @@ pub fn build_model_with(
         threads_loop: spread_loops && loops,
         parsed: Default::default(),
     };
+    if rule.hold_boundary_work && !prog.threads_loop {
+        let sizes: Vec<Vec<i64>> = samples.iter().map(|(s, _)| s.sizes.clone()).collect();
+        prog.held_per_thread = boundary_held(&prog, &sizes);
+    }
     prog.time_fit = fit_time(&prog, &usable);
     prog.profiled = profiled_table(entry, spec.data.len());
     Ok(prog)
+}
+
+/// Below this elasticity of a per-thread fit in every data size (the relative change of the
+/// work over the relative change of the size, across the profiled range), a kernel's work
+/// per thread is taken to grow only through the share of its threads at the domain's
+/// boundary ([`boundary_held`]). A loop whose length is a data size gives about 1 (a
+/// matrix product's row of K: twice the K, twice the work), plus what each thread does
+/// once; a stencil's boundary gives 0.2–0.3 over 32–64 (the radius-4 star's instructions
+/// per warp: 116, 121, 133 at 32³, 48³, 64³).
+pub const HOLD_ELASTICITY: f64 = 0.5;
+
+/// The per-domain-thread fits of `prog` (a kernel whose threads follow its data) to hold at
+/// the largest profiled sizes: those whose elasticity in each data size across the profiled
+/// range (the fit at the largest sizes against the fit with that one size at its smallest
+/// profiled value, the others at their largest), the median over the candidate shapes, is
+/// below [`HOLD_ELASTICITY`] in magnitude for every data size that the profile varied.
+///
+/// The mechanism (docs/model.md, "Work per thread beyond the profiled sizes"): a thread of
+/// such a kernel computes its points of the domain; what it does grows with a data size
+/// only through a loop whose length that size sets, or through the share of threads at the
+/// domain's edge, which do less and whose share shrinks as the domain grows. The first
+/// grows without bound and the fit extrapolates it; the second tends to the interior
+/// thread's work, which a polynomial numerator fitted over a narrow range does not: the
+/// radius-4 star's fit, bilinear in NX and NY over 32–64, gave 918 instructions per warp at
+/// 257 × 263 × 251 against 133 at 64³, every shape bound by issue at about the same time,
+/// and a choice of 0.26 of the optimum. Held, a thread's work at a larger size is what it
+/// was at the largest profiled one.
+pub fn boundary_held(prog: &RationalProgram, sizes: &[Vec<i64>]) -> BTreeSet<String> {
+    let nd = prog.data.len();
+    let lo: Vec<f64> = (0..nd)
+        .map(|i| {
+            sizes
+                .iter()
+                .filter_map(|s| s.get(i))
+                .fold(f64::INFINITY, |a, &v| a.min(v as f64))
+        })
+        .collect();
+    let hi = &prog.shares_held_at;
+    let mut out = BTreeSet::new();
+    if nd == 0 || hi.len() != nd {
+        return out;
+    }
+    let nb = usize::from(prog.dim.clamp(1, 3));
+    for name in &prog.per_domain_thread {
+        let Some(f) = prog.metrics.get(name) else {
+            continue;
+        };
+        let mut worst = 0.0f64;
+        let mut known = false;
+        for i in 0..nd {
+            if !(lo[i].is_finite() && lo[i] > 0.0 && hi[i] > lo[i]) {
+                continue; // a size the profile did not vary says nothing
+            }
+            let mut e: Vec<f64> = prog
+                .candidates
+                .iter()
+                .filter_map(|b| {
+                    let mut x: Vec<f64> = hi.clone();
+                    for v in b.iter().take(nb) {
+                        x.push(f64::from(*v).log2());
+                    }
+                    let top = f.eval(&x);
+                    x[i] = lo[i];
+                    let bottom = f.eval(&x);
+                    (top > 0.0 && bottom > 0.0 && top.is_finite() && bottom.is_finite())
+                        .then(|| (top / bottom).ln() / (hi[i] / lo[i]).ln())
+                })
+                .collect();
+            if e.is_empty() {
+                worst = f64::INFINITY;
+                break;
+            }
+            e.sort_by(|a, b| a.total_cmp(b));
+            let median = e[e.len() / 2];
+            worst = worst.max(median.abs());
+            known = true;
+        }
+        if known && worst < HOLD_ELASTICITY {
+            out.insert(name.clone());
+        }
+    }
+    out
 }
 
 /// The block size a kernel that waits at barriers keeps to ([`barrier_cap`]).
@@ -736,7 +830,11 @@ impl RationalProgram {
         }
         let mut v = [0.0; METRICS.len()];
         for (i, name) in METRICS.iter().enumerate() {
-            let at = if metrics::is_share(i) { &held } else { &x };
+            let at = if metrics::is_share(i) || self.held_per_thread.contains(*name) {
+                &held
+            } else {
+                &x
+            };
             v[i] = self
                 .metrics
                 .get(*name)
@@ -1113,15 +1211,24 @@ impl RationalProgram {
             } else {
                 ""
             };
+            // A thread's work held at the largest profiled sizes (boundary_held).
+            let (at, note) = if self.held_per_thread.contains(*name) {
+                (
+                    &held,
+                    " /* a thread's work at the data held to the largest profiled sizes */",
+                )
+            } else {
+                (&args, "")
+            };
             if metrics::is_warp_count(i) {
                 let _ = writeln!(
                     c,
-                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})){unit} / lanes / warps / busy;"
+                    "  m->{name} = kl_nonneg(kl_fit_{name}({at})){unit} / lanes / warps / busy;{note}"
                 );
             } else if metrics::is_total(i) {
                 let _ = writeln!(
                     c,
-                    "  m->{name} = kl_nonneg(kl_fit_{name}({args})){unit} / warps / busy;"
+                    "  m->{name} = kl_nonneg(kl_fit_{name}({at})){unit} / warps / busy;{note}"
                 );
             } else if metrics::is_share(i) {
                 let _ = writeln!(
