@@ -18,9 +18,8 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use klaraptor_profiler::record::Entry;
 use klaraptor_program::decide::{self, DecisionRule};
@@ -328,23 +327,7 @@ fn harness(dir: &Path, prog: &RationalProgram, name: &str) -> std::path::PathBuf
 
 /// The harness's output lines in `mode` (`select`, `rank`), one line of sizes each.
 fn harness_lines(exe: &Path, mode: &str, sizes: &[Vec<i64>]) -> Vec<String> {
-    let mut child = Command::new(exe)
-        .arg(mode)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for n in sizes {
-            let line: Vec<String> = n.iter().map(i64::to_string).collect();
-            writeln!(stdin, "{}", line.join(" ")).unwrap();
-        }
-    }
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = String::from_utf8(o.stdout).unwrap();
+    let out = common::harness_output(exe, mode, sizes);
     let lines: Vec<String> = out.lines().map(String::from).collect();
     assert_eq!(lines.len(), sizes.len(), "{out}");
     lines

@@ -10,9 +10,8 @@ mod common;
 use common::*;
 
 use std::collections::BTreeSet;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use klaraptor_profiler::db::ProfileDb;
@@ -439,7 +438,7 @@ fn generated_c_selects_what_rust_ranks_first() {
 /// Runs the harness's `select` on every size and checks that the C picks the block the Rust
 /// ranks first, with the same predicted time within 1e-9 relative (see above).
 fn select_matches_rank(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
-    let out = harness_lines(exe, "select", sizes);
+    let out = harness_output(exe, "select", sizes);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), sizes.len(), "{out}");
     let (mut exact, mut worst) = (0usize, 0.0f64);
@@ -498,7 +497,7 @@ fn profiled_matches(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
         all.push(p.sizes.clone());
         all.push(p.sizes.iter().map(|v| v + 1).collect());
     }
-    let out = harness_lines(exe, "profiled", &all);
+    let out = harness_output(exe, "profiled", &all);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), all.len(), "{out}");
     for (n, line) in all.iter().zip(&lines) {
@@ -517,29 +516,10 @@ fn profiled_matches(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
     }
 }
 
-/// The harness's output in `mode` (`select`, `rank`) for one line of sizes each.
-fn harness_lines(exe: &Path, mode: &str, sizes: &[Vec<i64>]) -> String {
-    let mut child = Command::new(exe)
-        .arg(mode)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for n in sizes {
-            let line: Vec<String> = n.iter().map(i64::to_string).collect();
-            writeln!(stdin, "{}", line.join(" ")).unwrap();
-        }
-    }
-    ok_stdout(&child.wait_with_output().unwrap())
-}
-
 /// The C's `kl_rank` (the shapes the runtime's refinement tries) gives the Rust ranking's
 /// first three shapes in order, and as many allowed shapes.
 fn rank_matches_rank(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
-    let out = harness_lines(exe, "rank", sizes);
+    let out = harness_output(exe, "rank", sizes);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), sizes.len(), "{out}");
     for (n, line) in sizes.iter().zip(&lines) {

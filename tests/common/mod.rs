@@ -285,3 +285,28 @@ pub fn build_test_prof(dir: &Path) -> (PathBuf, PathBuf) {
     }
     (exe, lib)
 }
+
+/// The output of tests/fixtures/select-harness/harness.c (a generated rational program
+/// compiled with it: `exe`) in `mode` (`select`, `rank`, `profiled`), fed one line of sizes
+/// each; panics with its stderr when it fails.
+pub fn harness_output(exe: &Path, mode: &str, sizes: &[Vec<i64>]) -> String {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut child = Command::new(exe)
+        .arg(mode)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for n in sizes {
+            let line: Vec<String> = n.iter().map(i64::to_string).collect();
+            writeln!(stdin, "{}", line.join(" ")).unwrap();
+        }
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
