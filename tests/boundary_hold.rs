@@ -19,7 +19,6 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 
 use klaraptor_profiler::record::Entry;
 use klaraptor_program::decide::{self, DecisionRule};
@@ -294,34 +293,12 @@ fn a_threads_work_that_loops_over_a_size_is_not_held() {
     assert!(at(4096) > 8.0 * at(256), "{} {}", at(4096), at(256));
 }
 
-/// Compiles the select harness (tests/fixtures/select-harness) with a generated program,
-/// with the flags klaraptor-cc compiles rational programs with (as tests/link_models.rs).
+/// Compiles the select harness (tests/fixtures/select-harness) with a generated program.
 fn harness(dir: &Path, prog: &RationalProgram, name: &str) -> std::path::PathBuf {
     let c_file = dir.join(format!("{name}.c"));
     std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
     let exe = dir.join(name);
-    let o = Command::new(common::c_compiler())
-        .args([
-            "-std=c99",
-            "-O2",
-            "-ffp-contract=off",
-            "-Wall",
-            "-Wextra",
-            "-I",
-        ])
-        .arg(repo().join("runtime-shim/include"))
-        .arg(repo().join("tests/fixtures/select-harness/harness.c"))
-        .arg(&c_file)
-        .arg("-lm")
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "building the harness:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    common::build_select_harness(&c_file, &exe);
     exe
 }
 

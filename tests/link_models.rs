@@ -356,29 +356,6 @@ fn differential_sizes() -> Vec<i64> {
     s.into_iter().collect()
 }
 
-/// Compiles the select harness (tests/fixtures/select-harness) with a generated program,
-/// with the flags klaraptor-cc compiles rational programs with.
-fn harness(c_file: &Path, exe: &Path) {
-    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args([
-            "-std=c99",
-            "-O2",
-            "-ffp-contract=off",
-            "-Wall",
-            "-Wextra",
-            "-I",
-        ])
-        .arg(repo().join("runtime-shim/include"))
-        .arg(repo().join("tests/fixtures/select-harness/harness.c"))
-        .arg(c_file)
-        .arg("-lm")
-        .arg("-o")
-        .arg(exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "building the harness:\n{}", stderr(&o));
-}
-
 /// The generated C of mm, called through the `klaraptor_model.select` pointer it registers,
 /// picks the block `RationalProgram::rank` (Rust, what `klaraptor explain` shows) ranks first,
 /// with the same predicted time, at 200 sizes.
@@ -400,7 +377,7 @@ fn generated_c_selects_what_rust_ranks_first() {
     let prog = program(&b.sample, MM);
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("harness");
-    harness(&b.sample.join("matmul.klaraptor/mm.nvidia-h200.c"), &exe);
+    build_select_harness(&b.sample.join("matmul.klaraptor/mm.nvidia-h200.c"), &exe);
 
     // The harness passes the device the program was made for.
     let o = Command::new(&exe).arg("device").output().unwrap();
@@ -575,7 +552,7 @@ fn generated_c_holds_the_l1_hit_rate_like_rust() {
     let c_file = dir.path().join(&prog.c_name);
     std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
     let exe = dir.path().join("harness");
-    harness(&c_file, &exe);
+    build_select_harness(&c_file, &exe);
     let mut state = 0x636f_7272_6d61_7472;
     let mut sizes: Vec<Vec<i64>> = vec![vec![64, 64], vec![256, 256], vec![257, 255]];
     while sizes.len() < 100 {
@@ -602,7 +579,7 @@ fn c_matches_rust(
     std::fs::write(&c_file, prog.to_c().unwrap()).unwrap();
     assert!(std::fs::read_to_string(&c_file).unwrap().contains(marker));
     let exe = dir.join("harness");
-    harness(&c_file, &exe);
+    build_select_harness(&c_file, &exe);
     let mut state = seed;
     let target = sizes.len() + extra;
     while sizes.len() < target {
@@ -706,7 +683,7 @@ fn shared_memory_that_follows_the_block_filters_the_candidates() {
     );
     std::fs::write(&c_file, &text).unwrap();
     let exe = dir.path().join("harness");
-    harness(&c_file, &exe);
+    build_select_harness(&c_file, &exe);
     let mut state = 0x7368_6d65_6d5f_6278;
     let mut sizes = sizes;
     while sizes.len() < 60 {

@@ -310,3 +310,27 @@ pub fn harness_output(exe: &Path, mode: &str, sizes: &[Vec<i64>]) -> String {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap()
 }
+
+/// Compiles tests/fixtures/select-harness/harness.c with the generated rational program
+/// `c_file` into `exe`, with the flags klaraptor-cc compiles rational programs with.
+pub fn build_select_harness(c_file: &Path, exe: &Path) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let o = Command::new(c_compiler())
+        .args([
+            "-std=c99",
+            "-O2",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Wextra",
+            "-I",
+        ])
+        .arg(repo.join("runtime-shim/include"))
+        .arg(repo.join("tests/fixtures/select-harness/harness.c"))
+        .arg(c_file)
+        .arg("-lm")
+        .arg("-o")
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "building the harness:\n{}", stderr(&o));
+}
