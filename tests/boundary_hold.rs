@@ -375,18 +375,7 @@ fn the_generated_c_holds_a_threads_work_like_rust() {
         let want = first.prediction.time_us;
         assert!(rel(us, want) <= 1e-9, "{n:?}: C {us} µs, Rust {want} µs");
     }
-    for (line, n) in harness_lines(&exe, "rank", &sizes).iter().zip(&sizes) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let k = n.len();
-        let ranked = p.rank(n).unwrap();
-        assert_eq!(f[k].parse::<usize>().unwrap(), ranked.len(), "{line}");
-        let want: Vec<String> = ranked
-            .iter()
-            .take(3)
-            .map(|r| format!("{}x{}x{}", r.block[0], r.block[1], r.block[2]))
-            .collect();
-        assert_eq!(f[k + 1..].to_vec(), want, "{n:?}: C ranks {line}");
-    }
+    common::assert_c_rank_matches(&exe, &p, &sizes);
 
     // Shape by shape, at 16× the profile: a program whose one candidate is the shape.
     let big = vec![4096, 4048];

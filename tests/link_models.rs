@@ -454,7 +454,7 @@ fn select_matches_rank(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
         prog.kernel,
         sizes.len()
     );
-    rank_matches_rank(exe, prog, sizes);
+    assert_c_rank_matches(exe, prog, sizes);
     profiled_matches(exe, prog, sizes);
 }
 
@@ -490,27 +490,6 @@ fn profiled_matches(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
     }
     for p in &prog.profiled {
         assert_eq!(prog.profiled_best(&p.sizes), Some(p.block), "{p:?}");
-    }
-}
-
-/// The C's `kl_rank` (the shapes the runtime's refinement tries) gives the Rust ranking's
-/// first three shapes in order, and as many allowed shapes.
-fn rank_matches_rank(exe: &Path, prog: &RationalProgram, sizes: &[Vec<i64>]) {
-    let out = harness_output(exe, "rank", sizes);
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), sizes.len(), "{out}");
-    for (n, line) in sizes.iter().zip(&lines) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let k = n.len();
-        let ranked = prog.rank(n).unwrap();
-        let total: usize = f[k].parse().unwrap();
-        assert_eq!(total, ranked.len(), "{n:?}: {line}");
-        let want: Vec<String> = ranked
-            .iter()
-            .take(3)
-            .map(|r| format!("{}x{}x{}", r.block[0], r.block[1], r.block[2]))
-            .collect();
-        assert_eq!(f[k + 1..].to_vec(), want, "{n:?}: C ranks {line}");
     }
 }
 

@@ -334,3 +334,28 @@ pub fn build_select_harness(c_file: &Path, exe: &Path) {
         .unwrap();
     assert!(o.status.success(), "building the harness:\n{}", stderr(&o));
 }
+
+/// The C's `kl_rank` (the shapes the runtime's refinement tries) gives the Rust ranking's
+/// first three shapes in order, and as many allowed shapes.
+pub fn assert_c_rank_matches(
+    exe: &Path,
+    prog: &klaraptor_program::rational::RationalProgram,
+    sizes: &[Vec<i64>],
+) {
+    let out = harness_output(exe, "rank", sizes);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), sizes.len(), "{out}");
+    for (n, line) in sizes.iter().zip(&lines) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let k = n.len();
+        let ranked = prog.rank(n).unwrap();
+        let total: usize = f[k].parse().unwrap();
+        assert_eq!(total, ranked.len(), "{n:?}: {line}");
+        let want: Vec<String> = ranked
+            .iter()
+            .take(3)
+            .map(|r| format!("{}x{}x{}", r.block[0], r.block[1], r.block[2]))
+            .collect();
+        assert_eq!(f[k + 1..].to_vec(), want, "{n:?}: C ranks {line}");
+    }
+}
