@@ -216,6 +216,25 @@ cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
+/* Pages pinned by cudaHostRegister (the gate's word lies on one); a range already pinned is
+ * refused, as CUDA does. */
+int fake_cudart_registered = 0;
+static void *fake_registered[16];
+cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags) {
+  (void)size;
+  (void)flags;
+  pthread_mutex_lock(&fake_lock);
+  for (int i = 0; i < fake_cudart_registered; i++)
+    if (fake_registered[i] == p) {
+      pthread_mutex_unlock(&fake_lock);
+      return cudaErrorHostMemoryAlreadyRegistered;
+    }
+  if (fake_cudart_registered == 16) abort();
+  fake_registered[fake_cudart_registered++] = p;
+  pthread_mutex_unlock(&fake_lock);
+  return cudaSuccess;
+}
+
 cudaError_t cudaHostGetDevicePointer(void **dev, void *host, unsigned int flags) {
   (void)flags;
   *dev = host;

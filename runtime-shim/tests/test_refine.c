@@ -53,6 +53,7 @@ extern double fake_cudart_latency_jitter_us;
 extern int fake_cudart_gate_stuck;
 extern int fake_cudart_wait_refused;
 extern int fake_cudart_gates;
+extern int fake_cudart_registered;
 int fake_cudart_gated(void);
 
 static int g_failures;
@@ -1643,6 +1644,8 @@ static void t_short_gated(void) {
   CHECK(gated == 2 * seeds);
   CHECK(refused >= 0 && refused < 2 * seeds);
   CHECK(g_left_held == 0 && fake_cudart_gate_stuck == 0);
+  /* the word's page is pinned once per process, however often the gate is made again */
+  CHECK(fake_cudart_registered == 1);
   printf("ok short_gated\n");
 }
 
