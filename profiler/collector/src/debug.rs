@@ -11,11 +11,26 @@ pub fn enabled() -> bool {
     })
 }
 
-/// Prints one line on stderr in verbose mode.
+/// Milliseconds since the collector's first verbose line: each line carries it, so that a
+/// run's lines are also its timeline.
+pub fn elapsed_ms() -> f64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
+        * 1e3
+}
+
+/// Prints one line on stderr in verbose mode, after the milliseconds since the first.
 macro_rules! debug {
     ($($arg:tt)*) => {
         if $crate::debug::enabled() {
-            eprintln!("klaraptor-collect: {}", format_args!($($arg)*));
+            eprintln!(
+                "klaraptor-collect: [{:9.3} ms] {}",
+                $crate::debug::elapsed_ms(),
+                format_args!($($arg)*)
+            );
         }
     };
 }

@@ -40,7 +40,10 @@
 //! - `KLARAPTOR_COLLECT_TIMING=1`: one `klaraptor-collect: timing <kernel> key=value …` line
 //!   per request on stderr: where its wall time went ([`sweep::SweepStats`]);
 //! - `KLARAPTOR_COLLECT_EXTRA_METRICS=a.sum,b.sum`: metrics collected besides the table's and
-//!   only shown in the `metric values` lines (for trying candidate metrics on a GPU).
+//!   only shown in the `metric values` lines (for trying candidate metrics on a GPU);
+//! - `KLARAPTOR_COLLECT_ATOMICS=1`: also count global atomic and reduction requests
+//!   (`global_atomic_requests`; otherwise absent from the samples): no model reads them, and
+//!   on the GH100 they add a profiler pass to every profiled size.
 //!
 //! What the fields mean, where the collector's differ from ncu's: `regs_per_thread` is the
 //! compiled kernel's count (`CU_FUNC_ATTRIBUTE_NUM_REGS`, as `ptxas -v` and

@@ -119,9 +119,19 @@ pub fn halve(chunk: &[usize]) -> Option<(Vec<usize>, Vec<usize>, usize)> {
 pub struct SweepStats {
     /// Shapes of the request.
     pub shapes: usize,
+    /// The collector's own start (libcuda and libcupti loaded, the profiler initialised), on
+    /// the process's first request; 0 on later requests.
+    pub collector_init_ms: f64,
     /// Set-up of the CUDA context on its first request (device check, metric table, config
     /// image, L2 flush buffer); 0 on later requests.
     pub context_setup_ms: f64,
+    /// Of `context_setup_ms`: the device check and counter availability, the metric table
+    /// resolved, the config image (with its pass count), the L2 flush and the gate.
+    pub ctx_device_ms: f64,
+    pub ctx_resolve_ms: f64,
+    pub ctx_config_ms: f64,
+    pub ctx_flush_ms: f64,
+    pub ctx_gate_ms: f64,
     /// Warm-up and timed launches of every shape.
     pub timing_ms: f64,
     /// Range-profiler sessions run (a session that failed and was split counts too).
@@ -132,6 +142,14 @@ pub struct SweepStats {
     pub session_setup_ms: f64,
     /// The passes: flushes, launches, ranges.
     pub passes_ms: f64,
+    /// Of `passes_ms`: CUPTI's start and stop of each pass.
+    pub pass_start_ms: f64,
+    pub pass_stop_ms: f64,
+    /// Of `passes_ms`: the synchronisations before each range and the L2 flushes.
+    pub pass_sync_ms: f64,
+    pub pass_flush_ms: f64,
+    /// Of `passes_ms`: push, launch and pop of the ranges.
+    pub pass_ranges_ms: f64,
     /// Decode and disable.
     pub decode_ms: f64,
     /// Evaluation of the ranges into counters.
@@ -160,7 +178,10 @@ impl fmt::Display for SweepStats {
             f,
             "shapes={} total_ms={:.1} per_shape_ms={:.2} context_setup_ms={:.1} timing_ms={:.1} \
              sessions={} passes={} session_setup_ms={:.1} passes_ms={:.1} decode_ms={:.1} \
-             evaluate_ms={:.1} write_ms={:.1}",
+             evaluate_ms={:.1} write_ms={:.1} collector_init_ms={:.1} ctx_device_ms={:.1} \
+             ctx_resolve_ms={:.1} ctx_config_ms={:.1} ctx_flush_ms={:.1} ctx_gate_ms={:.1} \
+             pass_start_ms={:.1} pass_stop_ms={:.1} pass_sync_ms={:.1} pass_flush_ms={:.1} \
+             pass_ranges_ms={:.1}",
             self.shapes,
             self.total_ms,
             self.per_shape_ms(),
@@ -172,7 +193,18 @@ impl fmt::Display for SweepStats {
             self.passes_ms,
             self.decode_ms,
             self.evaluate_ms,
-            self.write_ms
+            self.write_ms,
+            self.collector_init_ms,
+            self.ctx_device_ms,
+            self.ctx_resolve_ms,
+            self.ctx_config_ms,
+            self.ctx_flush_ms,
+            self.ctx_gate_ms,
+            self.pass_start_ms,
+            self.pass_stop_ms,
+            self.pass_sync_ms,
+            self.pass_flush_ms,
+            self.pass_ranges_ms
         )
     }
 }
@@ -307,6 +339,7 @@ mod tests {
             evaluate_ms: 2.0,
             write_ms: 1.0,
             total_ms: 320.0,
+            ..SweepStats::default()
         };
         assert_eq!(s.per_shape_ms(), 10.0);
         let line = s.to_string();

@@ -57,6 +57,45 @@ fn the_table_resolves_on_gh100_with_hardware_counters_and_the_gated_adu_barrier(
     assert_eq!(config.metric_names().collect::<Vec<_>>(), names);
 }
 
+/// The collector leaves the atomics out unless KLARAPTOR_COLLECT_ATOMICS asks: on the GH100
+/// their two counters cost a profiler pass of every profiled size.
+#[test]
+fn the_atomics_cost_a_pass_on_gh100() {
+    let lib = cupti();
+    let r = resolve_on_chip(&lib, "GH100", None).unwrap();
+    let all = r.metric_names();
+    let mut without = r.clone();
+    without
+        .choices
+        .retain(|(spec, _)| spec.field != Field::GlobalAtomicRequests);
+    let fewer = without.metric_names();
+    assert_eq!(all.len(), fewer.len() + 2);
+    let passes = |names: &[&str]| {
+        MetricConfig::new(&lib, "GH100", None, names)
+            .unwrap()
+            .passes()
+    };
+    assert_eq!((passes(&all), passes(&fewer)), (4, 3));
+}
+
+/// resolve_on_chip checks every row's first source with one host object and falls back to
+/// one host object per metric: both give the same choices on every chip.
+#[test]
+fn the_one_object_check_chooses_as_the_metric_by_metric_check() {
+    let lib = cupti();
+    for chip in ["GH100", "GA100", "AD102", "GB100", "GB202"] {
+        let fast = resolve_on_chip(&lib, chip, None).unwrap();
+        let slow =
+            klaraptor_collector::metrics::resolve(klaraptor_collector::metrics::TABLE, |m| {
+                let mut host = HostObject::new(&lib, chip, None).unwrap();
+                host.add_metrics(&[std::ffi::CString::new(m).unwrap()])
+                    .is_ok()
+            })
+            .unwrap();
+        assert_eq!(fast, slow, "{chip}");
+    }
+}
+
 #[test]
 fn the_table_resolves_on_ampere_ada_and_blackwell_too() {
     let lib = cupti();

@@ -44,6 +44,11 @@ fn parse_log(text: &str) -> Log {
         let Some(l) = line.strip_prefix("klaraptor-collect: ") else {
             continue;
         };
+        // Verbose lines carry their time since the first ("[  12.345 ms] ") since 2026-11-29.
+        let l = match l.strip_prefix('[').and_then(|r| r.split_once(" ms] ")) {
+            Some((t, rest)) if t.trim().parse::<f64>().is_ok() => rest,
+            _ => l,
+        };
         if let Some(json) = l.strip_prefix("metric values ") {
             log.values.push(serde_json::from_str(json).expect(json));
         } else if let Some((_, t)) = l.split_once(": times ") {
