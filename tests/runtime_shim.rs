@@ -671,6 +671,8 @@ fn run_prof(args: &[&str], env: &[(&str, &str)]) -> Output {
         "KLARAPTOR_PROFILE_MAX_SIZES",
         "FAKE_COLLECTOR_FAIL",
         "FAKE_COLLECTOR_SILENT_LAST",
+        "FAKE_COLLECTOR_CALLS",
+        "KLARAPTOR_PROFILE_PREFETCH",
     ] {
         cmd.env_remove(v);
     }
@@ -813,6 +815,46 @@ fn profiling_progress_follows_the_collectors_reports() {
         progress_lines(&std::fs::read_to_string(&progress).unwrap()),
         sweep_of("2000", &shapes, 1, 3)
     );
+}
+
+/// The collector is started ahead, on a thread of the runtime's own, as the program starts
+/// (its libraries take 150-170 ms on an H200): the first sweep finds it started; with
+/// KLARAPTOR_PROFILE_PREFETCH=0 the first sweep starts it.
+#[test]
+fn profiling_starts_the_collector_ahead_unless_told_not_to() {
+    let (dir, records, plan, _progress) = prof_case("prefetch");
+    let lib = prof_build().1.to_str().unwrap().to_string();
+    let calls = dir.join("calls.txt");
+    for (prefetch, expect) in [(None, "prepare\ncollect\n"), (Some("0"), "collect\n")] {
+        let _ = std::fs::remove_file(&calls);
+        let mut env = vec![
+            ("KLARAPTOR_PROFILE_OUT", records.to_str().unwrap()),
+            ("KLARAPTOR_PROFILE_PLAN", plan.to_str().unwrap()),
+            ("KLARAPTOR_COLLECTOR", lib.as_str()),
+            ("FAKE_COLLECTOR_CALLS", calls.to_str().unwrap()),
+        ];
+        if let Some(v) = prefetch {
+            env.push(("KLARAPTOR_PROFILE_PREFETCH", v));
+        }
+        let o = run_prof(&["1000"], &env);
+        assert_ok(&o);
+        assert_eq!(
+            std::fs::read_to_string(&calls).unwrap(),
+            expect,
+            "KLARAPTOR_PROFILE_PREFETCH={prefetch:?}"
+        );
+    }
+    // Without a plan for the program's kernels (or without profiling) nothing is started.
+    let _ = std::fs::remove_file(&calls);
+    let o = run_prof(
+        &["1000"],
+        &[
+            ("KLARAPTOR_COLLECTOR", lib.as_str()),
+            ("FAKE_COLLECTOR_CALLS", calls.to_str().unwrap()),
+        ],
+    );
+    assert_ok(&o);
+    assert!(!calls.exists());
 }
 
 #[test]

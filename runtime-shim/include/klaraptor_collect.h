@@ -59,6 +59,12 @@ typedef struct klaraptor_collect_request {
 typedef int (*klaraptor_collect_fn)(const klaraptor_collect_request *req);
 int klaraptor_collect(const klaraptor_collect_request *req);
 
+/* Optional: starts the collector (its libraries loaded, the profiler initialised; no CUDA
+ * context needed) ahead of the first request, so that a thread can do it while the program
+ * starts. Returns 0 when it started; a failure is reported by the requests. */
+typedef int (*klaraptor_collect_prepare_fn)(void);
+int klaraptor_collect_prepare(void);
+
 #ifdef __cplusplus
 }
 #endif

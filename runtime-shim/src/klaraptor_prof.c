@@ -21,6 +21,9 @@
  *                          to only launch each shape once and log it (for running under
  *                          ncu, which then does the measuring).
  *   KLARAPTOR_PROFILE_RUNS, KLARAPTOR_PROFILE_WARMUP  timed and warm-up runs (default 5, 1).
+ *   KLARAPTOR_PROFILE_PREFETCH  0: the collector is loaded by the first sweep. Otherwise (the
+ *                          default) a thread loads and starts it as the program starts
+ *                          (klaraptor_collect_prepare), hidden behind the program's own start.
  *   KLARAPTOR_PROFILE_MAX_SIZES  distinct data sizes profiled per kernel per run (default 4).
  *   KLARAPTOR_PROFILE_PROGRAM  1: the program's own block (the launch's, as the program made
  *                          it) is evidence too (issue 38): at each sweep it is swept beside the
@@ -183,8 +186,10 @@ static int g_n_plan;
 static const char *g_out;
 static const char *g_collector;
 static klaraptor_collect_fn g_collect;
+static klaraptor_collect_prepare_fn g_prepare; /* optional (older collectors lack it) */
 static int g_runs = 5, g_warmup = 1, g_max_sizes = 4;
 static int g_program; /* KLARAPTOR_PROFILE_PROGRAM */
+static void start_prefetch(void);
 static int g_broken; /* the collector could not be loaded: no more attempts */
 static char g_load_error[1024]; /* why, for the samples */
 static int g_progress_fd = -1;
@@ -302,6 +307,7 @@ void klaraptor__prof_init(void) {
   load_plan(plan);
   const char *skip = getenv("KLARAPTOR_PROFILE_SKIP");
   if (skip && *skip) load_resume(skip);
+  if (g_n_plan > 0) start_prefetch();
   klaraptor__set_profile_note(note);
 }
 
@@ -715,7 +721,10 @@ static void collect_progress(void *vctx, int i, int status) {
   progress_shape(c->pg, c->blocks + 3 * (c->base + i), status == 0 ? "ok" : "failed");
 }
 
-static int load_collector(void) {
+/* The collector is loaded once, by the first of the prefetch thread and a sweep. */
+static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int load_collector_locked(void) {
   if (g_collect) return 0;
   if (g_broken) return -1;
   if (!g_collector || !*g_collector) {
@@ -733,15 +742,54 @@ static int load_collector(void) {
     g_broken = 1;
     return -1;
   }
-  g_collect = (klaraptor_collect_fn)dlsym(h, "klaraptor_collect");
-  if (!g_collect) {
+  klaraptor_collect_fn f = (klaraptor_collect_fn)dlsym(h, "klaraptor_collect");
+  if (!f) {
     snprintf(g_load_error, sizeof g_load_error, "%s has no klaraptor_collect: %s", g_collector,
              dlerror());
     perr("%s", g_load_error);
     g_broken = 1;
     return -1;
   }
+  g_prepare = (klaraptor_collect_prepare_fn)dlsym(h, "klaraptor_collect_prepare");
+  g_collect = f;
   return 0;
+}
+
+/* The prefetch thread (start_prefetch), joined by the first sweep: the sweep needs the
+ * collector started anyway, and afterwards nothing of the thread is left running. */
+static pthread_t g_prefetch;
+static int g_prefetching; /* started and not yet joined; under g_plock after the start */
+
+/* Under g_plock. */
+static int load_collector(void) {
+  if (g_prefetching) {
+    (void)pthread_join(g_prefetch, NULL);
+    g_prefetching = 0;
+  }
+  pthread_mutex_lock(&g_load_lock);
+  int rc = load_collector_locked();
+  pthread_mutex_unlock(&g_load_lock);
+  return rc;
+}
+
+/* The collector loaded and started on a thread of its own as the program starts: loading
+ * libcupti and initialising the profiler take 150-170 ms on an H200 and need no CUDA
+ * context, so the program's own start (its context, its inputs) hides them; the first sweep
+ * waits for whatever is left. KLARAPTOR_PROFILE_PREFETCH=0 leaves it to the first sweep. */
+static void *prefetch_collector(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&g_load_lock);
+  int rc = load_collector_locked();
+  pthread_mutex_unlock(&g_load_lock);
+  if (rc == 0 && g_prepare) (void)g_prepare();
+  return NULL;
+}
+
+static void start_prefetch(void) {
+  const char *env = getenv("KLARAPTOR_PROFILE_PREFETCH");
+  if (env && strcmp(env, "0") == 0) return;
+  if (!g_collector || !*g_collector || strcmp(g_collector, "launch") == 0) return;
+  g_prefetching = pthread_create(&g_prefetch, NULL, prefetch_collector, NULL) == 0;
 }
 
 /* Under g_plock. */

@@ -27,7 +27,9 @@
  *     can be fitted from the profile);
  *   FAKE_COLLECTOR_LOG=<file>: one line "<pid> <start ns> <stop ns>" per request appended
  *     (CLOCK_REALTIME), the interval the request "used the GPU";
- *   FAKE_COLLECTOR_SLEEP_MS=<ms>: each request lasts at least that long. */
+ *   FAKE_COLLECTOR_SLEEP_MS=<ms>: each request lasts at least that long;
+ *   FAKE_COLLECTOR_CALLS=<file>: a line per call of the entry points appended, "prepare" or
+ *     "collect" (klaraptor_collect_prepare: the runtime starts the collector ahead). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdio.h>
@@ -115,7 +117,22 @@ static void line(FILE *f, const klaraptor_collect_request *req, int i, const cha
   fflush(f);
 }
 
+static void log_call(const char *what) {
+  const char *path = getenv("FAKE_COLLECTOR_CALLS");
+  if (!path || !*path) return;
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  fprintf(f, "%s\n", what);
+  fclose(f);
+}
+
+int klaraptor_collect_prepare(void) {
+  log_call("prepare");
+  return 0;
+}
+
 int klaraptor_collect(const klaraptor_collect_request *req) {
+  log_call("collect");
   const char *fail = getenv("FAKE_COLLECTOR_FAIL");
   if (fail && strcmp(fail, "1") == 0) {
     fprintf(stderr, "fake collector: failing as asked\n");
