@@ -12,22 +12,28 @@
 //!
 //! Per context (lazily, once): the device is checked with `cuptiProfilerDeviceSupported`, its
 //! chip named, its counter availability read, the metric table resolved against the chip, one
-//! config image built for the table's metrics, and the L2 flush kernel and buffer made.
+//! config image built for the table's metrics, the L2 flush kernel and buffer made, and the
+//! range profiler enabled (`cuptiRangeProfilerEnable`); it stays enabled for the context's
+//! sessions (`KLARAPTOR_COLLECT_ENABLE_PER_SESSION=1`: enabled for each session, disabled after
+//! it, as up to 2026-11-29). A profiler's first pass costs 180-190 ms on an H200 to start, a
+//! later session's 8 ms (bench/results/profiling-cost-h200-2026-11-29.md).
 //!
 //! Per request, in three phases:
 //! 1. timing: every shape's warm-up launches, one timed launch, then the timed runs, each
 //!    of as many launches back to back as last `KLARAPTOR_COLLECT_BATCH_US` together, behind
-//!    a gate kernel that holds the stream while the CPU queues them ([`crate::gate`]); all
-//!    before the profiler is enabled, so that it cannot touch the times;
+//!    a gate kernel that holds the stream while the CPU queues them ([`crate::gate`]). The
+//!    profiler is enabled (not started) meanwhile, for every request of the process alike:
+//!    on an H200 that adds about 0.1 µs to a launch (1 % of a launch under 10 µs), the same
+//!    for every shape and size, which the model's time calibration takes as part of its
+//!    per-launch intercept;
 //! 2. profiling: the shapes that ran, in as few range-profiler sessions as CUPTI allows (all
 //!    of them in one by default; `KLARAPTOR_COLLECT_RANGES=<n>` caps a session at n shapes,
 //!    1 being the collector's first design, one session per shape). A session is one
-//!    `cuptiRangeProfilerEnable`, one counter-data image with a range per shape, one
+//!    counter-data image with a range per shape, one
 //!    `SetConfig` (user ranges, user replay), then the passes the config needs: each pass
 //!    launches every shape of the session once inside its own named range
 //!    ([`crate::sweep::range_name`]), each launch preceded, outside any range, by an L2 flush
-//!    and a stream synchronisation. Then one decode, one disable, and the evaluation of each
-//!    range. A session CUPTI refuses as a whole is split in two and tried again, down to one
+//!    and a stream synchronisation. Then one decode and the evaluation of each range. A session CUPTI refuses as a whole is split in two and tried again, down to one
 //!    shape; the size that worked is kept for the context's later requests;
 //! 3. writing: one sample per shape, in shape order, each followed by the shim's progress
 //!    report.
@@ -36,8 +42,8 @@
 //! shape, after a flush that leaves L2 clean of the kernel's data (compulsory DRAM traffic,
 //! as ncu's `--cache-control all`), exactly as when each shape had its own session; the
 //! write-backs of one shape's dirty lines happen during the next flush, outside any range.
-//! What the sessions change is the CPU cost: CUPTI's enable, image, config, decode and
-//! disable are paid once per request instead of once per shape.
+//! What the sessions change is the CPU cost: CUPTI's image, config and decode are paid once
+//! per request instead of once per shape, its enable once per context.
 
 use crate::cupti::{CounterDataImage, CuptiLib, HostObject, MetricConfig, RangeProfiler};
 use crate::debug::{self, debug};
@@ -81,6 +87,12 @@ pub struct Settings {
     /// `KLARAPTOR_COLLECT_TIMING`: one `klaraptor-collect: timing …` line per request on
     /// stderr, saying where its wall time went ([`SweepStats`]).
     pub timing: bool,
+    /// `KLARAPTOR_COLLECT_ENABLE_PER_SESSION`: the range profiler enabled for each session
+    /// and disabled after it, every timed launch made with it disabled (the collector up to
+    /// 2026-11-29). By default it is enabled once per context, before the context's first
+    /// timed launch, and stays enabled: the first pass after an enable costs 180-190 ms on an
+    /// H200, a later session's 8 ms, and every sample of a process is timed alike.
+    pub enable_per_session: bool,
     /// `KLARAPTOR_COLLECT_ATOMICS`: also count global atomic and reduction requests
     /// (`global_atomic_requests`). Off by default: no model reads them, and on the GH100
     /// their two counters add a profiler pass to every size (4 instead of 3), about 57 ms.
@@ -106,6 +118,7 @@ impl Default for Settings {
             extra_metrics: Vec::new(),
             ranges_per_session: None,
             timing: false,
+            enable_per_session: false,
             atomics: false,
             batch_us: DEFAULT_BATCH_US,
         }
@@ -158,6 +171,7 @@ impl Settings {
             ranges_per_session,
             timing: flag("KLARAPTOR_COLLECT_TIMING"),
             atomics: flag("KLARAPTOR_COLLECT_ATOMICS"),
+            enable_per_session: flag("KLARAPTOR_COLLECT_ENABLE_PER_SESSION"),
             batch_us,
         }
     }
@@ -201,6 +215,10 @@ struct Profiling {
     /// The most shapes a session may hold: the setting, lowered when CUPTI refused a
     /// session of that size.
     ranges_per_session: Cell<usize>,
+    /// The range profiler, enabled when the context was set up and kept between sessions
+    /// (unless [`Settings::enable_per_session`]); `None` after a session that failed, whose
+    /// profiler was disabled: the next session enables one again.
+    enabled: std::cell::RefCell<Option<RangeProfiler>>,
 }
 
 /// How one request went.
@@ -605,6 +623,20 @@ impl Collector {
         setup.ctx_flush_ms = ms_since(t);
         let names = config.metric_names().map(String::from).collect();
         let ranges = self.settings.ranges_per_session.unwrap_or(usize::MAX);
+        // Enabled now, before any shape is timed, so that every timed launch of the process
+        // runs alike. Refused (another process holds the counters), the first session tries
+        // again and reports it.
+        let enabled = if self.settings.enable_per_session {
+            None
+        } else {
+            match RangeProfiler::enable(cupti, ctx) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    debug!("range profiler not enabled at set-up ({e}); the first session tries");
+                    None
+                }
+            }
+        };
         Ok(Profiling {
             cupti: cupti.clone(),
             resolved,
@@ -612,6 +644,7 @@ impl Collector {
             names,
             flush,
             ranges_per_session: Cell::new(ranges),
+            enabled: std::cell::RefCell::new(enabled),
         })
     }
 
@@ -801,7 +834,11 @@ impl Collector {
             .ctx_synchronize()
             .map_err(|e| self.session_sync_error(e))?;
         let t = Instant::now();
-        let profiler = RangeProfiler::enable(&p.cupti, ctx)?;
+        let kept = p.enabled.borrow_mut().take();
+        let profiler = match kept {
+            Some(r) => r,
+            None => RangeProfiler::enable(&p.cupti, ctx)?,
+        };
         let mut data = profiler.counter_data_image(&p.config, chunk.len())?;
         let names: Vec<CString> = chunk.iter().map(|&i| sweep::range_name(i)).collect();
         let mut failed: Vec<Option<i32>> = vec![None; chunk.len()];
@@ -881,7 +918,11 @@ impl Collector {
             }
         }
         let t = Instant::now();
-        drop(profiler);
+        if self.settings.enable_per_session {
+            drop(profiler);
+        } else {
+            *p.enabled.borrow_mut() = Some(profiler);
+        }
         stats.decode_ms += ms_since(t);
 
         let t = Instant::now();
@@ -1210,9 +1251,13 @@ mod tests {
         let s = Settings::from_env(&env_of(&[
             ("KLARAPTOR_COLLECT_RANGES", " 8 "),
             ("KLARAPTOR_COLLECT_TIMING", "1"),
+            ("KLARAPTOR_COLLECT_ENABLE_PER_SESSION", "1"),
+            ("KLARAPTOR_COLLECT_ATOMICS", "1"),
         ]));
         assert_eq!(s.ranges_per_session, Some(8));
-        assert!(s.timing);
+        assert!(s.timing && s.enable_per_session && s.atomics);
+        let d = Settings::default();
+        assert!(!d.enable_per_session && !d.atomics);
         for bad in ["0", "-2", "many", ""] {
             let s = Settings::from_env(&env_of_owned(vec![("KLARAPTOR_COLLECT_RANGES", bad)]));
             assert_eq!(s.ranges_per_session, None, "{bad:?}");

@@ -41,6 +41,9 @@
 //!   per request on stderr: where its wall time went ([`sweep::SweepStats`]);
 //! - `KLARAPTOR_COLLECT_EXTRA_METRICS=a.sum,b.sum`: metrics collected besides the table's and
 //!   only shown in the `metric values` lines (for trying candidate metrics on a GPU);
+//! - `KLARAPTOR_COLLECT_ENABLE_PER_SESSION=1`: the range profiler enabled for each session and
+//!   disabled after it, the shapes timed with it disabled (by default it is enabled once per
+//!   context, before the first timing, and kept: a first pass costs 180-190 ms to start);
 //! - `KLARAPTOR_COLLECT_ATOMICS=1`: also count global atomic and reduction requests
 //!   (`global_atomic_requests`; otherwise absent from the samples): no model reads them, and
 //!   on the GH100 they add a profiler pass to every profiled size.
