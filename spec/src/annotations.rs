@@ -51,10 +51,82 @@ pub struct DataParam {
 /// How to run the program at a given data size, and which small sizes to profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileRecipe {
-    /// A command line; `{LABEL}` is replaced by the data parameter's value.
+    /// A command line; `{LABEL}` is replaced by the data parameter's value, or
+    /// [`ALL_SIZES`] by every profile size (the command then runs once for all of them).
     pub run: String,
     /// Each entry gives one value per data parameter, in the order of `data(…)`.
     pub sizes: Vec<Vec<i64>>,
+}
+
+/// The placeholder of a recipe that runs once for all of a kernel's profile sizes: it is
+/// replaced by the sizes, each size's values (in the order of `data(…)`) joined by `,` and
+/// the sizes separated by spaces (`./gemm --sizes {SIZES}` runs
+/// `./gemm --sizes 64,64,64 128,128,128 …`).
+pub const ALL_SIZES: &str = "{SIZES}";
+
+/// Whether recipe `run` of a kernel whose data labels are `labels` runs once for all its
+/// profile sizes ([`ALL_SIZES`]). A kernel with a data parameter called `SIZES` keeps
+/// `{SIZES}` as that parameter's value, as before the placeholder existed.
+pub fn runs_all_sizes<S: AsRef<str>>(run: &str, labels: &[S]) -> bool {
+    run.contains(ALL_SIZES) && !labels.iter().any(|l| l.as_ref() == "SIZES")
+}
+
+/// What is wrong with the placeholders of recipe `run` for a kernel whose data labels are
+/// `labels`, if anything: the message (it follows what names the recipe) and, where the
+/// caller's general advice is not enough, how to fix it. A recipe names the data parameters
+/// (`{N}`: one command per size) or [`ALL_SIZES`] (one command for all the sizes), never
+/// both.
+pub fn check_recipe_placeholders(
+    run: &str,
+    labels: &[&str],
+) -> Result<(), (String, Option<String>)> {
+    let braced = |ls: &[&str]| {
+        ls.iter()
+            .map(|l| format!("{{{l}}}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let used: Vec<&str> = labels
+        .iter()
+        .copied()
+        .filter(|l| run.contains(&format!("{{{l}}}")))
+        .collect();
+    let all = runs_all_sizes(run, labels);
+    if all && !used.is_empty() {
+        let example = |v: i64| vec![v.to_string(); labels.len().max(1)].join(",");
+        return Err((
+            format!(
+                "uses {ALL_SIZES}, which runs the command once for all the profile sizes, \
+                 together with {}, which run{} it once per size: use one or the other",
+                braced(&used),
+                if used.len() == 1 { "s" } else { "" }
+            ),
+            Some(format!(
+                "write run=\"./app --sizes {ALL_SIZES}\" to run the program once with every \
+                 size ({ALL_SIZES} becomes e.g. `{} {}`: each size's values joined by commas in \
+                 the order of data(…), the sizes separated by spaces), or run=\"./app {}\" to \
+                 run it once per size",
+                example(64),
+                example(128),
+                labels
+                    .iter()
+                    .map(|l| format!("{{{l}}}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )),
+        ));
+    }
+    if !all && used.is_empty() {
+        return Err((
+            format!(
+                "uses none of the data parameters ({}) nor {ALL_SIZES}: every size would run the \
+                 same command",
+                braced(labels)
+            ),
+            None,
+        ));
+    }
+    Ok(())
 }
 
 /// Where an annotation came from.
@@ -1182,7 +1254,7 @@ fn parse_profile(
             "run" => {
                 let s = v.strip_prefix('"').and_then(|s| s.strip_suffix('"'));
                 match s {
-                    Some(s) if !s.is_empty() => run = Some(s.replace("\\\"", "\"")),
+                    Some(s) if !s.is_empty() => run = Some((s.replace("\\\"", "\""), vbase)),
                     _ => {
                         return Err(Diagnostic::new(
                             at(vbase),
@@ -1208,22 +1280,15 @@ fn parse_profile(
         }
     }
     match (run, sizes) {
-        (Some(run), Some(sizes)) => {
-            // Every size would run the same command: the profile would hold one size only.
-            if !labels.iter().any(|l| run.contains(&format!("{{{l}}}"))) {
-                return Err(Diagnostic::new(
-                    at(c.name_off),
-                    format!(
-                        "profile(run=\"{run}\") uses none of the data parameters ({}): every \
-                         size would run the same command",
-                        labels
-                            .iter()
-                            .map(|l| format!("{{{l}}}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-                .help(help));
+        (Some((run, run_at)), Some(sizes)) => {
+            // Every size would run the same command (the profile would hold one size only),
+            // or the command mixes one run for all sizes with one run per size.
+            if let Err((message, fix)) = check_recipe_placeholders(&run, labels) {
+                let message = format!("profile(run=\"{run}\") {message}");
+                return Err(match fix {
+                    Some(fix) => Diagnostic::new(at(run_at), message).help(fix),
+                    None => Diagnostic::new(at(c.name_off), message).help(help),
+                });
             }
             Ok(ProfileRecipe { run, sizes })
         }

@@ -227,23 +227,15 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TomlKernel>, Diagnostics> {
                 if p.run.get_ref().trim().is_empty() {
                     return Err(err(p.run.span(), "profile.run is empty".into(), "give the command that runs the program, with {LABEL} for each data parameter"));
                 }
-                if !labels
-                    .iter()
-                    .any(|l| p.run.get_ref().contains(&format!("{{{l}}}")))
+                if let Err((message, fix)) =
+                    crate::annotations::check_recipe_placeholders(p.run.get_ref(), &labels)
                 {
-                    return Err(err(
-                        p.run.span(),
-                        format!(
-                            "profile.run uses none of the data parameters ({}): every size would \
-                             run the same command",
-                            labels
-                                .iter()
-                                .map(|l| format!("{{{l}}}"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                        "give the command that runs the program, with {LABEL} for each data parameter",
-                    ));
+                    let fix = fix.unwrap_or_else(|| {
+                        "give the command that runs the program, with {LABEL} for each data \
+                         parameter (or {SIZES} for all the sizes at once)"
+                            .to_string()
+                    });
+                    return Err(err(p.run.span(), format!("profile.run {message}"), &fix));
                 }
                 let mut sizes = Vec::new();
                 for s in p.sizes.get_ref() {

@@ -80,7 +80,9 @@ fn exact_messages_for_bad_pragmas() {
         ("#pragma klaraptor kernel(k) data(n) block(pow2(bx) + 1 > 2)", "a.cu:1:43: expected an integer here, but 'pow2(…)' is a truth value"),
         ("#pragma klaraptor kernel(k) data(n) block(bx < 1", "a.cu:1:42: the '(' of 'block' is never closed | add the missing ')' (a pragma that spans lines needs a '\\' at the end of each line but the last)"),
         ("#pragma klaraptor kernel(k) data(N=n) profile(run=\"./a {N}\", sizes=[1, (2, 3)])", "a.cu:1:72: this size gives 2 values but the kernel has 1 data parameter(s) | write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters"),
-        ("#pragma klaraptor kernel(k) data(N=n, M=m) profile(run=\"./a 100\", sizes=[1, 2])", "a.cu:1:44: profile(run=\"./a 100\") uses none of the data parameters ({N}, {M}): every size would run the same command | write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters"),
+        ("#pragma klaraptor kernel(k) data(N=n, M=m) profile(run=\"./a 100\", sizes=[1, 2])", "a.cu:1:44: profile(run=\"./a 100\") uses none of the data parameters ({N}, {M}) nor {SIZES}: every size would run the same command | write e.g. profile(run=\"./app {N}\", sizes=[64, 128, 256]) — one value per size, or a tuple (NI, NJ) per size when there are several data parameters"),
+        ("#pragma klaraptor kernel(k) data(N=n, M=m) profile(run=\"./a --sizes {SIZES} --m {M}\", sizes=[1, 2])", "a.cu:1:56: profile(run=\"./a --sizes {SIZES} --m {M}\") uses {SIZES}, which runs the command once for all the profile sizes, together with {M}, which runs it once per size: use one or the other | write run=\"./app --sizes {SIZES}\" to run the program once with every size ({SIZES} becomes e.g. `64,64 128,128`: each size's values joined by commas in the order of data(…), the sizes separated by spaces), or run=\"./app {N} {M}\" to run it once per size"),
+        ("#pragma klaraptor kernel(k) data(N=n, M=m) \\\n    profile(run=\"./a {N} {SIZES} {M}\", sizes=[1, 2])", "a.cu:2:17: profile(run=\"./a {N} {SIZES} {M}\") uses {SIZES}, which runs the command once for all the profile sizes, together with {N}, {M}, which run it once per size: use one or the other | write run=\"./app --sizes {SIZES}\" to run the program once with every size ({SIZES} becomes e.g. `64,64 128,128`: each size's values joined by commas in the order of data(…), the sizes separated by spaces), or run=\"./app {N} {M}\" to run it once per size"),
         ("#pragma klaraptor kernel(k) data(n) shmem(bx * Q)", "a.cu:1:48: unknown name 'Q'; the names are bx, by, bz, n | shmem(…) gives the bytes of dynamic shared memory a launch needs for a block shape, as a formula of bx, by, bz and the data parameters, e.g. shmem(bx * 4) for one float per thread of x"),
         ("#pragma klaraptor kernel(k) data(n) shmem(bx < 4)", "a.cu:1:43: expected an integer here, but a '<' expression is a truth value | shmem(…) gives the bytes of dynamic shared memory a launch needs for a block shape, as a formula of bx, by, bz and the data parameters, e.g. shmem(bx * 4) for one float per thread of x"),
         ("#pragma klaraptor kernel(k) data(n) shmem(bx * by * 4)", "a.cu:1:43: shmem(…) uses 'by', but the kernel has 1 block dimension(s) | shmem(…) gives the bytes of dynamic shared memory a launch needs for a block shape, as a formula of bx, by, bz and the data parameters, e.g. shmem(bx * 4) for one float per thread of x"),
@@ -266,7 +268,8 @@ fn toml_entries_and_errors() {
         ("[kernel.k]\ndata = [\"N=0\"]\nblock = [\"bx >= Q\"]\n", "klaraptor.toml:3:17: unknown name 'Q'; the names are bx, by, bz, N"),
         ("[kernel.k]\ndata = []\n", "klaraptor.toml:2:8: kernel 'k' has an empty data list"),
         ("[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"x {N}\", sizes = [0] }\n", "klaraptor.toml:3:37: each profile size is a positive integer, or a list of 1 positive integers (one per data parameter)"),
-        ("[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"x 100\", sizes = [8] }\n", "klaraptor.toml:3:19: profile.run uses none of the data parameters ({N}): every size would run the same command"),
+        ("[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"x 100\", sizes = [8] }\n", "klaraptor.toml:3:19: profile.run uses none of the data parameters ({N}) nor {SIZES}: every size would run the same command"),
+        ("[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"x {SIZES} {N}\", sizes = [8] }\n", "klaraptor.toml:3:19: profile.run uses {SIZES}, which runs the command once for all the profile sizes, together with {N}, which runs it once per size: use one or the other"),
     ];
     for (src, want) in bad {
         let e = config::parse(Path::new("klaraptor.toml"), src).unwrap_err();
@@ -383,4 +386,29 @@ fn an_annotation_that_leaves_no_launch_is_refused() {
         let ok = ok.replace(" block(bx * by <= N_MAX_UNUSED || bx >= 1)", "");
         assert_eq!(check_launchable(&ann(&ok)), Ok(()), "{ok}");
     }
+}
+
+/// `{SIZES}`: one command for all the profile sizes, accepted in a pragma and in
+/// `klaraptor.toml`; a kernel with a data parameter called SIZES keeps `{SIZES}` as its value.
+#[test]
+fn a_recipe_may_run_once_for_all_sizes() {
+    use klaraptor_spec::annotations::{check_recipe_placeholders, runs_all_sizes};
+    let src = "#pragma klaraptor kernel(k) data(N=n, M=m) dim(2) \\\n    profile(run=\"./k --sizes {SIZES} --time 1\", sizes=[8, (16, 4)])\n__global__ void k(int n, int m) {}\n";
+    let s = scan(Path::new("a.cu"), src).unwrap();
+    let p = s.annotations[0].profile.as_ref().unwrap();
+    assert_eq!(p.run, "./k --sizes {SIZES} --time 1");
+    assert_eq!(p.sizes, vec![vec![8, 8], vec![16, 4]]);
+    assert!(runs_all_sizes(&p.run, &["N", "M"]));
+    let toml = "[kernel.k]\ndata = [\"N=0\"]\nprofile = { run = \"./k --sizes {SIZES}\", sizes = [8, 16] }\n";
+    let ks = config::parse(Path::new("klaraptor.toml"), toml).unwrap();
+    assert_eq!(
+        ks[0].annotation.profile.as_ref().unwrap().run,
+        "./k --sizes {SIZES}"
+    );
+    // A data parameter called SIZES: `{SIZES}` is its value, one command per size.
+    assert!(!runs_all_sizes("./k {SIZES}", &["SIZES"]));
+    assert_eq!(check_recipe_placeholders("./k {SIZES}", &["SIZES"]), Ok(()));
+    assert!(check_recipe_placeholders("./k {SIZES} {N}", &["SIZES", "N"]).is_ok());
+    assert!(check_recipe_placeholders("./k {SIZES} {N}", &["N"]).is_err());
+    assert!(check_recipe_placeholders("./k {NN}", &["N"]).is_err());
 }
