@@ -16,7 +16,10 @@
 //! - shapes that fault (an illegal address loses the process's CUDA context): the profiling
 //!   runtime stops the run at the fault, the driver restarts it without the shapes done, the
 //!   profile is complete with the faulting shapes recorded as such, and the model never
-//!   chooses them; past the bound on restarts the shapes left are recorded as not measured.
+//!   chooses them; past the bound on restarts the shapes left are recorded as not measured;
+//! - a `{SIZES}` recipe: one process for every profile size (more than the runtime's default
+//!   four), each size's samples recorded; its faults resumed size after size, with the bound
+//!   on restarts per size; a size it never reaches named in the incomplete entry's reason.
 
 mod common;
 
@@ -740,4 +743,173 @@ fn the_runtime_stops_at_a_fault_and_resumes_without_the_shapes_done() {
         String::from_utf8_lossy(&o.stdout),
         "vadd n=1000 block=256 rc=0\nvadd n=2000 block=256 rc=0\nlaunches: 256=2\n"
     );
+}
+
+/// vadd's recipe `recipe` at the profile sizes n = `sizes`.
+fn vadd_at(code_hash: &str, recipe: &str, dir: &Path, sizes: &[i64]) -> LinkSpec {
+    LinkSpec {
+        profile_sizes: sizes.iter().map(|&n| vec![n]).collect(),
+        ..vadd(code_hash, recipe, dir)
+    }
+}
+
+/// The run directories a link's profiling made in its scratch (one per process).
+fn run_dirs(scratch: &Path) -> usize {
+    std::fs::read_dir(scratch)
+        .unwrap()
+        .filter(|e| {
+            let e = e.as_ref().unwrap();
+            e.file_name().to_string_lossy().starts_with("run-") && e.path().is_dir()
+        })
+        .count()
+}
+
+/// A `{SIZES}` recipe: one process for all the profile sizes, more of them than the
+/// runtime sweeps by default (4), each swept and recorded as its own size.
+#[test]
+fn a_sizes_recipe_profiles_every_size_in_one_process() {
+    let (exe, lib) = built();
+    let dir = fresh("sizes-one-process");
+    let log = dir.join("gpu.log");
+    let recipe = format!(
+        "FAKE_COLLECTOR_COUNTERS=1 FAKE_COLLECTOR_LOG={} {} {{SIZES}}",
+        log.display(),
+        exe.display()
+    );
+    let sizes = [1000, 2000, 3000, 4000, 5000, 6000];
+    let spec = vadd_at("00000000000051e5", &recipe, &dir, &sizes);
+    assert_eq!(
+        klaraptor_profiler::plan::recipe_runs(&spec).unwrap()[0].command,
+        format!(
+            "FAKE_COLLECTOR_COUNTERS=1 FAKE_COLLECTOR_LOG={} {} 1000 2000 3000 4000 5000 6000",
+            log.display(),
+            exe.display()
+        )
+    );
+    let out = profile(&dir, "link", lib, quick(0), &[&spec]);
+    // 19 shapes at each of the 6 sizes.
+    assert!(
+        matches!(out[..], [Outcome::Stored { samples: 114, .. }]),
+        "{out:?}"
+    );
+    // One process: one run directory, and every request the collector had came from one pid.
+    assert_eq!(run_dirs(&dir.join("link")), 1);
+    let requests = intervals(&log);
+    assert!(!requests.is_empty());
+    assert!(
+        requests.iter().all(|r| r.0 == requests[0].0),
+        "{requests:?}"
+    );
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    let e = &db.entries_for(&spec.mangled, &spec.code_hash).unwrap()[0];
+    assert_eq!(e.incompleteness(), None);
+    assert_eq!(e.plan.sizes, spec.profile_sizes);
+    let mut planned = klaraptor_profiler::plan::plan_shapes_for(&spec);
+    planned.sort();
+    for n in sizes {
+        let mut blocks: Vec<[u32; 3]> = e
+            .samples
+            .iter()
+            .filter(|s| s.sizes == [n])
+            .map(|s| s.block)
+            .collect();
+        blocks.sort();
+        assert_eq!(blocks, planned, "n={n}");
+    }
+    // The model is fitted from them.
+    let prog = klaraptor_program::rational::build(&spec, e, &dir).unwrap();
+    assert!(prog.candidates.contains(&[256, 1, 1]));
+}
+
+/// A `{SIZES}` run whose shapes fault at every size: each restart resumes it in a new
+/// process without the shapes (and sizes) done, and the bound on restarts holds per size of
+/// the run, so the profile is as complete as one run per size would make it.
+#[test]
+fn a_sizes_recipe_that_faults_resumes_size_after_size() {
+    let (exe, lib) = built();
+    let dir = fresh("sizes-fault");
+    let recipe = format!(
+        "FAKE_COLLECTOR_FAULT=288 FAKE_COLLECTOR_COUNTERS=1 {} {{SIZES}}",
+        exe.display()
+    );
+    let spec = vadd_at("00000000000051e6", &recipe, &dir, &[1000, 2000, 5000]);
+    let faulting = planned_from(&spec, 288);
+    // Six faulting shapes a size, one process each: six restarts per size are enough (18
+    // for the run), which a bound of six for the whole run would not be.
+    assert_eq!(faulting.len(), 6);
+    let settings = Settings {
+        max_restarts: 6,
+        ..quick(0)
+    };
+    let out = profile(&dir, "link", lib, settings, &[&spec]);
+    assert!(
+        matches!(out[..], [Outcome::Stored { samples: 57, .. }]),
+        "{out:?}"
+    );
+    assert_eq!(run_dirs(&dir.join("link")), 19);
+    let db = ProfileDb::open(dir.join("db")).unwrap();
+    let e = &db.entries_for(&spec.mangled, &spec.code_hash).unwrap()[0];
+    assert_eq!(e.incompleteness(), None);
+    let mut planned = klaraptor_profiler::plan::plan_shapes_for(&spec);
+    planned.sort();
+    for n in [1000, 2000, 5000] {
+        let at: Vec<&Sample> = e.samples.iter().filter(|s| s.sizes == [n]).collect();
+        let mut blocks: Vec<[u32; 3]> = at.iter().map(|s| s.block).collect();
+        blocks.sort();
+        assert_eq!(blocks, planned, "n={n}");
+        for s in at {
+            let fault = s.error.as_deref().is_some_and(record::is_fault);
+            assert_eq!(fault, faulting.contains(&s.block), "{s:?}");
+        }
+    }
+
+    // Past the bound (two restarts a size, six for the run), the sizes the run never reached
+    // are named in the reason the entry is incomplete.
+    let dir = fresh("sizes-fault-bound");
+    let spec = vadd_at("00000000000051e7", &recipe, &dir, &[1000, 2000, 5000]);
+    let settings = Settings {
+        max_restarts: 2,
+        ..quick(0)
+    };
+    let out = profile(&dir, "link", lib, settings, &[&spec]);
+    let why = match &out[..] {
+        [Outcome::Incomplete { why, .. }] => why.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        why.contains("restarted 6 times already (KLARAPTOR_PROFILE_RESTARTS=2 per size, for the 3 sizes of its run)"),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!(
+            "the run `{}` left no sample of it at n=5000 (1 of its 3 profile sizes)",
+            recipe.replace("{SIZES}", "1000 2000 5000")
+        )),
+        "{why}"
+    );
+}
+
+/// A `{SIZES}` run that never launches the kernel at one of its sizes: the entry is
+/// incomplete and says which size.
+#[test]
+fn a_size_a_sizes_recipe_never_reaches_is_named() {
+    let (exe, lib) = built();
+    let dir = fresh("sizes-missing");
+    // The program is given two of the three sizes (the rest of the line is a comment).
+    let recipe = format!("{} 1000 3000 # {{SIZES}}", exe.display());
+    let spec = vadd_at("00000000000051e8", &recipe, &dir, &[1000, 2000, 3000]);
+    let out = profile(&dir, "link", lib, quick(0), &[&spec]);
+    let why = match &out[..] {
+        [Outcome::Incomplete { why, .. }] => why.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        why,
+        format!(
+            "the run `{} 1000 3000 # 1000 2000 3000` left no sample of it at n=2000 (1 of its \
+             3 profile sizes)",
+            exe.display()
+        )
+    );
+    assert_eq!(run_dirs(&dir.join("link")), 1);
 }

@@ -8,8 +8,10 @@
 //!    says once whom for. Past the bound the kernel keeps the program's launch;
 //! 2. look in the database again: a kernel another link profiled meanwhile (the same object
 //!    linked into several executables) is reused;
-//! 3. run the kernel's recipe at each profile size (a command another kernel of this link
-//!    already ran is not run again: a run profiles every planned kernel it launches). A run
+//! 3. run the kernel's recipe at each profile size, one process per size, or one process for
+//!    all of them when the recipe says `{SIZES}` (the runtime then sweeps each of them:
+//!    `KLARAPTOR_PROFILE_MAX_SIZES` at least their number); a command another kernel of this
+//!    link already ran is not run again: a run profiles every planned kernel it launches. A run
 //!    whose samples carry a transient collector error (`CUPTI_ERROR_HARDWARE_BUSY`: another
 //!    process, e.g. Nsight Compute, holds the GPU's counters) is run again after a pause
 //!    that doubles, for at most [`Settings::busy_bound`] (`KLARAPTOR_GPU_BUSY_RETRY`).
@@ -19,10 +21,12 @@
 //!    that resumes it (`KLARAPTOR_PROFILE_SKIP`): without the shapes the runs have already
 //!    (measured, refused, or faulted: the faulting shape is not run again), and with the
 //!    shapes of the sweep that faulted run one per collector request, so that the next fault
-//!    costs no other shape its sample. Each restart settles at least the shape that faulted;
-//!    after [`Settings::max_restarts`] (`KLARAPTOR_PROFILE_RESTARTS`), or a restart that
-//!    changed nothing, the shapes left are recorded as not measured. The records of the runs
-//!    are merged;
+//!    costs no other shape its sample (in a run of several sizes, the sizes it has finished
+//!    are not swept again, the one that faulted goes on without the shapes done, the later ones
+//!    are swept as in a first run). Each restart settles at least the shape that faulted;
+//!    after [`Settings::max_restarts`] (`KLARAPTOR_PROFILE_RESTARTS`, per size of the run),
+//!    or a restart that changed nothing, the shapes left are recorded as not measured. The
+//!    records of the runs are merged;
 //! 4. store the entry: complete when every profile size left samples and no sample failed
 //!    for the collector's or the GPU's reasons (a shape the kernel cannot run is a valid
 //!    sample), else marked incomplete (never used for a model; profiled again by the next
@@ -39,7 +43,7 @@ use crate::gpu_lock::{self, Acquired, GpuLock};
 use crate::record::{self, DeviceId, Entry, KernelId, Sample, FORMAT_VERSION};
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::plan::{ResumedSweep, RunEnv};
+use crate::plan::{RecipeRun, ResumedSweep, RunEnv};
 use klaraptor_spec::link::LinkSpec;
 
 /// How long a run whose GPU is busy with another profiler is tried again: seconds, or a
@@ -66,7 +70,8 @@ pub struct Settings {
     pub busy_bound: Duration,
     /// The first pause before a busy run is tried again (then doubled, up to 30 s).
     pub first_backoff: Duration,
-    /// How many times a recipe command is run again after its runs stopped at faults.
+    /// How many times a recipe command is run again after its runs stopped at faults (per
+    /// profile size, for a command that runs several).
     pub max_restarts: u32,
 }
 
@@ -239,10 +244,10 @@ fn profile_one(
     }
     let start = Instant::now();
     let plan = crate::plan::read_plan(t.plan)?;
-    // Per profile size: its command and the runs that serve it.
-    let mut runs: Vec<(usize, String, Chain)> = Vec::new();
-    for (i, (_, cmd)) in crate::plan::recipe_runs(spec)?.into_iter().enumerate() {
-        let reusable = match ran.get(&cmd) {
+    // Per recipe run (its command and the profile sizes it covers): the runs that serve it.
+    let mut runs: Vec<(RecipeRun, Chain)> = Vec::new();
+    for run in crate::plan::recipe_runs(spec)? {
+        let reusable = match ran.get(&run.command) {
             Some(chain) => {
                 let samples = chain.samples(&spec.mangled, &plan)?;
                 first_transient(&samples).is_none().then(|| chain.clone())
@@ -251,25 +256,23 @@ fn profile_one(
         };
         let chain = match reusable {
             Some(c) => c,
-            None => run_resuming(t, spec, i, &cmd, &plan, next_run)?,
+            None => run_resuming(t, spec, &run, &plan, next_run)?,
         };
-        ran.insert(cmd.clone(), chain.clone());
-        runs.push((i, cmd, chain));
+        ran.insert(run.command.clone(), chain.clone());
+        runs.push((run, chain));
     }
     let took = start.elapsed();
     let mut samples: Vec<Sample> = Vec::new();
     let mut program: Vec<record::ProgramBlock> = Vec::new();
-    let mut silent: Vec<(usize, String)> = Vec::new();
+    let mut silent: Vec<String> = Vec::new();
     let mut read: Vec<&Path> = Vec::new();
-    for (i, cmd, chain) in &runs {
+    for (run, chain) in &runs {
         if read.contains(&chain.dirs[0].as_path()) {
             continue;
         }
         read.push(&chain.dirs[0]);
         let s = chain.samples(&spec.mangled, &plan)?;
-        if s.is_empty() {
-            silent.push((*i, cmd.clone()));
-        }
+        silent.extend(left_without(spec, run, &s));
         for b in chain.program(&spec.mangled)? {
             if s.iter().any(|x| x.sizes == b.sizes) {
                 record::add_program_block(&mut program, b);
@@ -279,7 +282,7 @@ fn profile_one(
     }
     if samples.is_empty() {
         return Ok(Outcome::NothingRecorded {
-            commands: runs.into_iter().map(|(_, c, _)| c).collect(),
+            commands: runs.into_iter().map(|(r, _)| r.command).collect(),
         });
     }
     let mut why: Vec<String> = Vec::new();
@@ -304,15 +307,7 @@ fn profile_one(
     if failed.is_empty() {
         why.extend(record::nothing_ran(&samples));
     }
-    for (i, cmd) in &silent {
-        why.push(match spec.profile_sizes.get(*i) {
-            Some(size) => format!(
-                "the run at {} (`{cmd}`) left no sample of it",
-                fmt_values(&spec.data, size)
-            ),
-            None => format!("the run `{cmd}` left no sample of it"),
-        });
-    }
+    why.extend(silent);
     let n = samples.len();
     let entry = Entry {
         format_version: FORMAT_VERSION,
@@ -366,8 +361,7 @@ fn profile_one(
 fn run_until_free(
     t: &Target,
     spec: &LinkSpec,
-    i: usize,
-    cmd: &str,
+    run: &RecipeRun,
     resume: Option<(&Path, u32)>,
     next_run: &mut usize,
 ) -> Result<PathBuf> {
@@ -388,7 +382,7 @@ fn run_until_free(
             verbose: t.verbose,
             resume,
         };
-        crate::plan::run_command(spec, i, cmd, &env)?;
+        crate::plan::run_command(spec, run, &env)?;
         let samples = crate::plan::read_samples(&dir, &spec.mangled)?;
         let Some(busy) = first_transient(&samples) else {
             return Ok(dir);
@@ -593,13 +587,16 @@ impl Chain {
 fn run_resuming(
     t: &Target,
     spec: &LinkSpec,
-    i: usize,
-    cmd: &str,
+    run: &RecipeRun,
     plan: &[(String, Vec<[u32; 3]>)],
     next_run: &mut usize,
 ) -> Result<Chain> {
+    // A run of several profile sizes may fault in each of them: as many restarts per size
+    // as one run per size would have.
+    let sizes = u32::try_from(run.covers.len().max(1)).unwrap_or(u32::MAX);
+    let max_restarts = t.settings.max_restarts.saturating_mul(sizes);
     let mut chain = Chain {
-        dirs: vec![run_until_free(t, spec, i, cmd, None, next_run)?],
+        dirs: vec![run_until_free(t, spec, run, None, next_run)?],
         gave_up: None,
     };
     let mut last_skip: Option<String> = None;
@@ -625,11 +622,18 @@ fn run_resuming(
         let left = planned.iter().filter(|b| !done.contains(b)).count();
         let restarts = u32::try_from(chain.dirs.len() - 1).unwrap_or(u32::MAX);
         let stuck = last_skip.as_deref() == Some(skip.as_str());
-        if stuck || restarts >= t.settings.max_restarts {
+        if stuck || restarts >= max_restarts {
             let why = if stuck {
                 "another shape's fault lost the CUDA context of its run, and the run restarted \
                  without the shapes done stopped at a fault again with nothing more done"
                     .to_string()
+            } else if sizes > 1 {
+                format!(
+                    "another shape's fault lost the CUDA context of its run, and the recipe \
+                     was restarted {restarts} times already ({RESTARTS_ENV}={} per size, for \
+                     the {sizes} sizes of its run)",
+                    t.settings.max_restarts
+                )
             } else {
                 format!(
                     "another shape's fault lost the CUDA context of its run, and the recipe \
@@ -656,9 +660,52 @@ fn run_resuming(
         }
         let file = t.scratch.join(format!("resume-{}.txt", *next_run));
         std::fs::write(&file, &skip).with_context(|| format!("cannot write {}", file.display()))?;
-        let next = run_until_free(t, spec, i, cmd, Some((&file, restarts + 1)), next_run)?;
+        let next = run_until_free(t, spec, run, Some((&file, restarts + 1)), next_run)?;
         chain.dirs.push(next);
         last_skip = Some(skip);
+    }
+}
+
+/// What recipe run `run` left no sample of `spec` at (`samples`: its samples of the kernel),
+/// for the reason an entry is incomplete. A run of one size must leave samples (at whatever
+/// sizes its launches had: a recipe may pass a matrix order for a kernel whose data size is
+/// its square). A run of several sizes must leave samples at as many sizes as it covers;
+/// when it does not, the covered sizes it has no sample at exactly are named.
+fn left_without(spec: &LinkSpec, run: &RecipeRun, samples: &[Sample]) -> Option<String> {
+    let cmd = &run.command;
+    let covered = run.sizes(spec);
+    match covered.as_slice() {
+        [] if samples.is_empty() => Some(format!("the run `{cmd}` left no sample of it")),
+        [size] if samples.is_empty() => Some(format!(
+            "the run at {} (`{cmd}`) left no sample of it",
+            fmt_values(&spec.data, size)
+        )),
+        [] | [_] => None,
+        many if samples.is_empty() => Some(format!(
+            "the run at its {} profile sizes (`{cmd}`) left no sample of it",
+            many.len()
+        )),
+        many => {
+            let mut reached: Vec<&[i64]> = Vec::new();
+            for s in samples {
+                if !reached.contains(&s.sizes.as_slice()) {
+                    reached.push(&s.sizes);
+                }
+            }
+            let missing: Vec<String> = many
+                .iter()
+                .filter(|c| !reached.contains(c))
+                .map(|c| fmt_values(&spec.data, c))
+                .collect();
+            (reached.len() < many.len() && !missing.is_empty()).then(|| {
+                format!(
+                    "the run `{cmd}` left no sample of it at {} ({} of its {} profile sizes)",
+                    missing.join(", "),
+                    missing.len(),
+                    many.len()
+                )
+            })
+        }
     }
 }
 

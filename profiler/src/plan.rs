@@ -324,17 +324,101 @@ pub fn as_given(spec: &LinkSpec, command: &str, dir: &Path) -> LinkSpec {
     }
 }
 
-/// The command runs that profile `spec`: per profile size, the size and the recipe's command
-/// ([`recipe_command`]); for a kernel profiled as its program runs ([`runs_as_given`]), the
-/// command alone, without a size.
-pub fn recipe_runs(spec: &LinkSpec) -> Result<Vec<(Option<Vec<i64>>, String)>> {
+/// One process of a kernel's profiling: a command of its recipe, and the profile sizes it
+/// runs ([`recipe_runs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecipeRun {
+    pub command: String,
+    /// The profile sizes the command runs, as indices into the spec's `profile_sizes`, in
+    /// order: one for a recipe with `{LABEL}` placeholders, every one for a recipe with
+    /// `{SIZES}` ([`runs_all_sizes`]), none for a kernel profiled as its program runs
+    /// ([`runs_as_given`]).
+    pub covers: Vec<usize>,
+}
+
+impl RecipeRun {
+    /// The profile sizes the run covers (their values).
+    pub fn sizes<'a>(&self, spec: &'a LinkSpec) -> Vec<&'a [i64]> {
+        self.covers
+            .iter()
+            .filter_map(|&i| spec.profile_sizes.get(i).map(Vec::as_slice))
+            .collect()
+    }
+}
+
+/// Whether `spec`'s recipe runs once for all its profile sizes: its command holds
+/// `{SIZES}` ([`klaraptor_spec::annotations::ALL_SIZES`]).
+pub fn runs_all_sizes(spec: &LinkSpec) -> bool {
+    !runs_as_given(spec)
+        && spec
+            .profile_run
+            .as_deref()
+            .is_some_and(|run| klaraptor_spec::annotations::runs_all_sizes(run, &spec.data))
+}
+
+/// The command runs that profile `spec`: per profile size, the recipe's command for that
+/// size ([`recipe_command`]); for a recipe with `{SIZES}`, one run of every size
+/// ([`recipe_command_all`]); for a kernel profiled as its program runs ([`runs_as_given`]),
+/// the command alone, without a size.
+pub fn recipe_runs(spec: &LinkSpec) -> Result<Vec<RecipeRun>> {
     if runs_as_given(spec) {
-        return Ok(vec![(None, spec.profile_run.clone().unwrap_or_default())]);
+        return Ok(vec![RecipeRun {
+            command: spec.profile_run.clone().unwrap_or_default(),
+            covers: Vec::new(),
+        }]);
+    }
+    if runs_all_sizes(spec) {
+        return Ok(vec![RecipeRun {
+            command: recipe_command_all(spec)?,
+            covers: (0..spec.profile_sizes.len()).collect(),
+        }]);
     }
     spec.profile_sizes
         .iter()
-        .map(|size| Ok((Some(size.clone()), recipe_command(spec, size)?)))
+        .enumerate()
+        .map(|(i, size)| {
+            Ok(RecipeRun {
+                command: recipe_command(spec, size)?,
+                covers: vec![i],
+            })
+        })
         .collect()
+}
+
+/// What `{SIZES}` stands for: each size's values joined by `,`, the sizes separated by
+/// single spaces (`64,64,64 128,128,128`).
+pub fn sizes_text(sizes: &[&[i64]]) -> String {
+    sizes
+        .iter()
+        .map(|s| s.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The command of a `{SIZES}` recipe ([`runs_all_sizes`]) for all of `spec`'s profile
+/// sizes, in order.
+pub fn recipe_command_all(spec: &LinkSpec) -> Result<String> {
+    let run = recipe_text(spec)?;
+    let sizes: Vec<&[i64]> = spec.profile_sizes.iter().map(Vec::as_slice).collect();
+    Ok(run.replace(klaraptor_spec::annotations::ALL_SIZES, &sizes_text(&sizes)))
+}
+
+/// The environment variable that bounds how many distinct data sizes of a kernel one run
+/// of the profiling runtime sweeps (runtime-shim/src/klaraptor_prof.c), and its default.
+pub const MAX_SIZES_ENV: &str = "KLARAPTOR_PROFILE_MAX_SIZES";
+pub const DEFAULT_MAX_SIZES: usize = 4;
+
+/// The `KLARAPTOR_PROFILE_MAX_SIZES` a run needs, if it needs one: a run of several profile
+/// sizes sweeps each of them, so at least as many as it covers; `inherited`: the value in
+/// the environment (the default when unset or not a number).
+pub fn max_sizes_for(run: &RecipeRun, inherited: Option<&str>) -> Option<usize> {
+    if run.covers.len() <= 1 {
+        return None;
+    }
+    let had = inherited
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(DEFAULT_MAX_SIZES);
+    Some(had.max(run.covers.len()))
 }
 
 /// `sh -c` text that runs `program` with `args`, each word quoted as needed.
@@ -362,17 +446,27 @@ pub fn shell_command(program: &Path, args: &[String]) -> String {
         .join(" ")
 }
 
-/// The recipe's command for one size: `{LABEL}` replaced by the value.
-pub fn recipe_command(spec: &LinkSpec, size: &[i64]) -> Result<String> {
-    let Some(run) = &spec.profile_run else {
-        bail!(
+/// The recipe's text, or an error that says how to give the kernel one.
+fn recipe_text(spec: &LinkSpec) -> Result<&str> {
+    match &spec.profile_run {
+        Some(run) => Ok(run),
+        None => bail!(
             "kernel {} (annotated at {}) has no profile recipe: add \
              profile(run=\"./app {{N}}\", sizes=[…]) to its annotation",
             spec.name,
             spec.annotated_at
-        );
-    };
-    let mut cmd = run.clone();
+        ),
+    }
+}
+
+/// The recipe's command for one size: `{LABEL}` replaced by the value (for a `{SIZES}`
+/// recipe, [`runs_all_sizes`], `{SIZES}` replaced by that size alone).
+pub fn recipe_command(spec: &LinkSpec, size: &[i64]) -> Result<String> {
+    let run = recipe_text(spec)?;
+    if runs_all_sizes(spec) {
+        return Ok(run.replace(klaraptor_spec::annotations::ALL_SIZES, &sizes_text(&[size])));
+    }
+    let mut cmd = run.to_string();
     for (label, v) in spec.data.iter().zip(size) {
         cmd = cmd.replace(&format!("{{{label}}}"), &v.to_string());
     }
@@ -562,24 +656,31 @@ pub struct RunEnv<'a> {
     pub resume: Option<(&'a Path, u32)>,
 }
 
-/// Runs one recipe command of `spec` (for its `i`-th profile size) under the profiling
-/// runtime (the program must already be linked where the recipe expects it). Its records
-/// go to `env.out_dir`. Returns the command's stderr (shown already when it failed or with
-/// `verbose`).
+/// Runs one recipe command of `spec` (`run`: the command and the profile sizes it covers)
+/// under the profiling runtime (the program must already be linked where the recipe
+/// expects it). Its records go to `env.out_dir`. A run of several sizes (a `{SIZES}`
+/// recipe) has the runtime sweep each of them ([`max_sizes_for`]). Returns the command's
+/// stderr (shown already when it failed or with `verbose`).
 ///
 /// While the command runs, the profiling runtime reports each shape of its sweeps through
 /// `KLARAPTOR_PROGRESS` (a temporary file this function reads as it grows): a progress bar
 /// per sweep on a terminal, else a line per sweep and, at most every few seconds, a line
-/// per shape (every shape with `--kl-verbose`); see [`Progress`].
-pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result<String> {
-    let at = match spec.profile_sizes.get(i) {
-        Some(size) => format!(
-            "at {} ({}/{})",
-            fmt_size(&spec.data, size),
-            i + 1,
-            spec.profile_sizes.len()
-        ),
-        None => "at the sizes its program's run reaches".to_string(),
+/// per shape (every shape with `--kl-verbose`); see [`Progress`]. In a run of several
+/// sizes, the spec's sweeps say which of them they are (`size 2/7`).
+pub fn run_command(spec: &LinkSpec, run: &RecipeRun, env: &RunEnv) -> Result<String> {
+    let cmd = run.command.as_str();
+    let at = match run.covers.as_slice() {
+        [] => "at the sizes its program's run reaches".to_string(),
+        [i] => match spec.profile_sizes.get(*i) {
+            Some(size) => format!(
+                "at {} ({}/{})",
+                fmt_size(&spec.data, size),
+                i + 1,
+                spec.profile_sizes.len()
+            ),
+            None => "at the sizes its program's run reaches".to_string(),
+        },
+        many => format!("at {} profile sizes in one process", many.len()),
     };
     match env.resume {
         None => crate::kl_eprintln!(
@@ -605,6 +706,10 @@ pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result
         Some((skip, _)) => command.env("KLARAPTOR_PROFILE_SKIP", skip),
         None => command.env_remove("KLARAPTOR_PROFILE_SKIP"),
     };
+    let inherited = std::env::var(MAX_SIZES_ENV).ok();
+    if let Some(n) = max_sizes_for(run, inherited.as_deref()) {
+        command.env(MAX_SIZES_ENV, n.to_string());
+    }
     let child = command
         .arg("-c")
         .arg(cmd)
@@ -635,7 +740,7 @@ pub fn run_command(spec: &LinkSpec, i: usize, cmd: &str, env: &RunEnv) -> Result
         let _ = done_tx.send(());
         out
     });
-    let mut view = ProgressView::new(spec, env.verbose);
+    let mut view = ProgressView::new(spec, run.sizes(spec), env.verbose);
     loop {
         let finished = !matches!(
             done_rx.recv_timeout(std::time::Duration::from_millis(100)),
@@ -920,13 +1025,20 @@ impl PlainProgress {
 
 /// The sizes of `kernel` in a progress line: with the spec's labels when it is the spec's
 /// kernel (a run may profile other kernels too; the runtime names a template instance
-/// `stencil1d<3>`), else the values.
-fn progress_sizes(spec: &LinkSpec, kernel: &str, sizes: &[i64]) -> String {
+/// `stencil1d<3>`), else the values. `covers`: the profile sizes of a run of several (a
+/// `{SIZES}` recipe); a sweep at one of them says which (`NI=64 NJ=64 (size 1/7)`).
+fn progress_sizes(spec: &LinkSpec, covers: &[&[i64]], kernel: &str, sizes: &[i64]) -> String {
     let mine = kernel == spec.name
         || kernel == spec.mangled
         || kernel == klaraptor_spec::names::instance_name(&spec.name, &spec.mangled);
     if mine && sizes.len() == spec.data.len() {
-        fmt_size(&spec.data, sizes)
+        let mut s = fmt_size(&spec.data, sizes);
+        if covers.len() > 1 {
+            if let Some(k) = covers.iter().position(|c| *c == sizes) {
+                s.push_str(&format!(" (size {}/{})", k + 1, covers.len()));
+            }
+        }
+        s
     } else {
         sizes
             .iter()
@@ -940,16 +1052,19 @@ fn progress_sizes(spec: &LinkSpec, kernel: &str, sizes: &[i64]) -> String {
 /// is a terminal, [`PlainProgress`] lines otherwise.
 struct ProgressView<'a> {
     spec: &'a LinkSpec,
+    /// The profile sizes the run covers.
+    covers: Vec<&'a [i64]>,
     bar: Option<indicatif::ProgressBar>,
     terminal: bool,
     plain: PlainProgress,
 }
 
 impl<'a> ProgressView<'a> {
-    fn new(spec: &'a LinkSpec, verbose: bool) -> Self {
+    fn new(spec: &'a LinkSpec, covers: Vec<&'a [i64]>, verbose: bool) -> Self {
         use std::io::IsTerminal;
         ProgressView {
             spec,
+            covers,
             bar: None,
             terminal: std::io::stderr().is_terminal(),
             plain: PlainProgress::new(std::time::Duration::from_secs(5), verbose),
@@ -958,7 +1073,8 @@ impl<'a> ProgressView<'a> {
 
     fn show(&mut self, ev: &Progress) {
         let spec = self.spec;
-        let fmt = |k: &str, s: &[i64]| progress_sizes(spec, k, s);
+        let covers = &self.covers;
+        let fmt = |k: &str, s: &[i64]| progress_sizes(spec, covers, k, s);
         let line = self.plain.line(ev, std::time::Instant::now(), &fmt);
         if !self.terminal {
             if let Some(l) = line {
@@ -1897,6 +2013,87 @@ mod tests {
     }
 
     #[test]
+    fn a_sizes_recipe_is_one_run_of_every_profile_size() {
+        // gemm's design: the annotation's four sizes and one more per data parameter.
+        let mut s = spec(&["NI", "NJ", "NK"], 2, Some("./gemm --sizes {SIZES} --x"));
+        s.profile_sizes = klaraptor_spec::link::profile_design(&[
+            vec![64; 3],
+            vec![128; 3],
+            vec![256, 128, 192],
+            vec![256; 3],
+        ]);
+        assert_eq!(s.profile_sizes.len(), 7);
+        assert!(runs_all_sizes(&s));
+        let runs = recipe_runs(&s).unwrap();
+        assert_eq!(
+            runs,
+            [RecipeRun {
+                command: "./gemm --sizes 64,64,64 128,128,128 256,128,192 256,256,256 \
+                          256,64,64 64,256,64 64,64,256 --x"
+                    .into(),
+                covers: (0..7).collect(),
+            }]
+        );
+        assert_eq!(runs[0].sizes(&s)[2], [256, 128, 192]);
+        // One size alone, as `klaraptor plan --recipes` or a user would run it.
+        assert_eq!(
+            recipe_command(&s, &[256, 128, 192]).unwrap(),
+            "./gemm --sizes 256,128,192 --x"
+        );
+        // 1-D: the values alone; each occurrence is replaced.
+        let mut one = spec(&["n"], 1, Some("./app {SIZES} && ./app {SIZES}"));
+        one.profile_sizes = vec![vec![1000], vec![5000]];
+        assert_eq!(
+            recipe_runs(&one).unwrap()[0].command,
+            "./app 1000 5000 && ./app 1000 5000"
+        );
+        // The runtime is told to sweep each of them, and never fewer than it would.
+        assert_eq!(max_sizes_for(&runs[0], None), Some(7));
+        assert_eq!(max_sizes_for(&runs[0], Some("2")), Some(7));
+        assert_eq!(max_sizes_for(&runs[0], Some("12")), Some(12));
+        assert_eq!(max_sizes_for(&runs[0], Some("many")), Some(7));
+        assert_eq!(max_sizes_for(&recipe_runs(&one).unwrap()[0], None), Some(4));
+    }
+
+    #[test]
+    fn per_size_recipes_are_one_run_per_size_as_before() {
+        let mut s = spec(&["N", "M"], 2, Some("./app {N} {M}"));
+        s.profile_sizes = vec![vec![64, 32], vec![128, 64]];
+        assert!(!runs_all_sizes(&s));
+        let runs = recipe_runs(&s).unwrap();
+        assert_eq!(
+            runs,
+            [
+                RecipeRun {
+                    command: "./app 64 32".into(),
+                    covers: vec![0]
+                },
+                RecipeRun {
+                    command: "./app 128 64".into(),
+                    covers: vec![1]
+                },
+            ]
+        );
+        assert_eq!(max_sizes_for(&runs[0], Some("1")), None);
+        // A data parameter called SIZES: {SIZES} is its value.
+        let mut named = spec(&["SIZES"], 1, Some("./app {SIZES}"));
+        named.profile_sizes = vec![vec![8], vec![16]];
+        assert!(!runs_all_sizes(&named));
+        assert_eq!(recipe_runs(&named).unwrap().len(), 2);
+        assert_eq!(recipe_runs(&named).unwrap()[1].command, "./app 16");
+        // A kernel profiled as its program runs: the command as given, no size.
+        let given = as_given(&s, "./app {SIZES}", Path::new("."));
+        assert!(!runs_all_sizes(&given));
+        assert_eq!(
+            recipe_runs(&given).unwrap(),
+            [RecipeRun {
+                command: "./app {SIZES}".into(),
+                covers: vec![]
+            }]
+        );
+    }
+
+    #[test]
     fn a_kernel_without_a_recipe_says_how_to_add_one() {
         let s = spec(&["N"], 1, None);
         let err = recipe_command(&s, &[64]).unwrap_err().to_string();
@@ -2103,7 +2300,7 @@ mod tests {
     fn plain_progress_prints_each_sweep_and_a_shape_every_few_seconds() {
         use std::time::{Duration, Instant};
         let spec = spec(&["NI", "NJ"], 2, Some("./app {NI} {NJ}"));
-        let fmt = |k: &str, s: &[i64]| progress_sizes(&spec, k, s);
+        let fmt = |k: &str, s: &[i64]| progress_sizes(&spec, &[], k, s);
         let shape = |index, ms| Progress::Shape {
             kernel: "k".into(),
             sizes: vec![64, 128],
@@ -2170,5 +2367,20 @@ mod tests {
         for i in 1..=4 {
             assert!(v.line(&shape(i, 1.0), t0, &fmt).is_some(), "shape {i}");
         }
+        // A run of several profile sizes (a {SIZES} recipe): the spec's sweeps say which.
+        let covers: [&[i64]; 3] = [&[32, 64], &[64, 128], &[128, 256]];
+        let several = |k: &str, s: &[i64]| progress_sizes(&spec, &covers, k, s);
+        let mut m = PlainProgress::new(Duration::from_secs(5), false);
+        assert_eq!(
+            m.line(&end, t0, &several).as_deref(),
+            Some(
+                "klaraptor-cc:   k at NI=64 NJ=128 (size 2/3): 3/4 shapes in 20.00 s (5000 ms \
+                 per shape), 1 failed or rejected (see the records)"
+            )
+        );
+        assert_eq!(
+            m.line(&other, t0, &several).as_deref(),
+            Some("klaraptor-cc:   other at 7: 19/19 shapes in 0.19 s (10 ms per shape)")
+        );
     }
 }

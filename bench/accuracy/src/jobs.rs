@@ -72,27 +72,52 @@ fn plan_line(spec: &LinkSpec) -> String {
     format!("{} {}\n", spec.mangled, shapes.join(" "))
 }
 
+/// One profile job's command, and how many profile sizes it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recipe {
+    /// What the job runs: a recipe command, with `KLARAPTOR_PROFILE_MAX_SIZES=<n>` before it
+    /// where it runs more sizes than the runtime sweeps by default (a `{SIZES}` recipe).
+    pub command: String,
+    /// The profile sizes it runs (1 for a recipe with `{LABEL}` placeholders and for
+    /// `sizes.toml`'s commands).
+    pub sizes: usize,
+}
+
 /// The profile recipe commands of a program: its annotations' recipes (in order, without
-/// repeats), then `sizes.toml`'s `[profile.<program>]` ones.
-pub fn recipes(program: &str, specs: &[LinkSpec], sizes: &Sizes) -> Result<Vec<String>> {
-    let mut out: Vec<String> = Vec::new();
+/// repeats; one command per profile size, or one for all of a kernel's sizes where its
+/// recipe says `{SIZES}`), then `sizes.toml`'s `[profile.<program>]` ones.
+pub fn recipes(program: &str, specs: &[LinkSpec], sizes: &Sizes) -> Result<Vec<Recipe>> {
+    let mut out: Vec<Recipe> = Vec::new();
     let mut without = Vec::new();
     for s in specs {
         if s.profile_run.is_none() {
             without.push(s.name.clone());
             continue;
         }
-        for size in &s.profile_sizes {
-            let cmd = plan::recipe_command(s, size)?;
-            if !out.contains(&cmd) {
-                out.push(cmd);
+        if s.profile_sizes.is_empty() {
+            continue;
+        }
+        for run in plan::recipe_runs(s)? {
+            let command =
+                match plan::max_sizes_for(&run, None).filter(|&n| n > plan::DEFAULT_MAX_SIZES) {
+                    Some(n) => format!("{}={n} {}", plan::MAX_SIZES_ENV, run.command),
+                    None => run.command,
+                };
+            if !out.iter().any(|r| r.command == command) {
+                out.push(Recipe {
+                    command,
+                    sizes: run.covers.len().max(1),
+                });
             }
         }
     }
     if let Some(extra) = sizes.profile.get(program) {
         for cmd in &extra.run {
-            if !out.contains(cmd) {
-                out.push(cmd.clone());
+            if !out.iter().any(|r| &r.command == cmd) {
+                out.push(Recipe {
+                    command: cmd.clone(),
+                    sizes: 1,
+                });
             }
         }
     } else if !without.is_empty() {
@@ -162,11 +187,20 @@ pub fn write(study: &Path, sizes: &Sizes, programs: &[String]) -> Result<Written
         std::fs::write(dir.join(format!("{p}.candidates.plan")), cands)?;
         // Profile jobs.
         let recipes = recipes(p, &specs, sizes)?;
-        std::fs::write(dir.join("recipes.txt"), recipes.join("\n") + "\n")?;
+        let commands: Vec<&str> = recipes.iter().map(|r| r.command.as_str()).collect();
+        std::fs::write(dir.join("recipes.txt"), commands.join("\n") + "\n")?;
         let shapes_per_run: usize = specs.iter().map(|s| plan::plan_shapes_for(s).len()).sum();
-        for (i, cmd) in recipes.iter().enumerate() {
+        for (
+            i,
+            Recipe {
+                command: cmd,
+                sizes: n_sizes,
+            },
+        ) in recipes.iter().enumerate()
+        {
             check_command(cmd)?;
-            let est = RUN_OVERHEAD_S + PROFILE_S_PER_SHAPE * shapes_per_run as f64;
+            // A run of several sizes sweeps the shapes at each of them.
+            let est = RUN_OVERHEAD_S + PROFILE_S_PER_SHAPE * (shapes_per_run * n_sizes) as f64;
             let _ = writeln!(
                 profile,
                 "profile\t{p}/run{}\t{p}\t{est:.1}\t{p}/{p}.plan\t{cmd}",

@@ -953,6 +953,79 @@ choice_est_s = 4
     assert!(e.contains("tail") && e.contains("[profile.gemm]"), "{e}");
 }
 
+/// A recipe with `{SIZES}` is one profile job for all of its kernel's profile sizes, told to
+/// sweep each of them; a per-size recipe of another kernel keeps one job per size.
+#[test]
+fn a_sizes_recipe_is_one_profile_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = spec(
+        "gemm",
+        "_Z4gemmPKfS0_Pfffiii",
+        &["NI", "NJ", "NK"],
+        2,
+        &["ceil(NJ, bx)", "ceil(NI, by)"],
+    );
+    s.profile_run = Some("./gemm --sizes {SIZES}".into());
+    s.profile_sizes = klaraptor_spec::link::profile_design(&[
+        vec![64, 64, 64],
+        vec![128, 128, 128],
+        vec![256, 128, 192],
+        vec![256, 256, 256],
+    ]);
+    let mut t = spec("tail", "_Z4tailPfi", &["N"], 1, &["ceil(N, bx)"]);
+    t.profile_run = Some("./gemm --tail {N}".into());
+    t.profile_sizes = vec![vec![100], vec![200]];
+    let mut u = spec("head", "_Z4headPfi", &["N"], 1, &["ceil(N, bx)"]);
+    u.profile_run = Some("./gemm --sizes {SIZES}".into());
+    u.profile_sizes = vec![vec![100], vec![200]];
+    let mut bytes = b"\x7fELF".to_vec();
+    for k in [&s, &t, &u] {
+        bytes.extend(k.embedded().unwrap().as_bytes());
+        bytes.extend(b"\0\0");
+    }
+    write(&tmp.path().join("gemm/gemm"), &bytes);
+    let sizes = Sizes::parse(
+        "[[job]]\nprogram = \"gemm\"\nargs = \"1000 1000 1000\"\nsweep = [\"gemm\"]\nest_s = 2\n",
+    )
+    .unwrap();
+    let w = klaraptor_accuracy::jobs::write(tmp.path(), &sizes, &[]).unwrap();
+    assert_eq!(w.jobs[0], 4);
+    let lines = klaraptor_accuracy::jobs::read(&w.jobs_txt).unwrap();
+    let profile: Vec<&klaraptor_accuracy::jobs::JobLine> =
+        lines.iter().filter(|l| l.phase == "profile").collect();
+    let cmds: Vec<&str> = profile.iter().map(|l| l.command.as_str()).collect();
+    assert_eq!(
+        cmds,
+        [
+            "KLARAPTOR_PROFILE_MAX_SIZES=7 ./gemm --sizes 64,64,64 128,128,128 256,128,192 \
+             256,256,256 256,64,64 64,256,64 64,64,256",
+            "./gemm --tail 100",
+            "./gemm --tail 200",
+            // Two sizes: within the runtime's default of 4.
+            "./gemm --sizes 100 200",
+        ]
+    );
+    assert_eq!(profile[0].id, "gemm/run1");
+    // The one job sweeps the shapes at each of its 7 sizes.
+    let shapes: usize = [&s, &t, &u]
+        .iter()
+        .map(|k| klaraptor_profiler::plan::plan_shapes_for(k).len())
+        .sum();
+    let per_shape = klaraptor_accuracy::jobs::PROFILE_S_PER_SHAPE;
+    let overhead = klaraptor_accuracy::jobs::RUN_OVERHEAD_S;
+    let rounded = |x: f64| format!("{x:.1}").parse::<f64>().unwrap();
+    assert_eq!(
+        profile[0].est_s,
+        rounded(overhead + per_shape * (7 * shapes) as f64)
+    );
+    assert_eq!(
+        profile[1].est_s,
+        rounded(overhead + per_shape * shapes as f64)
+    );
+    let recipes = std::fs::read_to_string(tmp.path().join("gemm/recipes.txt")).unwrap();
+    assert_eq!(recipes.lines().count(), 4);
+}
+
 /// One CONSTRUCTED line of a whole-run launch-times file (the runtime's format; the times are
 /// made up).
 fn launch_times_line(

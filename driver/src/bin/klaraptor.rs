@@ -105,7 +105,8 @@ enum Cmd {
     /// For a variant linked with `klaraptor-cc --kl-profiling-variant=…`: its sampling plan
     /// (the file KLARAPTOR_PROFILE_PLAN names), or with --candidates every candidate shape of
     /// its kernels (an exhaustive search), or with --recipes the recipe commands to run, one
-    /// per line.
+    /// per line (one per profile size, or one for all of a kernel's sizes where its recipe
+    /// says {SIZES}).
     Plan {
         binary: PathBuf,
         #[arg(long, conflicts_with = "recipes")]
@@ -191,11 +192,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             s.name,
                             binary.display()
                         );
+                        continue;
                     }
-                    for size in &s.profile_sizes {
-                        let cmd = klaraptor_profiler::plan::recipe_command(s, size)?;
-                        if seen.insert(cmd.clone()) {
-                            klaraptor::kl_println!("{cmd}");
+                    // One command per size, or one for all of them (a `{SIZES}` recipe).
+                    for run in klaraptor_profiler::plan::recipe_runs(s)? {
+                        if seen.insert(run.command.clone()) {
+                            klaraptor::kl_println!("{}", run.command);
                         }
                     }
                 }
