@@ -4,6 +4,8 @@
 // Command line of every program:   prog [SIZE...] [--steps T] [--time [REPS]]
 //   - SIZEs are positional; when fewer are given than the program takes, the missing ones
 //     repeat the last one given (`gemm 300` is 300x300x300); none given: the defaults.
+//     A program whose main is KL_MAIN also takes `--sizes S1 S2 ...`: one run per size, in
+//     one process (kl::main_sizes).
 //   - `--steps T` (programs with a time loop only) sets the number of time steps.
 //   - `--time [REPS]` switches to timing mode: the reference check is skipped, and each
 //     kernel launch is preceded by one warm-up launch of the same kernel with the same
@@ -59,6 +61,13 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+// The main of a program that takes --sizes (kl::main_sizes, below): `KL_MAIN(argc, argv) {
+// ... }` in place of `int main(int argc, char **argv) { ... }`; the body is one run.
+#define KL_MAIN(argc, argv)                                                                \
+  static int kl_main_run(int argc, char **argv);                                           \
+  int main(int argc, char **argv) { return kl::main_sizes(argc, argv, kl_main_run); }      \
+  static int kl_main_run(int argc, char **argv)
 
 #define KL_CHECK(call)                                                                   \
   do {                                                                                   \
@@ -164,6 +173,114 @@ inline Options parse(int argc, char **argv, const std::vector<const char *> &nam
   if (o.sizes.empty()) o.sizes = defaults;
   while (o.sizes.size() < names.size()) o.sizes.push_back(o.sizes.back());
   return o;
+}
+
+// ---------------------------------------------------------------------------------------
+// Several data sizes in one process
+//
+//   prog --sizes S1 S2 ... [--steps T] [--time [REPS]]
+//
+// runs the program once per size Si, in order, in this one process, each run exactly as
+// `prog <Si's values> [--steps T] [--time [REPS]]` would run alone: its own inputs, device
+// buffers, reference check and output. A size is its values separated by commas (`64,48,40`
+// is `prog 64 48 40`; `300` is `prog 300`). klaraptor's profile recipes use it
+// (`profile(run="./gemm --sizes {SIZES}", …)`): every profile size of a kernel in one
+// process, which pays CUDA's and the profiler's start once instead of once per size. The
+// exit status is the first nonzero one of the runs (so every size runs even when one fails
+// its check, as a sweep of accumulating kernels does); a run that exits by itself (a usage
+// error, KL_CHECK's CUDA error) ends the process there.
+//
+// A program takes --sizes when its main is written
+//
+//   KL_MAIN(argc, argv) { ... }                  // instead of int main(int argc, char **argv)
+//
+// whose body is one run (kl::parse reads its sizes as before). Its state must be its own:
+// a run must not rely on a static variable another run of the same process changed.
+
+// The values of one size after --sizes ("64,48,40"), as separate arguments; false when
+// `s` is not such a list (an option that follows the sizes).
+inline bool split_size(const char *s, std::vector<std::string> *values) {
+  std::vector<std::string> out;
+  std::string piece;
+  for (const char *p = s;; ++p) {
+    if (*p == ',' || *p == '\0') {
+      long v;
+      if (!parse_long(piece.c_str(), &v)) return false;
+      out.push_back(piece);
+      piece.clear();
+      if (*p == '\0') break;
+    } else {
+      piece += *p;
+    }
+  }
+  *values = std::move(out);
+  return true;
+}
+
+typedef int (*MainRun)(int argc, char **argv);
+
+[[noreturn]] inline void sizes_usage_exit(const char *prog, const char *why) {
+  std::fprintf(stderr,
+               "%s: %s\nusage: %s --sizes SIZE [SIZE...] [other options], each SIZE the "
+               "values of one run separated by commas (e.g. --sizes 64,64 128,96)\n",
+               prog, why, prog);
+  std::exit(1);
+}
+
+// The program's main with --sizes (above): `run` once per size, or once as given when the
+// command line has no --sizes.
+inline int main_sizes(int argc, char **argv, MainRun run) {
+  const char *prog = argc > 0 ? argv[0] : "prog";
+  if (const char *slash = std::strrchr(prog, '/')) prog = slash + 1;
+  std::vector<std::vector<std::string>> sizes;
+  std::vector<std::string> rest;
+  bool given = false;
+  char why[256];
+  for (int a = 1; a < argc; ++a) {
+    if (std::strcmp(argv[a], "--sizes") != 0) {
+      rest.push_back(argv[a]);
+      continue;
+    }
+    if (given) sizes_usage_exit(prog, "--sizes is given twice");
+    given = true;
+    std::vector<std::string> values;
+    while (a + 1 < argc && split_size(argv[a + 1], &values)) {
+      sizes.push_back(values);
+      ++a;
+    }
+    if (a + 1 < argc && argv[a + 1][0] != '-') {
+      std::snprintf(why, sizeof why, "'%s' is not a size (its values separated by commas)",
+                    argv[a + 1]);
+      sizes_usage_exit(prog, why);
+    }
+    if (sizes.empty()) sizes_usage_exit(prog, "--sizes needs at least one size");
+  }
+  if (!given) return run(argc, argv);
+  // A size also given as an argument would be taken with each run's.
+  for (size_t i = 0; i < rest.size(); ++i) {
+    long v;
+    const bool counted = i > 0 && (rest[i - 1] == "--time" || rest[i - 1] == "--steps");
+    if (!counted && parse_long(rest[i].c_str(), &v)) {
+      std::snprintf(why, sizeof why,
+                    "with --sizes, every size is given after it ('%s' is given apart)",
+                    rest[i].c_str());
+      sizes_usage_exit(prog, why);
+    }
+  }
+  int status = 0;
+  for (const std::vector<std::string> &values : sizes) {
+    std::vector<std::string> args;
+    args.push_back(argc > 0 ? argv[0] : "prog");
+    args.insert(args.end(), values.begin(), values.end());
+    args.insert(args.end(), rest.begin(), rest.end());
+    std::vector<char *> ptrs;
+    for (std::string &a : args) ptrs.push_back(&a[0]);
+    ptrs.push_back(nullptr);
+    const int rc = run((int)args.size(), ptrs.data());
+    std::fflush(stdout);
+    if (status == 0 && rc != 0) status = rc;
+  }
+  return status;
 }
 
 // "512x384x100" for the KL_TIME lines and the check report.

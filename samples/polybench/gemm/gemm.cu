@@ -1,11 +1,11 @@
 // GEMM: C = alpha * A * B + beta * C, with A NI x NK, B NK x NJ, C NI x NJ (row-major).
 // One 2-D kernel, one thread per element of C (x along the columns j, y along the rows i).
-// Usage: gemm [NI [NJ [NK]]] [--time [REPS]]
+// Usage: gemm [NI [NJ [NK]]] [--time [REPS]], or gemm --sizes NI,NJ,NK ... (one run per size)
 #include "harness.h"
 
 #pragma klaraptor kernel(gemm) data(NI=ni, NJ=nj, NK=nk) dim(2) \
         grid(ceil(NJ, bx), ceil(NI, by)) \
-        profile(run="./gemm {NI} {NJ} {NK}", sizes=[64, 128, (256, 128, 192), 256])
+        profile(run="./gemm --sizes {SIZES}", sizes=[64, 128, (256, 128, 192), 256])
 __global__ void gemm(const float *A, const float *B, float *C, float alpha, float beta, int ni,
                      int nj, int nk) {
   KL_RECORD_BLOCK();
@@ -18,7 +18,7 @@ __global__ void gemm(const float *A, const float *B, float *C, float alpha, floa
   }
 }
 
-int main(int argc, char **argv) {
+KL_MAIN(argc, argv) {
   kl::Options o = kl::parse(argc, argv, {"NI", "NJ", "NK"}, {512, 512, 512});
   const int ni = (int)o.sizes[0], nj = (int)o.sizes[1], nk = (int)o.sizes[2];
   const float alpha = 1.5f, beta = 1.2f;
