@@ -457,6 +457,26 @@ fn environment_set_in_main_is_obeyed() {
 
 /// A program that never launches leaves no trace of the warm-up at registration, whatever
 /// its environment: no log file created or opened, no warning, no choices directory.
+/// The first rational program registered before main is run once then (its choice and its
+/// profiled best), on a made-up device of its GPU's kind, so that the first decision finds
+/// its code warm; not with KLARAPTOR_DISABLE, and never on a device of another name.
+#[test]
+fn the_first_model_is_warmed_before_main() {
+    let o = run(test_rt(), "model_warm", &[]);
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stdout),
+        "model_warm select=1 profiled_best=1 device=NVIDIA H200 sms=132\n"
+    );
+    assert_eq!(text(&o.stderr), "");
+    let o = run(test_rt(), "model_warm", &[("KLARAPTOR_DISABLE", "1")]);
+    assert_ok(&o);
+    assert_eq!(
+        text(&o.stdout),
+        "model_warm select=0 profiled_best=0 device= sms=0\n"
+    );
+}
+
 #[test]
 fn warm_up_at_registration_leaves_no_trace() {
     let dir = tempfile::tempdir().unwrap();

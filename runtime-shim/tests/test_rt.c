@@ -194,10 +194,53 @@ static const klaraptor_kernel k_mm_dup = {
 static const klaraptor_kernel k_abi2 = {
     3, "_Z4abi2v", "abi2", 1, n_names, 1, grid_1d, NULL, -1, -1, saxpy_select, "NVIDIA H200", NULL};
 
+/* A rational program registered before main, as generated code registers it: the runtime
+ * runs its choice and its profiled best once then, on a made-up device of its GPU's kind
+ * (warm_model), and the scenario model_warm shows what they were given. */
+static int g_warm_select, g_warm_pb, g_warm_sms;
+static char g_warm_device[256];
+static int warm_select(const int64_t *data, const klaraptor_device *dev, uint32_t block[3],
+                       double *predicted_us) {
+  (void)data;
+  g_warm_select++;
+  g_warm_sms = dev ? dev->sm_count : -1;
+  snprintf(g_warm_device, sizeof g_warm_device, "%s", dev ? dev->name : "(none)");
+  block[0] = 128;
+  block[1] = block[2] = 1;
+  if (predicted_us) *predicted_us = 1.0;
+  return 0;
+}
+static int warm_profiled_best(const int64_t *data, const klaraptor_device *dev,
+                              uint32_t block[3]) {
+  (void)data;
+  (void)dev;
+  g_warm_pb++;
+  block[0] = 256;
+  block[1] = block[2] = 1;
+  return 0;
+}
+static const klaraptor_model m_warm = {KLARAPTOR_MODEL_ABI_VERSION,
+                                       "_Z4warmv",
+                                       "NVIDIA H200",
+                                       warm_select,
+                                       "warm.nvidia-h200.c",
+                                       NULL,
+                                       warm_profiled_best,
+                                       "0000000000000000",
+                                       132,
+                                       NULL};
+
 __attribute__((constructor)) static void register_kernels(void) {
   /* As generated code does: before main. */
   klaraptor_register(&k_mm);
   klaraptor_register(&k_saxpy);
+  klaraptor_register_model(&m_warm);
+}
+
+static int scenario_model_warm(void) {
+  printf("model_warm select=%d profiled_best=%d device=%s sms=%d\n", g_warm_select, g_warm_pb,
+         g_warm_device, g_warm_sms);
+  return 0;
 }
 
 static void register_rest(void) {
@@ -926,7 +969,7 @@ static int scenario_unit(void) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc != 2) {
-    fprintf(stderr, "usage: test_rt unit|launch|threads|cudart|env_in_main|no_launch\n");
+    fprintf(stderr, "usage: test_rt unit|launch|threads|cudart|env_in_main|no_launch|model_warm\n");
     return 2;
   }
   if (strcmp(argv[1], "unit") == 0) return scenario_unit();
@@ -935,6 +978,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "cudart") == 0) return scenario_cudart();
   if (strcmp(argv[1], "env_in_main") == 0) return scenario_env_in_main();
   if (strcmp(argv[1], "no_launch") == 0) return scenario_no_launch();
+  if (strcmp(argv[1], "model_warm") == 0) return scenario_model_warm();
   fprintf(stderr, "unknown scenario %s\n", argv[1]);
   return 2;
 }
